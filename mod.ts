@@ -1,0 +1,53 @@
+/**
+ * idalloc gives every node of a cluster the same small integer ID for the same key, backed by a
+ * shared key-value store: Cilium's kvstore ID allocator, re-created for Deno.
+ *
+ * - {@linkcode Allocator}: allocate / release / look up IDs, a watch-fed cache, GC.
+ * - {@linkcode DenoKvBackend}: the embedded default on Deno KV (also `@idalloc/idalloc/kv`).
+ * - `@idalloc/idalloc/etcd`: the etcd backend. `@idalloc/idalloc/identity`: Cilium-style
+ *   security identities on top.
+ *
+ * @example Three lines to a cluster-wide ID
+ * ```ts
+ * import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
+ *
+ * using kv = await Deno.openKv(":memory:");
+ * const backend = new DenoKvBackend(kv, { prefix: ["idalloc", "demo"], node: "node-a" });
+ * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
+ *
+ * const { id, isNew, firstUse } = await alloc.allocate("app=web;");
+ * console.log({ id, isNew, firstUse });
+ * const { lastUse } = await alloc.release("app=web;");
+ * console.log({ lastUse });
+ * ```
+ *
+ * @module
+ */
+export { Allocator, type AllocatorStatus } from "./src/allocator/allocator.ts";
+export {
+  type AllocateResult,
+  type AllocatorEvent,
+  type AllocatorOptions,
+  type BackoffOptions,
+  type CacheValidator,
+  type CallOptions,
+  type GcRateLimit,
+  type GcStats,
+  type KeyCodec,
+  type ReleaseResult,
+  stringCodec,
+} from "./src/allocator/types.ts";
+export type {
+  AcquireRequest,
+  AcquireResult,
+  Backend,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "./src/allocator/backend.ts";
+export * from "./src/errors.ts";
+export { DenoKvBackend, type DenoKvBackendOptions } from "./src/backends/kv/mod.ts";

@@ -1,0 +1,85 @@
+/**
+ * Validation of allocator options (zod, internal) and the resolved settings with defaults.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { InvalidOptionsError } from "../errors.ts";
+import type { Backoff } from "./backoff.ts";
+import { type AllocatorOptions, type CacheValidator, type KeyCodec, stringCodec } from "./types.ts";
+
+const safeInt = z.number().int().refine(Number.isSafeInteger, "must be a safe integer");
+
+const optionsSchema = z.object({
+  min: safeInt.min(1, "minimum ID must be >= 1").default(1),
+  max: safeInt.min(1),
+  prefixMask: safeInt.min(0).default(0),
+  codec: z.object({ encode: z.function(), decode: z.function() }).optional(),
+  masterKeyProtection: z.boolean().default(true),
+  leaseTtlMs: safeInt.min(500).max(86_400_000).default(60_000),
+  syncIntervalMs: safeInt.min(10).default(60_000),
+  maxAttempts: safeInt.min(1).max(10_000).default(16),
+  backoff: z.object({
+    initialMs: z.number().min(0).default(20),
+    maxMs: z.number().min(0).default(2_000),
+    factor: z.number().min(1).default(2),
+  }).prefault({}),
+  gcIntervalMs: safeInt.min(10).optional(),
+  gcRateLimit: z.object({
+    intervalMs: safeInt.min(1).default(60_000),
+    burst: safeInt.min(1).default(2_500),
+  }).prefault({}),
+  validator: z.function().optional(),
+  readOnly: z.boolean().default(false),
+}).strict().refine((o) => o.max > o.min, {
+  message: "maximum ID must be greater than minimum ID",
+  path: ["max"],
+});
+
+/** Options after validation, with every default filled in. */
+export interface AllocatorSettings<K> {
+  readonly min: number;
+  readonly max: number;
+  readonly prefixMask: number;
+  readonly codec: KeyCodec<K>;
+  readonly masterKeyProtection: boolean;
+  readonly leaseTtlMs: number;
+  readonly syncIntervalMs: number;
+  readonly maxAttempts: number;
+  readonly backoff: Backoff;
+  readonly gcIntervalMs?: number;
+  readonly gcRateLimit: { intervalMs: number; burst: number };
+  readonly validator?: CacheValidator;
+  readonly readOnly: boolean;
+}
+
+/** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
+export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettings<K> {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionsError("allocator options must be an object with at least 'max'");
+  }
+  if (options.max === undefined) {
+    throw new InvalidOptionsError(
+      "allocator option 'max' is required: an unbounded range is refused (Cilium's default max gives an empty pool)",
+    );
+  }
+  const parsed = optionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const detail = parsed.error.issues
+      .map((issue) => `'${issue.path.join(".") || "options"}' ${issue.message}`)
+      .join("; ");
+    throw new InvalidOptionsError(`invalid allocator options: ${detail}`, { cause: parsed.error });
+  }
+  const o = parsed.data;
+  return {
+    ...o,
+    // zod checked the shapes; the functions themselves are the caller's, passed through untouched.
+    codec: (options.codec ?? stringCodec) as KeyCodec<K>,
+    validator: options.validator,
+  };
+}
+
+/** ORs `mask` into `id` (IDs may exceed 32 bits, so not with `|`). */
+export function applyMask(id: number, mask: number): number {
+  return mask === 0 ? id : Number(BigInt(id) | BigInt(mask));
+}

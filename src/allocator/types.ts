@@ -1,0 +1,135 @@
+/**
+ * Public types of the allocator: key codecs, options, results and events.
+ *
+ * @module
+ */
+
+/**
+ * Turns keys of type `K` into the strings the store holds and back. `encode` must be injective and
+ * `decode(encode(k))` must equal `k`. The encoded string must not be empty.
+ */
+export interface KeyCodec<K> {
+  /** The store's string for `key`. */
+  encode(key: K): string;
+  /** The key for a string read from the store; throws if the string is not a valid key. */
+  decode(encoded: string): K;
+}
+
+/** The identity codec: keys are their own encoding. */
+export const stringCodec: KeyCodec<string> = {
+  encode: (key: string): string => key,
+  decode: (encoded: string): string => encoded,
+};
+
+/** Retry policy of `allocate`: exponential backoff with full jitter, capped, bounded attempts. */
+export interface BackoffOptions {
+  /** First wait in ms. @default {20} */
+  readonly initialMs?: number;
+  /** Upper bound of one wait in ms. @default {2000} */
+  readonly maxMs?: number;
+  /** Growth factor per attempt. @default {2} */
+  readonly factor?: number;
+}
+
+/** Rate limit of GC deletions: at most `burst` deletions per `intervalMs`. */
+export interface GcRateLimit {
+  /** Window length in ms. @default {60000} */
+  readonly intervalMs?: number;
+  /** Deletions allowed per window. @default {2500} */
+  readonly burst?: number;
+}
+
+/** A rejected mapping: the returned string says why (logged); `undefined` accepts it. */
+export type CacheValidator = (
+  event: { readonly type: "upsert" | "delete"; readonly id: number; readonly key?: string },
+) => string | undefined;
+
+/** Options of {@linkcode Allocator.open}. */
+export interface AllocatorOptions<K = string> {
+  /** Lowest ID handed out (before the prefix mask). @default {1} */
+  readonly min?: number;
+  /** Highest ID handed out (before the prefix mask). Required: an unbounded range is refused. */
+  readonly max: number;
+  /** ORed into every newly selected ID (Cilium's `WithPrefixMask`). @default {0} */
+  readonly prefixMask?: number;
+  /** Key codec. Strings by default. */
+  readonly codec?: KeyCodec<K>;
+  /**
+   * Re-create a master deleted while this node still holds its ID; consumers then see no delete.
+   * @default {true}
+   */
+  readonly masterKeyProtection?: boolean;
+  /** Lifetime of this node's lease in ms (a dead node's references lapse after it). @default {60000} */
+  readonly leaseTtlMs?: number;
+  /** Period of the local-key sync that re-creates vanished references and masters. @default {60000} */
+  readonly syncIntervalMs?: number;
+  /** Attempts per `allocate` before {@linkcode AllocationFailedError}. @default {16} */
+  readonly maxAttempts?: number;
+  /** Backoff between attempts. */
+  readonly backoff?: BackoffOptions;
+  /** Run a GC pass every this many ms (two passes collect an ID). Off when unset. */
+  readonly gcIntervalMs?: number;
+  /** Rate limit for GC deletions. */
+  readonly gcRateLimit?: GcRateLimit;
+  /** Drops cache events this returns a reason for (Cilium's cache validators). */
+  readonly validator?: CacheValidator;
+  /** Open without a lease: only lookups and watches; `allocate`/`release` throw. @default {false} */
+  readonly readOnly?: boolean;
+}
+
+/** Options that every async call accepts. */
+export interface CallOptions {
+  /** Aborts the call; it then rejects with `signal.reason`. */
+  readonly signal?: AbortSignal;
+}
+
+/** The result of `allocate`. */
+export interface AllocateResult {
+  /** The key's ID, the same on every node. */
+  readonly id: number;
+  /** True when this call created the ID's master in the store. */
+  readonly isNew: boolean;
+  /** True when this call took this node's first local reference to the key. */
+  readonly firstUse: boolean;
+}
+
+/** The result of `release`. */
+export interface ReleaseResult {
+  /** True when this was the last local use and the node's reference was removed from the store. */
+  readonly lastUse: boolean;
+}
+
+/** One event of `watch()`. */
+export type AllocatorEvent<K = string> =
+  | {
+    /** A mapping appeared or changed. */
+    readonly type: "upsert";
+    /** The ID. */
+    readonly id: number;
+    /** Its key. */
+    readonly key: K;
+  }
+  | {
+    /** A mapping is gone. */
+    readonly type: "delete";
+    /** The ID. */
+    readonly id: number;
+    /** The key it had. */
+    readonly key: K;
+  }
+  | {
+    /** The replay of the cache is complete; live changes follow. */
+    readonly type: "synced";
+  };
+
+/** What a GC pass did. */
+export interface GcStats {
+  /** Masters in range that remain. */
+  readonly alive: number;
+  /** Masters deleted by this pass. */
+  readonly deleted: number;
+  /** Masters found unused for the first time (deleted next pass if still unused and unchanged). */
+  readonly marked: number;
+  /** IDs deleted by this pass. */
+  readonly deletedIds: readonly number[];
+}

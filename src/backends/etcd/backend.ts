@@ -1,0 +1,154 @@
+/**
+ * {@linkcode EtcdBackend}: configuration plus the connection to etcd; sessions do the work.
+ *
+ * @module
+ */
+import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import { InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
+import { EtcdClient } from "./client.ts";
+import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
+import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
+import { EtcdLayout } from "./paths.ts";
+import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
+import { EtcdSession } from "./session.ts";
+
+/** Request counters of an {@linkcode EtcdBackend}. */
+export interface EtcdRequestStats extends LimiterStats {
+  /** Unary requests sent, retries included, by operation name. */
+  readonly operations: Readonly<Record<string, number>>;
+}
+
+/** Options of {@linkcode EtcdBackend.connect} besides the backend's own. */
+export interface EtcdConnectOptions {
+  /** Aborts connecting. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * The etcd backend, in Cilium's key layout: `<prefix>/id/<ID>` → key (no lease) and
+ * `<prefix>/value/<key>/<node>` → ID (on the node's lease). A store written by Cilium's Go
+ * allocator is read as is, and Cilium reads what idalloc writes.
+ *
+ * Allocation is lock-free: a new key costs one transaction uncontended and two when it loses a
+ * race; an existing key costs one. Close it with `close()` or `await using` after its allocators.
+ */
+export class EtcdBackend implements Backend, AsyncDisposable {
+  /** Always `etcd`. */
+  readonly kind: string = "etcd";
+  /** This node's name. */
+  readonly node: string;
+  readonly #settings: EtcdSettings;
+  readonly #client: EtcdClient;
+  readonly #layout: EtcdLayout;
+  readonly #sessions = new Set<EtcdSession>();
+
+  private constructor(settings: EtcdSettings, client: EtcdClient) {
+    this.#settings = settings;
+    this.#client = client;
+    this.node = settings.node;
+    this.#layout = new EtcdLayout(settings.prefix);
+  }
+
+  /**
+   * Validates `options` (throws {@linkcode InvalidOptionsError}), connects, and checks that etcd
+   * answers within `dialTimeoutMs` (throws {@linkcode StoreUnavailableError} otherwise).
+   */
+  static async connect(
+    options: EtcdBackendOptions,
+    connectOptions: EtcdConnectOptions = {},
+  ): Promise<EtcdBackend> {
+    const settings = resolveEtcdOptions(options);
+    const client = new EtcdClient(settings, new RateLimiter(settings.qps));
+    try {
+      await client.call(
+        "connect",
+        connectOptions.signal,
+        (o) => client.raw.maintenance.status(o),
+        settings.dialTimeoutMs,
+      );
+    } catch (err) {
+      await client.close();
+      if (connectOptions.signal?.aborted) throw err;
+      if (err instanceof StoreUnavailableError) {
+        throw new StoreUnavailableError(
+          `etcd at ${
+            settings.endpoints.join(", ")
+          } did not answer within ${settings.dialTimeoutMs} ms`,
+          { cause: err },
+        );
+      }
+      throw err;
+    }
+    return new EtcdBackend(settings, client);
+  }
+
+  /** The configured endpoints. */
+  get endpoints(): readonly string[] {
+    return this.#settings.endpoints;
+  }
+
+  /** The base prefix of the layout. */
+  get prefix(): string {
+    return this.#settings.prefix;
+  }
+
+  /**
+   * Counters of the request rate limiter (every request of this backend goes through it, streams
+   * included), and unary requests by operation (`acquire`, `ensure write`, `gc delete`, …).
+   */
+  requestStats(): EtcdRequestStats {
+    return { ...this.#client.limiter.stats(), operations: this.#client.operations() };
+  }
+
+  /**
+   * Throws {@linkcode InvalidKeyError} for a key etcd cannot hold in this layout: empty, with NUL
+   * or lone surrogates, larger than {@linkcode MAX_KEY_BYTES} (its transactions would exceed
+   * etcd's 1.5 MiB request limit), or one that Go's path cleaning moves out of
+   * `<prefix>/value/` (e.g. `../id/5`).
+   */
+  checkKey(key: string): void {
+    if (typeof key !== "string" || key === "") throw new InvalidKeyError("key must not be empty");
+    if (key.includes("\0")) throw new InvalidKeyError("key must not contain NUL");
+    if (!key.isWellFormed()) throw new InvalidKeyError("key must be well-formed Unicode");
+    const size = utf8Length(key);
+    if (size > MAX_KEY_BYTES) {
+      throw new InvalidKeyError(
+        `key is ${size} bytes; etcd requests (1.5 MiB) limit keys to ${MAX_KEY_BYTES} bytes`,
+      );
+    }
+    const refPrefix = this.#layout.refPrefix(key);
+    const base = this.#layout.valuePrefix + "/";
+    if (!refPrefix.startsWith(base) || refPrefix.length === base.length) {
+      throw new InvalidKeyError(
+        `key '${key}' leaves '${base}' after Go path cleaning ('${refPrefix}')`,
+      );
+    }
+    if (this.#layout.refKey(key, this.node) !== `${refPrefix}/${this.node}`) {
+      throw new InvalidKeyError(`key '${key}' does not form a clean reference path`);
+    }
+  }
+
+  /** Opens a session (the node's leases, watches) for one allocator. */
+  async openSession(options: SessionOptions): Promise<BackendSession> {
+    const session = await EtcdSession.open({
+      client: this.#client,
+      layout: this.#layout,
+      node: this.node,
+      endpoints: this.#settings.endpoints,
+      onClose: (s) => this.#sessions.delete(s),
+    }, options);
+    this.#sessions.add(session);
+    return session;
+  }
+
+  /** Closes open sessions and the connection. Idempotent. */
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.#sessions].map((s) => s.close()));
+    await this.#client.close();
+  }
+
+  /** Same as {@linkcode EtcdBackend.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

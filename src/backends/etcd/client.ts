@@ -1,0 +1,323 @@
+/**
+ * The one place that talks to `etcd3`: builds the client, runs every unary request through the
+ * rate limiter with a deadline, retries transient failures across members until the deadline, and
+ * turns client errors into idalloc's error classes.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import {
+  type ClusterClient,
+  Etcd3,
+  EtcdLeaseInvalidError,
+  type IOptions,
+  isRecoverableError,
+  type KVClient,
+  type LeaseClient,
+  type MaintenanceClient,
+  type WatchClient,
+} from "etcd3";
+import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
+import type { EtcdSettings } from "./options.ts";
+import { RateLimiter } from "./rate_limiter.ts";
+
+/** The lease named in a request does not exist (expired or revoked). Internal. */
+export class LeaseNotFound extends Error {
+  /** @param cause the client's error */
+  constructor(cause: unknown) {
+    super("etcd lease not found", { cause });
+    this.name = "LeaseNotFound";
+  }
+}
+
+/** A member skipped for a moment after a connection failure (our per-member circuit breaker). */
+class MemberSkipped extends Error {
+  constructor() {
+    super("etcd member skipped after a recent connection failure");
+    this.name = "MemberSkipped";
+  }
+}
+
+/** How long a member that refused a connection is skipped while others are tried. */
+const MEMBER_SKIP_MS = 1000;
+/** grpc-js's cap on the pause between reconnection attempts to a member. */
+const RECONNECT_MAX_MS = 500;
+/**
+ * grpc-js leaves a failed member's reconnect-backoff timer running after close (up to the cap plus
+ * 20 % jitter); `close()` waits that long after the last connection trouble so none outlives it.
+ */
+const RECONNECT_SETTLE_MS = Math.ceil(RECONNECT_MAX_MS * 1.2) + 100;
+
+/** First and largest pause between retries of one request. */
+const RETRY_MIN_MS = 25;
+const RETRY_MAX_MS = 500;
+
+function connectionFailure(err: unknown): boolean {
+  // "etcdserver: ..." errors come from a reachable member (no leader, leader changed): another
+  // member is no better, so those do not trip the breaker.
+  return err instanceof Error && isRecoverableError(err) && !err.message.includes("etcdserver:");
+}
+
+/** A structural stand-in for cockatiel's per-host policy (etcd3 only calls `execute`). */
+function memberBreaker(): unknown {
+  let skipUntil = 0;
+  return {
+    async execute<T>(fn: (ctx: unknown) => Promise<T>): Promise<T> {
+      if (Date.now() < skipUntil) throw new MemberSkipped();
+      try {
+        return await fn({ signal: new AbortController().signal, attempt: 0 });
+      } catch (err) {
+        if (connectionFailure(err)) skipUntil = Date.now() + MEMBER_SKIP_MS;
+        throw err;
+      }
+    },
+  };
+}
+
+/** A global policy that runs the call once: retries happen in {@linkcode EtcdClient.call}. */
+const once: unknown = {
+  execute<T>(fn: (ctx: unknown) => Promise<T>): Promise<T> {
+    return fn({ signal: new AbortController().signal, attempt: 0 });
+  },
+};
+
+/** Whether a failure of a request is worth retrying on (another) member. */
+export function transient(err: unknown): boolean {
+  if (err instanceof MemberSkipped) return true;
+  if (!(err instanceof Error)) return false;
+  if (isRecoverableError(err)) return true;
+  // Messages etcd3 does not map to a recoverable class but that mean "try again".
+  return /no hosts|no leader|leader changed|request timed out|too many requests|not capable|Channel closed|Connection dropped|ECONNREFUSED|ECONNRESET/i
+    .test(err.message);
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Rejects with `signal.reason` as soon as `signal` aborts, whatever `promise` does later. */
+export function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return promise;
+  if (signal.aborted) {
+    promise.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      promise.catch(() => {});
+      reject(signal.reason);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+/** Sleeps `ms`, rejecting with `signal.reason` on abort. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** UTF-8 bytes of a key or value, as the etcd3 client wants them. */
+export function bytes(s: string): Buffer {
+  return Buffer.from(s, "utf8");
+}
+
+/** Per-call gRPC options etcd3 forwards to grpc-js. */
+export interface GrpcCallOptions {
+  /** Absolute deadline. */
+  readonly deadline: Date;
+}
+
+/** The raw RPC clients (etcd3's own, not part of any public signature). */
+export interface RawClients {
+  readonly kv: KVClient;
+  readonly lease: LeaseClient;
+  readonly watch: WatchClient;
+  readonly maintenance: MaintenanceClient;
+  readonly cluster: ClusterClient;
+}
+
+/** The backend's connection: rate limited, deadline-bounded, retrying, error-mapping. */
+export class EtcdClient {
+  readonly #client: Etcd3;
+  readonly #limiter: RateLimiter;
+  readonly #requestTimeoutMs: number;
+  readonly raw: RawClients;
+  readonly #operations = new Map<string, number>();
+  #closed = false;
+  #closing: Promise<void> | undefined;
+  #troubleAt = Number.NEGATIVE_INFINITY;
+  #healthy = true;
+  #lastError: string | undefined;
+
+  /** @param settings validated backend settings; @param limiter the request rate limiter */
+  constructor(settings: EtcdSettings, limiter: RateLimiter) {
+    const options: IOptions = {
+      hosts: [...settings.endpoints],
+      grpcOptions: {
+        // Per-channel subchannels: close() then really closes the sockets (no shared pool with
+        // idle timers), and a restarted member is redialled at once.
+        "grpc.use_local_subchannel_pool": 1,
+        "grpc.initial_reconnect_backoff_ms": 100,
+        "grpc.max_reconnect_backoff_ms": RECONNECT_MAX_MS,
+        // No gRPC keepalive pings: grpc-js leaves their timer running after close(). Dead members
+        // show up as failed requests (bounded by the request deadline) and keepalive replies.
+        "grpc.max_receive_message_length": 64 * 1024 * 1024,
+      },
+      faultHandling: {
+        host: () => memberBreaker() as never,
+        global: once as never,
+      },
+    };
+    if (settings.tls) {
+      options.credentials = {
+        rootCertificate: Buffer.from(settings.tls.ca),
+        certChain: settings.tls.cert ? Buffer.from(settings.tls.cert) : undefined,
+        privateKey: settings.tls.key ? Buffer.from(settings.tls.key) : undefined,
+      };
+    }
+    if (settings.user !== undefined) {
+      options.auth = { username: settings.user, password: settings.password ?? "" };
+    }
+    this.#client = new Etcd3(options);
+    this.#limiter = limiter;
+    this.#requestTimeoutMs = settings.requestTimeoutMs;
+    const c = this.#client as unknown as {
+      kv: KVClient;
+      leaseClient: LeaseClient;
+      watchClient: WatchClient;
+      maintenance: MaintenanceClient;
+      cluster: ClusterClient;
+    };
+    this.raw = {
+      kv: c.kv,
+      lease: c.leaseClient,
+      watch: c.watchClient,
+      maintenance: c.maintenance,
+      cluster: c.cluster,
+    };
+  }
+
+  /** The limiter every request goes through. */
+  get limiter(): RateLimiter {
+    return this.#limiter;
+  }
+
+  /** Requests sent so far (retries included), by operation name. */
+  operations(): Record<string, number> {
+    return Object.fromEntries(this.#operations);
+  }
+
+  /** Whether the last request reached etcd. */
+  get healthy(): boolean {
+    return this.#healthy;
+  }
+
+  /** The last failure, if any, as text. */
+  get lastError(): string | undefined {
+    return this.#lastError;
+  }
+
+  /** Whether `close()` was called. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Records a background failure (watch, keepalive) for `status()`. */
+  noteError(what: string, err: unknown): void {
+    this.#lastError = `${what}: ${describe(err)}`;
+    if (transient(err)) {
+      this.#healthy = false;
+      this.#troubleAt = Date.now();
+    }
+  }
+
+  /** Records that etcd answered. */
+  noteHealthy(): void {
+    this.#healthy = true;
+  }
+
+  /** Throws {@linkcode ClosedError} after `close()`. */
+  assertOpen(): void {
+    if (this.#closed) throw new ClosedError("etcd backend");
+  }
+
+  /**
+   * Runs one unary request: a rate-limiter token per attempt, transient failures retried on
+   * (other) members with a short backoff until `timeoutMs` (default: the request timeout) runs out,
+   * then {@linkcode StoreUnavailableError}. A missing lease surfaces as {@linkcode LeaseNotFound}.
+   * An aborted `signal` rejects at once with its reason.
+   */
+  async call<T>(
+    what: string,
+    signal: AbortSignal | undefined,
+    fn: (options: GrpcCallOptions) => Promise<T>,
+    timeoutMs: number = this.#requestTimeoutMs,
+  ): Promise<T> {
+    this.assertOpen();
+    signal?.throwIfAborted();
+    const deadline = Date.now() + timeoutMs;
+    let pause = RETRY_MIN_MS;
+    for (;;) {
+      await this.#limiter.take(signal);
+      this.assertOpen();
+      this.#operations.set(what, (this.#operations.get(what) ?? 0) + 1);
+      try {
+        const result = await abortable(fn({ deadline: new Date(deadline) }), signal);
+        this.#healthy = true;
+        return result;
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        if (this.#closed) throw new ClosedError("etcd backend", { cause: err });
+        if (err instanceof EtcdLeaseInvalidError || /lease not found/i.test(describe(err))) {
+          throw new LeaseNotFound(err);
+        }
+        this.#lastError = `${what}: ${describe(err)}`;
+        if (!transient(err)) {
+          throw new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
+        }
+        this.#healthy = false;
+        this.#troubleAt = Date.now();
+        if (Date.now() + pause >= deadline) {
+          throw new StoreUnavailableError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
+        }
+        await sleep(pause, signal);
+        pause = Math.min(pause * 2, RETRY_MAX_MS);
+      }
+    }
+  }
+
+  /**
+   * Closes every connection; later calls throw {@linkcode ClosedError}. After recent connection
+   * trouble it resolves only once grpc-js's reconnect timers have run out. Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#closed = true;
+      this.#client.close();
+      const settle = this.#troubleAt + RECONNECT_SETTLE_MS - Date.now();
+      if (settle > 0) await sleep(settle);
+    })();
+    return this.#closing;
+  }
+}

@@ -1,0 +1,169 @@
+/**
+ * Re-creation of vanished masters and references of held keys (Cilium's `UpdateKey` in the
+ * local-key sync), batched: one read transaction and one write transaction per
+ * {@linkcode ENSURE_BATCH} keys, each key's write guarded on its own in a nested transaction.
+ *
+ * A reference is re-put when it is missing, names another ID, or sits on a lease that is not the
+ * one this session holds for it (Cilium's `UpdateIfDifferent` lease rule: after a lease was lost
+ * and replaced, surviving copies must move to the live lease).
+ *
+ * @module
+ */
+import type { IRequestOp } from "etcd3";
+import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
+import { idallocLogger } from "../../log.ts";
+import { LeaseNotFound } from "./client.ts";
+import type { SessionCore } from "./core.ts";
+import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
+import {
+  absent,
+  agreementLadder,
+  kvsAt,
+  ladderOutcome,
+  nested,
+  prefixRange,
+  put,
+  read,
+  snapshotOf,
+  text,
+  unchangedSince,
+  valueIs,
+} from "./txn.ts";
+
+const log = idallocLogger("etcd", "ensure");
+
+/** Held keys per read/write transaction pair (two reads per key; etcd allows 128 ops a level). */
+export const ENSURE_BATCH = 50;
+/** Passes over keys whose guarded write lost a race before they are reported as conflicts. */
+const ENSURE_PASSES = 2;
+
+interface Pending {
+  readonly index: number;
+  readonly held: HeldKey;
+}
+
+/** Runs `ensure` for `held` (see the module doc); one report per key, in order. */
+export async function ensure(
+  core: SessionCore,
+  held: readonly HeldKey[],
+  signal: AbortSignal,
+): Promise<EnsureReport[]> {
+  const reports: EnsureReport[] = new Array(held.length);
+  const all: Pending[] = held.map((h, index) => ({ index, held: h }));
+  // Each key's write carries its bytes about as often as an acquire does.
+  const weight = (p: Pending) => KEY_COPIES_PER_TXN * utf8Length(p.held.key) + 512;
+  for (const batch of batches(all, ENSURE_BATCH, weight)) {
+    let pending = batch;
+    let leaseRetries = 1;
+    for (let pass = 0; pending.length > 0; pass++) {
+      signal.throwIfAborted();
+      try {
+        pending = await ensurePass(core, pending, reports, signal, pass + 1 >= ENSURE_PASSES);
+      } catch (err) {
+        if (!(err instanceof LeaseNotFound) || leaseRetries-- <= 0) throw err;
+        pass--;
+      }
+    }
+  }
+  return reports;
+}
+
+/** One read + one write; returns the keys whose guarded write lost a race (to try again). */
+async function ensurePass(
+  core: SessionCore,
+  batch: Pending[],
+  reports: EnsureReport[],
+  signal: AbortSignal,
+  last: boolean,
+): Promise<Pending[]> {
+  const { client, layout, node, leases } = core;
+  const reads: IRequestOp[] = [];
+  for (const { held } of batch) {
+    reads.push(read(layout.masterKey(held.id)));
+    reads.push(read(prefixRange(layout.refPrefix(held.key) + "/")));
+  }
+  const snap = await client.call(
+    "ensure read",
+    signal,
+    (o) => client.raw.kv.txn({ success: reads }, o),
+  );
+  const revision = String(snap.header.revision);
+
+  const writes: IRequestOp[] = [];
+  const planned: Array<{ p: Pending; master: "ok" | "recreated"; ref: boolean; lease: string }> =
+    [];
+  for (const [i, p] of batch.entries()) {
+    const { key, id } = p.held;
+    const masterKey = layout.masterKey(id);
+    const refPrefix = layout.refPrefix(key);
+    const refKey = layout.refKey(key, node);
+    const range = prefixRange(refPrefix + "/");
+    const masterKv = kvsAt(snap.responses, 2 * i)[0];
+    const refs = snapshotOf(refPrefix, kvsAt(snap.responses, 2 * i + 1), revision);
+
+    const masterState = !masterKv ? "missing" : text(masterKv.value) === key ? "ok" : "conflict";
+    const disagreeing = refs.exact.filter((r) => r.id !== undefined && r.id !== id);
+    if (masterState === "conflict" || disagreeing.length > 0) {
+      log.warning("held key {key} (ID {id}) now belongs elsewhere; not re-creating it", {
+        key,
+        id,
+        master: masterKv ? text(masterKv.value) : undefined,
+        refs: disagreeing.map((r) => r.value),
+      });
+      reports[p.index] = { key, id, master: "conflict", reference: "skipped" };
+      continue;
+    }
+    const lease = await leases.leaseFor(refKey, signal);
+    const own = refs.exact.find((r) => r.etcdKey === refKey);
+    const refOk = own !== undefined && own.id === id && own.lease === lease;
+    if (masterState === "ok" && refOk) {
+      reports[p.index] = { key, id, master: "ok", reference: "ok" };
+      continue;
+    }
+    const ops = refOk ? [] : [put(refKey, String(id), lease)];
+    if (masterState === "missing") {
+      // Re-create only if the ID is still free and no reference of the key appeared meanwhile.
+      writes.push(nested(
+        [absent(masterKey), unchangedSince(range, revision)],
+        [put(masterKey, key), ...ops],
+        [],
+      ));
+      planned.push({ p, master: "recreated", ref: !refOk, lease });
+    } else {
+      writes.push(nested([valueIs(masterKey, key)], [agreementLadder(range, id, ops, refs)], []));
+      planned.push({ p, master: "ok", ref: true, lease });
+    }
+  }
+  if (writes.length === 0) return [];
+
+  let res;
+  try {
+    res = await client.call(
+      "ensure write",
+      signal,
+      (o) => client.raw.kv.txn({ success: writes }, o),
+    );
+  } catch (err) {
+    if (err instanceof LeaseNotFound) await leases.verify(planned.map((pl) => pl.lease), signal);
+    throw err;
+  }
+  const retry: Pending[] = [];
+  for (const [i, pl] of planned.entries()) {
+    const { key, id } = pl.p.held;
+    const txn = res.responses[i]?.response_txn;
+    const applied = txn?.succeeded === true &&
+      (pl.master === "recreated" || ladderOutcome(txn.responses[0]).applied);
+    if (applied) {
+      if (pl.master === "recreated") {
+        log.warning("re-created missing master key of {key} (ID {id})", { key, id });
+      }
+      if (pl.ref) log.info("re-created reference of {key} (ID {id})", { key, id });
+      reports[pl.p.index] = { key, id, master: pl.master, reference: pl.ref ? "recreated" : "ok" };
+    } else if (last) {
+      reports[pl.p.index] = { key, id, master: "conflict", reference: "skipped" };
+    } else {
+      retry.push(pl.p);
+    }
+  }
+  return retry;
+}

@@ -1,0 +1,308 @@
+/**
+ * The node's leases, as Cilium's etcd lease manager keeps them: references share leases, at most
+ * {@linkcode MAX_KEYS_PER_LEASE} keys each (etcd's put latency grows with keys per lease), one
+ * grant in flight at a time, all kept alive over one keepalive stream at a third of the TTL.
+ *
+ * A lease is declared lost when etcd answers a keepalive with TTL ≤ 0 (`lease not found`), when a
+ * write names it and etcd says it does not exist, or when no keepalive succeeded before its
+ * deadline. A lost lease is dropped with its bindings, a new one is granted in the background
+ * and the owner's `onLost` runs at once (the allocator then re-creates every held reference).
+ *
+ * @module
+ */
+import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "etcd3";
+import { idallocLogger } from "../../log.ts";
+import { abortable, type EtcdClient, LeaseNotFound } from "./client.ts";
+
+const log = idallocLogger("etcd", "lease");
+
+/** Cilium's `etcdMaxKeysPerLease`. */
+export const MAX_KEYS_PER_LEASE = 1000;
+
+interface LeaseState {
+  readonly id: string;
+  readonly ttlMs: number;
+  keys: number;
+  /** Conservative local deadline: send time of the last acknowledged keepalive + TTL. */
+  expiresAt: number;
+  sentAt: number;
+}
+
+interface KeepAliveStream {
+  write(item: ILeaseKeepAliveRequest): void;
+  cancel(): void;
+  on(event: string, fn: (arg: never) => void): unknown;
+}
+
+/** Grants, shares, renews and replaces the leases of one session. */
+export class LeaseManager {
+  readonly #client: EtcdClient;
+  readonly #ttlSec: number;
+  readonly #onLost: (leaseId: string, reason: string) => void;
+  readonly #leases = new Map<string, LeaseState>();
+  readonly #bindings = new Map<string, string>();
+  readonly #closing = new AbortController();
+  #current: string | undefined;
+  #granting: Promise<string> | undefined;
+  #stream: KeepAliveStream | undefined;
+  #opening: Promise<void> | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  /** When the keepalive stream last answered (or was opened). */
+  #streamSeen = 0;
+
+  /**
+   * @param client the connection
+   * @param ttlSec lease TTL in seconds
+   * @param onLost called synchronously when a lease is found lost
+   */
+  constructor(
+    client: EtcdClient,
+    ttlSec: number,
+    onLost: (leaseId: string, reason: string) => void,
+  ) {
+    this.#client = client;
+    this.#ttlSec = ttlSec;
+    this.#onLost = onLost;
+  }
+
+  /** Leases held. */
+  get count(): number {
+    return this.#leases.size;
+  }
+
+  /** The earliest local deadline of a held lease. */
+  get expiresAt(): number | undefined {
+    let min: number | undefined;
+    for (const l of this.#leases.values()) {
+      min = min === undefined ? l.expiresAt : Math.min(min, l.expiresAt);
+    }
+    return min;
+  }
+
+  /** IDs of the live leases (for tests and status). */
+  ids(): string[] {
+    return [...this.#leases.keys()];
+  }
+
+  /** Whether `leaseId` is one of this session's live leases. */
+  isLive(leaseId: string): boolean {
+    return this.#leases.has(leaseId);
+  }
+
+  /** The live lease `refKey` is bound to, if any. */
+  boundLease(refKey: string): string | undefined {
+    const id = this.#bindings.get(refKey);
+    return id !== undefined && this.#leases.has(id) ? id : undefined;
+  }
+
+  /**
+   * The lease to write `refKey` with, reserved for it: its current binding if alive, else the
+   * current lease while it has room, else any lease with room, else a new grant.
+   */
+  async leaseFor(refKey: string, signal: AbortSignal): Promise<string> {
+    for (;;) {
+      const bound = this.boundLease(refKey);
+      if (bound !== undefined) return bound;
+      const pick = this.#withRoom();
+      if (pick !== undefined) {
+        this.#bind(refKey, pick);
+        return pick;
+      }
+      await abortable(this.#grant(), signal);
+    }
+  }
+
+  /** Forgets `refKey`'s binding (after its reference was deleted). */
+  unbind(refKey: string): void {
+    const id = this.#bindings.get(refKey);
+    if (id === undefined) return;
+    this.#bindings.delete(refKey);
+    const lease = this.#leases.get(id);
+    if (lease) lease.keys--;
+  }
+
+  /** Grants the first lease and starts the keepalive loop. */
+  async start(signal?: AbortSignal): Promise<void> {
+    await abortable(this.#grant(), signal);
+    this.#schedule();
+  }
+
+  /** Drops `leaseId` and its bindings and reports it lost. No-op if already dropped. */
+  lost(leaseId: string, reason: string): void {
+    const lease = this.#leases.get(leaseId);
+    if (!lease || this.#closing.signal.aborted) return;
+    this.#leases.delete(leaseId);
+    for (const [key, id] of this.#bindings) if (id === leaseId) this.#bindings.delete(key);
+    if (this.#current === leaseId) this.#current = undefined;
+    log.warning("lease {lease} lost ({reason}); granting a new one", { lease: leaseId, reason });
+    this.#client.noteError("lease", new Error(`lease ${leaseId} lost: ${reason}`));
+    // Replace it now so that the re-created references find a lease waiting.
+    this.#grant().catch(() => {});
+    this.#onLost(leaseId, reason);
+  }
+
+  /**
+   * Asks etcd about each of `ids` and reports those it no longer knows as lost (after a write
+   * naming several leases was refused with `lease not found`).
+   */
+  async verify(ids: Iterable<string>, signal: AbortSignal): Promise<void> {
+    for (const id of new Set(ids)) {
+      if (!this.#leases.has(id)) continue;
+      let ttl: number;
+      try {
+        const res = await this.#client.call(
+          "lease ttl",
+          signal,
+          (o) => this.#client.raw.lease.leaseTimeToLive({ ID: id }, o),
+        );
+        ttl = Number(res.TTL);
+      } catch (err) {
+        if (!(err instanceof LeaseNotFound)) throw err;
+        ttl = -1;
+      }
+      if (!(ttl > 0)) this.lost(id, "lease not found (expired or revoked)");
+    }
+  }
+
+  /** Stops renewals (the leases lapse on their own) and waits for in-flight work. */
+  async close(): Promise<void> {
+    this.#closing.abort(new Error("lease manager closed"));
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#dropStream();
+    await Promise.allSettled([this.#granting, this.#opening]);
+  }
+
+  #withRoom(): string | undefined {
+    const cur = this.#current !== undefined ? this.#leases.get(this.#current) : undefined;
+    if (cur && cur.keys < MAX_KEYS_PER_LEASE) return cur.id;
+    for (const lease of this.#leases.values()) {
+      if (lease.keys < MAX_KEYS_PER_LEASE) {
+        this.#current = lease.id;
+        return lease.id;
+      }
+    }
+    return undefined;
+  }
+
+  #bind(refKey: string, leaseId: string): void {
+    this.unbind(refKey);
+    this.#bindings.set(refKey, leaseId);
+    this.#leases.get(leaseId)!.keys++;
+  }
+
+  /** One grant in flight at a time; concurrent callers share it. */
+  #grant(): Promise<string> {
+    if (this.#granting) return this.#granting;
+    const signal = this.#closing.signal;
+    const p = (async () => {
+      const sentAt = Date.now();
+      const res = await this.#client.call(
+        "lease grant",
+        signal,
+        (o) => this.#client.raw.lease.leaseGrant({ TTL: this.#ttlSec }, o),
+      );
+      // etcd may raise a TTL below its minimum; renew on what it granted.
+      const ttlMs = Math.max(1, Number(res.TTL)) * 1000;
+      const id = String(res.ID);
+      this.#leases.set(id, { id, ttlMs, keys: 0, expiresAt: sentAt + ttlMs, sentAt });
+      this.#current = id;
+      return id;
+    })();
+    this.#granting = p;
+    p.catch(() => {}).finally(() => {
+      if (this.#granting === p) this.#granting = undefined;
+    });
+    return p;
+  }
+
+  #interval(): number {
+    return Math.max(100, Math.floor((this.#ttlSec * 1000) / 3));
+  }
+
+  #schedule(): void {
+    if (this.#closing.signal.aborted) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#tick().catch((err) => this.#client.noteError("lease keepalive", err))
+        .finally(() => this.#schedule());
+    }, this.#interval());
+  }
+
+  async #tick(): Promise<void> {
+    const now = Date.now();
+    for (const lease of [...this.#leases.values()]) {
+      if (now >= lease.expiresAt) {
+        this.lost(lease.id, "no keepalive succeeded before the TTL ran out");
+      }
+    }
+    if (this.#leases.size === 0) return;
+    // A stream that stopped answering without an error is replaced.
+    if (this.#stream && now - this.#streamSeen > 2 * this.#interval() + 1000) this.#dropStream();
+    if (!this.#stream) {
+      this.#opening ??= this.#openStream().finally(() => (this.#opening = undefined));
+      await this.#opening;
+    }
+    const stream = this.#stream;
+    if (!stream) return;
+    for (const lease of this.#leases.values()) {
+      lease.sentAt = Date.now();
+      try {
+        stream.write({ ID: lease.id });
+      } catch (err) {
+        this.#client.noteError("lease keepalive", err);
+        this.#dropStream();
+        return;
+      }
+    }
+  }
+
+  async #openStream(): Promise<void> {
+    const signal = this.#closing.signal;
+    await this.#client.limiter.take(signal);
+    if (signal.aborted) return;
+    const stream = await this.#client.raw.lease.leaseKeepAlive() as unknown as KeepAliveStream;
+    if (signal.aborted) {
+      stream.on("error", () => {});
+      stream.cancel();
+      return;
+    }
+    stream.on("data", (res: ILeaseKeepAliveResponse) => this.#onKeepAlive(res));
+    stream.on("error", (err: Error) => {
+      if (this.#stream === stream) {
+        this.#client.noteError("lease keepalive", err);
+        this.#stream = undefined;
+      }
+    });
+    stream.on("end", () => {
+      if (this.#stream === stream) this.#stream = undefined;
+    });
+    this.#stream = stream;
+    this.#streamSeen = Date.now();
+  }
+
+  #onKeepAlive(res: ILeaseKeepAliveResponse): void {
+    const id = String(res.ID);
+    const lease = this.#leases.get(id);
+    this.#streamSeen = Date.now();
+    if (!lease) return;
+    const ttl = Number(res.TTL);
+    if (!(ttl > 0)) {
+      this.lost(id, "lease not found (expired or revoked)");
+      return;
+    }
+    this.#client.noteHealthy();
+    lease.expiresAt = Math.max(lease.expiresAt, lease.sentAt + ttl * 1000);
+  }
+
+  #dropStream(): void {
+    const stream = this.#stream;
+    this.#stream = undefined;
+    if (!stream) return;
+    try {
+      stream.cancel();
+    } catch {
+      // already ended
+    }
+  }
+}

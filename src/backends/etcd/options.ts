@@ -1,0 +1,119 @@
+/**
+ * Options of the etcd backend: public types, and their validation (zod, internal).
+ *
+ * @module
+ */
+import { z } from "zod";
+import { InvalidOptionsError } from "../../errors.ts";
+
+/** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */
+export const CILIUM_IDENTITIES_PREFIX = "cilium/state/identities/v1";
+
+/** TLS material for `https://` endpoints, as PEM strings. */
+export interface EtcdTlsOptions {
+  /** CA certificate(s) that sign the server certificates. */
+  readonly ca: string;
+  /** Client certificate chain, for mutual TLS. */
+  readonly cert?: string;
+  /** Client private key, for mutual TLS. */
+  readonly key?: string;
+}
+
+/** Options of {@linkcode EtcdBackend.connect}. */
+export interface EtcdBackendOptions {
+  /** Client URLs of the etcd members, e.g. `http://127.0.0.1:2379`. All `http` or all `https`. */
+  readonly endpoints: readonly string[];
+  /** Base path of the layout (Cilium's `basePath`). @default {"cilium/state/identities/v1"} */
+  readonly prefix?: string;
+  /** This node's name, the last segment of its reference keys (Cilium: the node IP). No `/`. */
+  readonly node: string;
+  /** TLS material; required for `https://` endpoints signed by a private CA. */
+  readonly tls?: EtcdTlsOptions;
+  /** etcd user name (password authentication). */
+  readonly user?: string;
+  /** etcd password, with `user`. */
+  readonly password?: string;
+  /**
+   * Requests per second to etcd (token bucket, burst = qps) over every request of this backend,
+   * watch (re)creation included. Unlimited when unset. Cilium uses 20.
+   */
+  readonly qps?: number;
+  /** Time `connect` waits for etcd to answer. @default {5000} */
+  readonly dialTimeoutMs?: number;
+  /**
+   * Upper bound of one request, retries across members included; the caller's signal may end it
+   * earlier. @default {5000}
+   */
+  readonly requestTimeoutMs?: number;
+}
+
+/** Options after validation, with defaults. */
+export interface EtcdSettings {
+  readonly endpoints: readonly string[];
+  readonly prefix: string;
+  readonly node: string;
+  readonly tls?: EtcdTlsOptions;
+  readonly user?: string;
+  readonly password?: string;
+  readonly qps?: number;
+  readonly dialTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+}
+
+const endpoint = z.string().refine((s) => {
+  try {
+    const url = new URL(s);
+    return (url.protocol === "http:" || url.protocol === "https:") && url.host !== "" &&
+      (url.pathname === "/" || url.pathname === "");
+  } catch {
+    return false;
+  }
+}, "must be an http:// or https:// URL without a path");
+
+const schema = z.object({
+  endpoints: z.array(endpoint).min(1, "at least one endpoint is required"),
+  prefix: z.string().min(1).refine((p) => !p.includes("\0"), "must not contain NUL")
+    .default(CILIUM_IDENTITIES_PREFIX),
+  node: z.string().min(1).max(1024)
+    .refine((n) => !n.includes("/"), "must not contain '/'")
+    .refine((n) => n !== "." && n !== "..", "must not be '.' or '..'")
+    .refine((n) => !n.includes("\0"), "must not contain NUL")
+    .refine((n) => n.isWellFormed(), "must be well-formed Unicode"),
+  tls: z.object({
+    ca: z.string().min(1),
+    cert: z.string().min(1).optional(),
+    key: z.string().min(1).optional(),
+  }).strict().refine((t) => (t.cert === undefined) === (t.key === undefined), {
+    message: "cert and key go together",
+  }).optional(),
+  user: z.string().min(1).optional(),
+  password: z.string().optional(),
+  qps: z.number().positive().finite().optional(),
+  dialTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
+  requestTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
+}).strict()
+  .refine((o) => (o.user === undefined) === (o.password === undefined), {
+    message: "user and password go together",
+    path: ["password"],
+  })
+  .refine((o) => {
+    const secure = o.endpoints.filter((e) => e.startsWith("https:")).length;
+    return secure === 0 || secure === o.endpoints.length;
+  }, { message: "endpoints must be all http:// or all https://", path: ["endpoints"] });
+
+/** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
+export function resolveEtcdOptions(options: EtcdBackendOptions): EtcdSettings {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionsError("etcd backend options must be an object");
+  }
+  const parsed = schema.safeParse(options);
+  if (!parsed.success) {
+    const detail = parsed.error.issues
+      .map((issue) => `'${issue.path.join(".") || "options"}' ${issue.message}`)
+      .join("; ");
+    throw new InvalidOptionsError(`invalid etcd backend options: ${detail}`, {
+      cause: parsed.error,
+    });
+  }
+  return parsed.data;
+}

@@ -1,0 +1,120 @@
+/**
+ * Cilium's etcd key layout, built with Go's `path.Join`/`path.Clean` semantics so that idalloc and
+ * Cilium's Go allocator name every key byte for byte the same.
+ *
+ * @module
+ */
+
+/**
+ * Go's `path.Clean`: the shortest path equivalent to `p` by purely lexical processing (collapse
+ * `//`, drop `.`, resolve `..`, no trailing `/`; `""` becomes `"."`).
+ */
+export function goClean(p: string): string {
+  if (p === "") return ".";
+  const rooted = p.startsWith("/");
+  const out: string[] = [];
+  for (const part of p.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") {
+      if (out.length > 0 && out[out.length - 1] !== "..") out.pop();
+      else if (!rooted) out.push("..");
+      continue;
+    }
+    out.push(part);
+  }
+  const joined = out.join("/");
+  if (rooted) return "/" + joined;
+  return joined === "" ? "." : joined;
+}
+
+/** Go's `path.Join`: joins the non-empty elements with `/` and cleans the result. */
+export function goJoin(...elems: string[]): string {
+  const parts = elems.filter((e) => e !== "");
+  if (parts.length === 0) return "";
+  return goClean(parts.join("/"));
+}
+
+/**
+ * Cilium's `prefixMatchesKey`: a reference key belongs to the key whose reference prefix is
+ * `prefix` only if its last `/` sits right after the prefix. `value/a;/n1` matches `value/a;`,
+ * `value/a;/b;/n1` does not (it is a reference of the key `a;/b;`).
+ */
+export function prefixMatchesKey(prefix: string, key: string): boolean {
+  return key.lastIndexOf("/") === prefix.length;
+}
+
+/** Go's `strconv.ParseUint(s, 10, 64)` restricted to safe integers; `undefined` if invalid. */
+export function parseId(s: string): number | undefined {
+  if (!/^[0-9]+$/.test(s)) return undefined;
+  const n = Number(s);
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
+/** Cilium's layout under one base prefix. */
+export class EtcdLayout {
+  /** The base prefix as given (Cilium's `basePrefix`). */
+  readonly base: string;
+  /** `path.Join(base, "id")`: master keys live under `${idPrefix}/`. */
+  readonly idPrefix: string;
+  /** `path.Join(base, "value")`: references live under `${valuePrefix}/`. */
+  readonly valuePrefix: string;
+
+  /** @param base Cilium's base path, e.g. `cilium/state/identities/v1` */
+  constructor(base: string) {
+    this.base = base;
+    this.idPrefix = goJoin(base, "id");
+    this.valuePrefix = goJoin(base, "value");
+  }
+
+  /** `<base>/id/<id>`. */
+  masterKey(id: number): string {
+    return goJoin(this.idPrefix, String(id));
+  }
+
+  /** The start of the master range, `<idPrefix>/`. */
+  get masterRange(): string {
+    return this.idPrefix + "/";
+  }
+
+  /** Cilium's reference prefix of `key`: `path.Join(valuePrefix, key)` (no trailing `/`). */
+  refPrefix(key: string): string {
+    return goJoin(this.valuePrefix, key);
+  }
+
+  /** `path.Join(valuePrefix, key, node)`: the node's reference to `key`. */
+  refKey(key: string, node: string): string {
+    return goJoin(this.valuePrefix, key, node);
+  }
+
+  /** The ID of a master key, or `undefined` when the key is not `<idPrefix>/<decimal>`. */
+  idOfMasterKey(etcdKey: string): number | undefined {
+    if (!etcdKey.startsWith(this.masterRange)) return undefined;
+    return parseId(etcdKey.slice(this.masterRange.length));
+  }
+
+  /**
+   * Splits a reference key into the (cleaned) key part and the node, or `undefined` when it is not
+   * under `<valuePrefix>/`.
+   */
+  splitRefKey(etcdKey: string): { key: string; node: string } | undefined {
+    const start = this.valuePrefix + "/";
+    if (!etcdKey.startsWith(start)) return undefined;
+    const slash = etcdKey.lastIndexOf("/");
+    if (slash < start.length) return undefined;
+    return { key: etcdKey.slice(start.length, slash), node: etcdKey.slice(slash + 1) };
+  }
+}
+
+/** The exclusive end of the range of every key starting with `prefix` (etcd's prefix end). */
+export function prefixEnd(prefix: Uint8Array): Uint8Array {
+  // A copy: Buffer#slice would alias the caller's bytes.
+  const end = Uint8Array.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i] < 0xff) {
+      end[i]++;
+      return end.slice(0, i + 1);
+    }
+  }
+  // All 0xff: the range runs to the end of the keyspace.
+  return new Uint8Array([0]);
+}

@@ -1,0 +1,268 @@
+/**
+ * The etcd implementation of {@linkcode BackendSession}: the node's leases, the guarded
+ * transactions, the list-and-watch, GC support and status.
+ *
+ * @module
+ */
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "../../allocator/backend.ts";
+import { ClosedError, ConflictError, ReadOnlyError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import { acquire } from "./acquire.ts";
+import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
+import type { SessionCore } from "./core.ts";
+import { ensure } from "./ensure.ts";
+import { gcDelete, gcList } from "./gc.ts";
+import { LeaseManager } from "./leases.ts";
+import type { EtcdLayout } from "./paths.ts";
+import { prefixRange, snapshotOf, text } from "./txn.ts";
+import { watchMasters } from "./watch.ts";
+
+const log = idallocLogger("etcd");
+
+/** The shortest lease etcd is asked for, in seconds (Cilium's minimum is larger still). */
+export const MIN_LEASE_TTL_SEC = 2;
+/** How stale the leader in `status()` may get before a background refresh is started. */
+const STATUS_REFRESH_MS = 5_000;
+
+/** Lease TTL in whole seconds for a requested TTL in ms: rounded up, at least 2 s. */
+export function leaseTtlSeconds(ms: number): number {
+  return Math.max(MIN_LEASE_TTL_SEC, Math.ceil(ms / 1000));
+}
+
+/** A lease that vanished twice in one call surfaces as a retryable conflict. */
+async function retryableLeaseLoss<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    if (err instanceof LeaseNotFound) {
+      throw new ConflictError("the node's lease vanished during the call; retry", { cause: err });
+    }
+    throw err;
+  }
+}
+
+/** What the session needs from its backend. */
+export interface SessionContext {
+  readonly client: EtcdClient;
+  readonly layout: EtcdLayout;
+  readonly node: string;
+  readonly endpoints: readonly string[];
+  /** Called when the session closes, so that the backend forgets it. */
+  readonly onClose: (session: EtcdSession) => void;
+}
+
+/** One allocator's live connection to etcd. */
+export class EtcdSession implements BackendSession {
+  readonly #ctx: SessionContext;
+  readonly #core: SessionCore;
+  readonly #readOnly: boolean;
+  readonly #closing = new AbortController();
+  readonly #tasks = new Set<Promise<unknown>>();
+  #closed: Promise<void> | undefined;
+  #leader: string | undefined;
+  #statusAt = 0;
+
+  private constructor(ctx: SessionContext, options: SessionOptions) {
+    this.#ctx = ctx;
+    this.#readOnly = options.readOnly;
+    const leases = new LeaseManager(
+      ctx.client,
+      leaseTtlSeconds(options.leaseTtlMs),
+      () => {
+        try {
+          options.onLeaseReplaced();
+        } catch (err) {
+          log.error("onLeaseReplaced failed: {err}", { err });
+        }
+      },
+    );
+    this.#core = { client: ctx.client, layout: ctx.layout, node: ctx.node, leases };
+  }
+
+  /** Opens a session: grants the first lease (unless read-only) and starts renewing it. */
+  static async open(ctx: SessionContext, options: SessionOptions): Promise<EtcdSession> {
+    ctx.client.assertOpen();
+    const session = new EtcdSession(ctx, options);
+    if (!options.readOnly) {
+      const signal = options.signal
+        ? AbortSignal.any([options.signal, session.#closing.signal])
+        : session.#closing.signal;
+      try {
+        await session.#core.leases.start(signal);
+      } catch (err) {
+        await session.#core.leases.close();
+        throw err;
+      }
+    }
+    session.#refreshStatus();
+    return session;
+  }
+
+  #signal(signal: AbortSignal): AbortSignal {
+    return AbortSignal.any([signal, this.#closing.signal]);
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new ClosedError("etcd session");
+    this.#ctx.client.assertOpen();
+  }
+
+  #assertWritable(operation: string): void {
+    this.#assertOpen();
+    if (this.#readOnly) throw new ReadOnlyError(operation);
+  }
+
+  /** See {@linkcode BackendSession.acquire}. */
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    this.#assertWritable("acquire");
+    return await retryableLeaseLoss(
+      acquire(this.#core, { ...request, signal: this.#signal(request.signal) }),
+    );
+  }
+
+  /** See {@linkcode BackendSession.release}. */
+  async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
+    this.#assertWritable("release");
+    const { client, layout, leases, node } = this.#core;
+    const refKey = layout.refKey(key, node);
+    await client.call(
+      "release",
+      this.#signal(signal),
+      (o) => client.raw.kv.deleteRange({ key: bytes(refKey) }, o),
+    );
+    leases.unbind(refKey);
+  }
+
+  /** See {@linkcode BackendSession.ensure}. */
+  async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
+    this.#assertWritable("ensure");
+    return await retryableLeaseLoss(ensure(this.#core, held, this.#signal(signal)));
+  }
+
+  /** See {@linkcode BackendSession.get}. */
+  async get(key: string, signal: AbortSignal): Promise<number | undefined> {
+    this.#assertOpen();
+    const { client, layout } = this.#core;
+    const refPrefix = layout.refPrefix(key);
+    const res = await client.call(
+      "get",
+      this.#signal(signal),
+      (o) => client.raw.kv.range({ ...prefixRange(refPrefix + "/") }, o),
+    );
+    const snap = snapshotOf(refPrefix, res.kvs, String(res.header.revision));
+    return snap.exact.find((r) => r.id !== undefined)?.id;
+  }
+
+  /** See {@linkcode BackendSession.getById}. */
+  async getById(id: number, signal: AbortSignal): Promise<string | undefined> {
+    this.#assertOpen();
+    const { client, layout } = this.#core;
+    const res = await client.call(
+      "get by id",
+      this.#signal(signal),
+      (o) => client.raw.kv.range({ key: bytes(layout.masterKey(id)) }, o),
+    );
+    const value = res.kvs[0] ? text(res.kvs[0].value) : "";
+    return value === "" ? undefined : value;
+  }
+
+  /** See {@linkcode BackendSession.watch}. */
+  async *watch(signal: AbortSignal): AsyncGenerator<BackendEvent> {
+    this.#assertOpen();
+    yield* watchMasters(this.#core, this.#signal(signal));
+  }
+
+  /** See {@linkcode BackendSession.gcList}. */
+  async *gcList(
+    range: { min: number; max: number },
+    signal: AbortSignal,
+  ): AsyncGenerator<GcCandidate> {
+    this.#assertOpen();
+    yield* gcList(this.#core, range, this.#signal(signal));
+  }
+
+  /** See {@linkcode BackendSession.gcDelete}. */
+  async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
+    this.#assertOpen();
+    return await gcDelete(this.#core, candidate, this.#signal(signal));
+  }
+
+  /** IDs of the leases this session holds (for tests and diagnostics). */
+  leaseIds(): string[] {
+    return this.#core.leases.ids();
+  }
+
+  /** See {@linkcode BackendSession.status}. Starts a background refresh of the leader if stale. */
+  status(): SessionStatus {
+    const { client, leases } = this.#core;
+    this.#refreshStatus();
+    return {
+      backend: "etcd",
+      node: this.#ctx.node,
+      endpoints: [...this.#ctx.endpoints],
+      leader: this.#leader,
+      leases: leases.count,
+      leaseExpiresAt: leases.expiresAt,
+      lastError: client.lastError,
+      healthy: client.healthy && !client.closed && !this.#closed,
+    };
+  }
+
+  #refreshStatus(): void {
+    if (this.#closed || this.#ctx.client.closed) return;
+    if (Date.now() - this.#statusAt < STATUS_REFRESH_MS) return;
+    this.#statusAt = Date.now();
+    const { client } = this.#core;
+    const task = (async () => {
+      const s = await client.call(
+        "status",
+        this.#closing.signal,
+        (o) => client.raw.maintenance.status(o),
+      );
+      const leaderId = String(s.leader);
+      let name = leaderId;
+      try {
+        const members = await client.call(
+          "member list",
+          this.#closing.signal,
+          (o) => client.raw.cluster.memberList({}, o),
+        );
+        const m = members.members.find((x) => String(x.ID) === leaderId);
+        if (m?.name) name = `${m.name} (${leaderId})`;
+      } catch {
+        // The ID alone will do.
+      }
+      this.#leader = name;
+    })().catch((err) => {
+      if (!this.#closing.signal.aborted) client.noteError("status", err);
+    });
+    this.#tasks.add(task);
+    task.finally(() => this.#tasks.delete(task));
+  }
+
+  /** See {@linkcode BackendSession.close}. Idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#closing.abort(new ClosedError("etcd session"));
+      await this.#core.leases.close();
+      await Promise.allSettled([...this.#tasks]);
+      this.#ctx.onClose(this);
+    })();
+    return this.#closed;
+  }
+
+  /** Same as {@linkcode EtcdSession.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * List-and-watch of the masters (Cilium's `ListAndWatch`): a paginated list of `<prefix>/id/` at
+ * one revision, `synced` once, then a watch from the next revision. A broken stream resumes from
+ * the last revision seen; a compacted one re-lists and reports what vanished as deletes.
+ *
+ * @module
+ */
+import type { IWatchResponse } from "etcd3";
+import type { BackendEvent } from "../../allocator/backend.ts";
+import { idallocLogger } from "../../log.ts";
+import { bytes, sleep } from "./client.ts";
+import type { SessionCore } from "./core.ts";
+import { LIST_PAGE, type MasterEntry, parseMaster } from "./gc.ts";
+import { prefixRange, text } from "./txn.ts";
+
+const log = idallocLogger("etcd");
+
+/** Backoff bounds between watch (re)creations after failures. */
+const RETRY_MIN_MS = 50;
+const RETRY_MAX_MS = 2000;
+
+/** The watch's start revision was compacted away: the caller must re-list. */
+class Compacted extends Error {
+  constructor(readonly compactRevision: string) {
+    super(`watch revision compacted (compact revision ${compactRevision})`);
+    this.name = "Compacted";
+  }
+}
+
+/** Lists every master at one revision, {@linkcode LIST_PAGE} per request. */
+async function listMasters(
+  core: SessionCore,
+  signal: AbortSignal,
+): Promise<{ entries: MasterEntry[]; revision: string }> {
+  const { client, layout } = core;
+  const all = prefixRange(layout.masterRange);
+  for (;;) {
+    const entries: MasterEntry[] = [];
+    let revision: string | undefined;
+    let start = all.key;
+    try {
+      for (;;) {
+        const page = await client.call("list masters", signal, (o) =>
+          client.raw.kv.range({
+            key: start,
+            range_end: all.range_end,
+            limit: LIST_PAGE,
+            revision: revision ?? 0,
+            sort_order: "Ascend",
+            sort_target: "Key",
+          }, o));
+        revision ??= String(page.header.revision);
+        for (const kv of page.kvs) {
+          const m = parseMaster(core, kv);
+          if (m) entries.push(m);
+        }
+        if (!page.more || page.kvs.length === 0) return { entries, revision };
+        start = bytes(text(page.kvs[page.kvs.length - 1].key) + "\0");
+      }
+    } catch (err) {
+      // The list's revision was compacted between two pages: start over at a newer one.
+      if (err instanceof Error && /compacted/i.test(err.message)) continue;
+      throw err;
+    }
+  }
+}
+
+/** A queue fed by a gRPC watch stream, read with `await next()`. */
+class StreamQueue {
+  readonly #items: Array<IWatchResponse | Error> = [];
+  #wake: (() => void) | undefined;
+
+  push(item: IWatchResponse | Error): void {
+    this.#items.push(item);
+    this.#wake?.();
+    this.#wake = undefined;
+  }
+
+  async next(signal: AbortSignal): Promise<IWatchResponse> {
+    while (this.#items.length === 0) {
+      signal.throwIfAborted();
+      await new Promise<void>((resolve) => {
+        const onAbort = () => resolve();
+        this.#wake = () => {
+          signal.removeEventListener("abort", onAbort);
+          resolve();
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+      });
+    }
+    const item = this.#items.shift()!;
+    if (item instanceof Error) throw item;
+    return item;
+  }
+}
+
+interface WatchStream {
+  write(item: unknown): void;
+  cancel(): void;
+  on(event: string, fn: (arg: never) => void): unknown;
+}
+
+/** Watch responses for the masters from `startRevision`; throws {@linkcode Compacted}. */
+async function* watchFrom(
+  core: SessionCore,
+  startRevision: bigint,
+  signal: AbortSignal,
+): AsyncGenerator<IWatchResponse> {
+  const { client, layout } = core;
+  await client.limiter.take(signal);
+  client.assertOpen();
+  const stream = await client.raw.watch.watch() as unknown as WatchStream;
+  const queue = new StreamQueue();
+  let done = false;
+  stream.on("data", (res: IWatchResponse) => queue.push(res));
+  stream.on("error", (err: Error) => {
+    if (!done) queue.push(err);
+  });
+  stream.on("end", () => {
+    if (!done) queue.push(new Error("watch stream ended"));
+  });
+  const onAbort = () => stream.cancel();
+  signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    stream.write({
+      create_request: {
+        ...prefixRange(layout.masterRange),
+        start_revision: startRevision.toString(),
+        progress_notify: true,
+      },
+    });
+    for (;;) {
+      const res = await queue.next(signal);
+      if (res.compact_revision && res.compact_revision !== "0") {
+        throw new Compacted(String(res.compact_revision));
+      }
+      if (res.canceled) {
+        throw new Error(`watch canceled: ${res.cancel_reason || "no reason given"}`);
+      }
+      if (res.created && (res.events ?? []).length === 0) {
+        client.noteHealthy();
+        continue;
+      }
+      yield res;
+    }
+  } finally {
+    done = true;
+    signal.removeEventListener("abort", onAbort);
+    try {
+      stream.cancel();
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/** The session's `watch` (see the module doc). Ends when `signal` aborts. */
+export async function* watchMasters(
+  core: SessionCore,
+  signal: AbortSignal,
+): AsyncGenerator<BackendEvent> {
+  const { client } = core;
+  /** ID → mod revision of every master reported as upserted. */
+  const known = new Map<number, string>();
+  let synced = false;
+  let relist = true;
+  let revision = 0n;
+  let pause = RETRY_MIN_MS;
+
+  while (!signal.aborted) {
+    try {
+      if (relist) {
+        const { entries, revision: listed } = await listMasters(core, signal);
+        const seen = new Set<number>();
+        for (const m of entries) {
+          seen.add(m.id);
+          if (known.get(m.id) === m.modRevision) continue;
+          known.set(m.id, m.modRevision);
+          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision };
+        }
+        for (const id of [...known.keys()]) {
+          if (seen.has(id)) continue;
+          known.delete(id);
+          yield { type: "delete", id };
+        }
+        revision = BigInt(listed);
+        relist = false;
+        if (!synced) {
+          synced = true;
+          yield { type: "synced" };
+        }
+      }
+      for await (const res of watchFrom(core, revision + 1n, signal)) {
+        pause = RETRY_MIN_MS;
+        client.noteHealthy();
+        for (const ev of res.events ?? []) {
+          const rev = BigInt(ev.kv.mod_revision);
+          if (rev > revision) revision = rev;
+          if (ev.type === "Delete") {
+            const id = core.layout.idOfMasterKey(text(ev.kv.key));
+            if (id !== undefined && known.delete(id)) yield { type: "delete", id };
+            continue;
+          }
+          const m = parseMaster(core, ev.kv);
+          if (!m) continue;
+          known.set(m.id, m.modRevision);
+          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision };
+        }
+        // A progress notification promises that nothing at or below its revision is pending.
+        if ((res.events ?? []).length === 0) {
+          const progress = BigInt(res.header.revision);
+          if (progress > revision) revision = progress;
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof Compacted) {
+        log.info("watch of masters compacted at {rev}; re-listing", { rev: err.compactRevision });
+        relist = true;
+        continue;
+      }
+      client.noteError("watch", err);
+      log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
+        rev: String(revision),
+        err: err instanceof Error ? err.message : String(err),
+      });
+      try {
+        await sleep(pause, signal);
+      } catch {
+        return;
+      }
+      pause = Math.min(pause * 2, RETRY_MAX_MS);
+      if (client.closed) return;
+    }
+  }
+}

@@ -1,0 +1,266 @@
+/**
+ * The change feed behind `watch`: an initial list of every master, then changes read from the
+ * time-keyed log, so the cost of following the store is proportional to the changes.
+ *
+ * `kv.watch` takes at most 10 keys, coalesces updates and does not fire for writes of another
+ * process on a local file. So the feed wakes on two sources: `kv.watch([gen])` (in-process writes,
+ * Deno Deploy) and a poll of `gen` every `pollIntervalMs`. When `gen`'s versionstamp moved, it
+ * lists the log from shortly before the previous poll and applies the entries whose versionstamp
+ * lies in `(previous gen versionstamp, current gen versionstamp]`, in versionstamp order. Every
+ * entry committed before the `gen` read is visible to the list after it, and versionstamps order
+ * commits, so this applies every change exactly once and in order.
+ *
+ * `gen` counts log entries, so the feed knows how many entries the range must hold. Fewer means
+ * some were missed (a writer whose clock is off by more than `maxClockSkewMs`, a commit delayed
+ * beyond the window, entries expired while the consumer stalled): the feed then re-lists every
+ * master and reports the difference. It also re-lists every `resyncIntervalMs` as a safety net.
+ *
+ * @module
+ */
+import type { BackendEvent } from "../../allocator/backend.ts";
+import { idallocLogger } from "../../log.ts";
+import { get, type KvContext, type KvStats, list } from "./io.ts";
+import { LIST_BATCH } from "./limits.ts";
+import { corrupt, counterValue, decode } from "./schema.ts";
+
+const log = idallocLogger("kv", "watch");
+
+/** What the feed reports to its session. */
+export interface FeedHooks {
+  /** A round trip failed (the feed retries at the next poll). */
+  onError(err: unknown): void;
+  /** A round trip succeeded. */
+  onSuccess(): void;
+  /** Keeps track of the feed's background task, so that closing the session can await it. */
+  track(task: Promise<void>): void;
+}
+
+interface Known {
+  readonly key: string;
+  readonly version: string;
+}
+
+/** Where the feed stands in the log. */
+interface Cursor {
+  /** `gen`'s versionstamp at the last read (`""`: absent). */
+  readonly vs: string;
+  /** `gen`'s value then. */
+  readonly count: bigint;
+  /** Own clock when `gen` was read. */
+  readonly time: number;
+}
+
+type Change = Exclude<BackendEvent, { type: "synced" }>;
+
+/** Every master as `upsert`, `synced`, then changes; ends when `signal` aborts. */
+export async function* feed(
+  ctx: KvContext,
+  stats: KvStats,
+  signal: AbortSignal,
+  hooks: FeedHooks,
+): AsyncGenerator<BackendEvent> {
+  const { settings } = ctx;
+  const known = new Map<number, Known>();
+  const waker = new GenWaker(ctx.kv, ctx.layout.gen(), signal);
+  hooks.track(waker.done);
+  try {
+    let cursor: Cursor | undefined;
+    let events: Change[] = [];
+    while (cursor === undefined) {
+      try {
+        ({ cursor, events } = await relist(ctx, stats, known, signal));
+        hooks.onSuccess();
+      } catch (err) {
+        if (signal.aborted) return;
+        hooks.onError(err);
+        await waker.wait(settings.pollIntervalMs);
+        if (signal.aborted) return;
+      }
+    }
+    let lastList = settings.now();
+    yield* events;
+    yield { type: "synced" };
+    while (true) {
+      await waker.wait(settings.pollIntervalMs);
+      if (signal.aborted) return;
+      try {
+        let next: { cursor: Cursor; events: Change[] } | undefined;
+        if (settings.now() - lastList < settings.resyncIntervalMs) {
+          next = await poll(ctx, stats, known, cursor, signal);
+        }
+        if (next === undefined) {
+          next = await relist(ctx, stats, known, signal);
+          lastList = settings.now();
+        }
+        ({ cursor, events } = next);
+        hooks.onSuccess();
+      } catch (err) {
+        if (signal.aborted) return;
+        hooks.onError(err);
+        continue;
+      }
+      yield* events;
+    }
+  } finally {
+    await waker.close();
+  }
+}
+
+/** Lists every master and returns the difference to `known` (which it updates). */
+async function relist(
+  ctx: KvContext,
+  stats: KvStats,
+  known: Map<number, Known>,
+  signal: AbortSignal,
+): Promise<{ cursor: Cursor; events: Change[] }> {
+  const { layout, settings } = ctx;
+  const time = settings.now();
+  // Read before the list: every change up to this versionstamp is reflected in the list.
+  const gen = await get(ctx, stats, layout.gen(), signal);
+  const fresh = new Map<number, Known>();
+  for await (const entry of list(ctx, stats, { prefix: layout.ids() }, signal, LIST_BATCH)) {
+    const id = layout.parseId(entry.key);
+    if (id === undefined) {
+      corrupt(entry.key, "not a master key");
+      continue;
+    }
+    const value = decode.master(entry);
+    if (value !== undefined) fresh.set(id, { key: value.key, version: entry.versionstamp });
+  }
+  const events: Change[] = [];
+  for (const [id, now] of fresh) {
+    const before = known.get(id);
+    if (before?.key !== now.key || before.version !== now.version) {
+      events.push({ type: "upsert", id, key: now.key, version: now.version });
+    }
+  }
+  for (const id of known.keys()) if (!fresh.has(id)) events.push({ type: "delete", id });
+  known.clear();
+  for (const [id, k] of fresh) known.set(id, k);
+  return { cursor: cursorOf(gen, time), events };
+}
+
+/**
+ * Applies the log entries written since `cursor`, or returns `undefined` when entries are missing
+ * and the caller must re-list.
+ */
+async function poll(
+  ctx: KvContext,
+  stats: KvStats,
+  known: Map<number, Known>,
+  cursor: Cursor,
+  signal: AbortSignal,
+): Promise<{ cursor: Cursor; events: Change[] } | undefined> {
+  const { layout, settings } = ctx;
+  const time = settings.now();
+  const gen = await get(ctx, stats, layout.gen(), signal);
+  const next = cursorOf(gen, time);
+  if (next.vs === cursor.vs) return { cursor: next, events: [] };
+  if (next.count < cursor.count) {
+    log.info("change counter went back; re-listing");
+    return undefined;
+  }
+  // Writers stamp entries with their own clock before committing: allow for skew and for a
+  // commit in flight across the previous poll.
+  const from = cursor.time - settings.maxClockSkewMs - settings.pollIntervalMs;
+  const entries: { id: number; key: string | null; vs: string }[] = [];
+  const selector = { prefix: layout.logs(), start: [...layout.logs(), from] };
+  for await (const entry of list(ctx, stats, selector, signal)) {
+    if (entry.versionstamp <= cursor.vs || entry.versionstamp > next.vs) continue;
+    if (!layout.isLog(entry.key)) {
+      corrupt(entry.key, "not a change-feed key");
+      continue;
+    }
+    const value = decode.log(entry);
+    if (value !== undefined) entries.push({ ...value, vs: entry.versionstamp });
+  }
+  if (BigInt(entries.length) !== next.count - cursor.count) {
+    log.info("change feed missed {missing} entries; re-listing", {
+      missing: Number(next.count - cursor.count) - entries.length,
+    });
+    return undefined;
+  }
+  entries.sort((a, b) => a.vs < b.vs ? -1 : a.vs > b.vs ? 1 : 0);
+  const events: Change[] = [];
+  for (const { id, key, vs } of entries) {
+    const before = known.get(id);
+    // A change no newer than what is known (the list already showed it) is skipped, so an old
+    // create is never applied after a newer delete.
+    if (before !== undefined && before.version >= vs) continue;
+    if (key === null) {
+      if (before === undefined) continue;
+      known.delete(id);
+      events.push({ type: "delete", id });
+    } else {
+      known.set(id, { key, version: vs });
+      events.push({ type: "upsert", id, key, version: vs });
+    }
+  }
+  return { cursor: next, events };
+}
+
+function cursorOf(gen: Deno.KvEntryMaybe<unknown>, time: number): Cursor {
+  return { vs: gen.versionstamp ?? "", count: counterValue(gen) ?? 0n, time };
+}
+
+/**
+ * Wakes the feed when `gen` changes in this process (or on Deploy) through `kv.watch`, or after a
+ * timeout. The watch stream is cancelled as soon as `signal` aborts, even while the generator is
+ * suspended at a `yield`, so nothing stays open.
+ */
+class GenWaker {
+  readonly done: Promise<void>;
+  readonly #signal: AbortSignal;
+  #reader: ReadableStreamDefaultReader<Deno.KvEntryMaybe<unknown>[]> | undefined;
+  #dirty = false;
+  #wake: (() => void) | undefined;
+
+  constructor(kv: Deno.Kv, key: Deno.KvKey, signal: AbortSignal) {
+    this.#signal = signal;
+    const onAbort = () => {
+      this.#reader?.cancel().catch(() => {});
+      this.#wake?.();
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    this.done = this.#pump(kv, key).finally(() => signal.removeEventListener("abort", onAbort));
+  }
+
+  async #pump(kv: Deno.Kv, key: Deno.KvKey): Promise<void> {
+    if (this.#signal.aborted) return;
+    try {
+      this.#reader = kv.watch([key]).getReader();
+      while (!this.#signal.aborted) {
+        const { done } = await this.#reader.read();
+        if (done) return;
+        this.#dirty = true;
+        this.#wake?.();
+      }
+    } catch (err) {
+      // Without the in-process wake-up the poll still finds every change.
+      if (!this.#signal.aborted) log.debug("kv.watch ended: {err}", { err });
+    }
+  }
+
+  /** Resolves after `ms`, on a change, or on abort, whichever comes first. */
+  wait(ms: number): Promise<void> {
+    if (this.#dirty || this.#signal.aborted) {
+      this.#dirty = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        this.#dirty = false;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#wake = done;
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.#reader?.cancel().catch(() => {});
+    await this.done;
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * GC on Deno KV. A candidate's version is `<master versionstamp>:<touch versionstamp or ->`: it
+ * changes when the master is rewritten and whenever any node acquires the key (every acquire adds
+ * to the touch counter).
+ *
+ * `gcDelete` commits only if master, key index, touch counter, every dead reference and the lease
+ * record that made it dead are all unchanged since they were read. Deno KV has no range checks,
+ * so a reference created after the read is caught through the touch counter, which every writer
+ * of a reference also changes.
+ *
+ * @module
+ */
+import type { GcCandidate } from "../../allocator/backend.ts";
+import { appendLog, commit, get, getMany, type KvContext, type KvStats, list } from "./io.ts";
+import { keyBytes } from "./layout.ts";
+import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
+import { isLive, type LeaseRecord, readLeases } from "./liveness.ts";
+import { corrupt, decode, type RefValue } from "./schema.ts";
+
+/** Masters judged per batch of reads in `gcList`. */
+const GC_LIST_CHUNK = 100;
+/** Dead references one guarded commit can delete besides the fixed checks. */
+const DEAD_REFS_PER_COMMIT = Math.floor((MAX_CHECKS - GC_FIXED_CHECKS) / 2);
+
+interface Master {
+  readonly id: number;
+  readonly key: string;
+  readonly versionstamp: string;
+}
+
+interface Reference {
+  readonly key: string;
+  readonly node: string;
+  readonly value: RefValue;
+  readonly versionstamp: string;
+}
+
+/** Every master with `min <= id <= max`, with its GC version and whether it is in use now. */
+export async function* gcList(
+  ctx: KvContext,
+  stats: KvStats,
+  range: { min: number; max: number },
+  signal: AbortSignal,
+): AsyncGenerator<GcCandidate> {
+  const { layout } = ctx;
+  const leases = new Map<string, LeaseRecord>();
+  let chunk: Master[] = [];
+  const selector = { start: layout.id(range.min), end: layout.id(range.max + 1) };
+  for await (const entry of list(ctx, stats, selector, signal, LIST_BATCH)) {
+    const id = layout.parseId(entry.key);
+    if (id === undefined || id < range.min || id > range.max) {
+      corrupt(entry.key, "not a master key");
+      continue;
+    }
+    const value = decode.master(entry);
+    if (value === undefined) continue;
+    chunk.push({ id, key: value.key, versionstamp: entry.versionstamp });
+    if (chunk.length >= GC_LIST_CHUNK) {
+      yield* judge(ctx, stats, chunk, leases, signal);
+      chunk = [];
+    }
+  }
+  yield* judge(ctx, stats, chunk, leases, signal);
+}
+
+async function* judge(
+  ctx: KvContext,
+  stats: KvStats,
+  masters: readonly Master[],
+  leases: Map<string, LeaseRecord>,
+  signal: AbortSignal,
+): AsyncGenerator<GcCandidate> {
+  if (masters.length === 0) return;
+  const touches = await getMany(ctx, stats, masters.map((m) => ctx.layout.touch(m.key)), signal);
+  const refs: Reference[][] = [];
+  for (const m of masters) refs.push(await listRefs(ctx, stats, m.key, signal));
+  await readLeases(ctx, stats, refs.flat().map((r) => r.node), signal, leases);
+  const now = ctx.settings.now();
+  for (const [i, m] of masters.entries()) {
+    yield {
+      id: m.id,
+      key: m.key,
+      version: gcVersion(m.versionstamp, touches[i].versionstamp),
+      inUse: refs[i].some((r) => live(ctx, r, leases, now)),
+    };
+  }
+}
+
+/**
+ * Deletes `candidate`'s master, key index, touch counter and dead references if, at the commit,
+ * nothing changed and no reference is live. Returns whether it deleted.
+ */
+export async function gcDelete(
+  ctx: KvContext,
+  stats: KvStats,
+  candidate: GcCandidate,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const { layout } = ctx;
+  const { id, key } = candidate;
+  // Touch first: a reference written after this read changes the counter, so the commit's
+  // check on it fails even though the listing below cannot see that reference.
+  const touch = await get(ctx, stats, layout.touch(key), signal);
+  let refs = await listRefs(ctx, stats, key, signal);
+  const leases = await readLeases(ctx, stats, refs.map((r) => r.node), signal);
+  const now = ctx.settings.now();
+  if (refs.some((r) => live(ctx, r, leases, now))) return false;
+  const [master, index] = await getMany(ctx, stats, [layout.id(id), layout.key(key)], signal);
+  if (master.versionstamp === null) return false;
+  if (decode.master(master as Deno.KvEntry<unknown>)?.key !== key) return false;
+  if (gcVersion(master.versionstamp, touch.versionstamp) !== candidate.version) return false;
+  // Deleting a dead reference is safe on its own (guarded by it and its lease record), so a key
+  // with more dead references than one commit can check sheds them in separate commits first.
+  const perCommit = deadRefsPerCommit(ctx, refs, key);
+  while (refs.length > perCommit) {
+    const op = ctx.kv.atomic();
+    guardRefs(ctx, op, refs.slice(0, perCommit), leases);
+    if (!(await commit(stats, op, signal)).ok) return false;
+    refs = refs.slice(perCommit);
+  }
+  const op = ctx.kv.atomic().check(
+    { key: layout.id(id), versionstamp: master.versionstamp },
+    { key: layout.key(key), versionstamp: index.versionstamp },
+    { key: layout.touch(key), versionstamp: touch.versionstamp },
+  );
+  guardRefs(ctx, op, refs, leases);
+  op.delete(layout.id(id)).delete(layout.touch(key));
+  // The index goes with its master, unless it names another ID (then it is checked, not touched).
+  const named = index.versionstamp === null
+    ? undefined
+    : decode.keyIndex(index as Deno.KvEntry<unknown>);
+  if (named?.id === id) op.delete(layout.key(key));
+  appendLog(ctx, op, [{ id, key: null }]);
+  return (await commit(stats, op, signal)).ok;
+}
+
+/**
+ * How many dead references the final commit can check and delete: bounded by the check limit
+ * and by the store's total key size (every reference key may be close to 2 KiB).
+ */
+function deadRefsPerCommit(ctx: KvContext, refs: readonly Reference[], key: string): number {
+  const largest = Math.max(
+    ctx.layout.largestKeyBytes(key, ctx.settings.node),
+    ...refs.map((r) => keyBytes(ctx.layout.ref(r.key, r.node))),
+  );
+  // The final commit also writes master, index, touch and a log entry.
+  const byBytes = Math.floor((COMMIT_KEY_BUDGET - 4 * largest) / largest);
+  return Math.max(1, Math.min(DEAD_REFS_PER_COMMIT, byBytes));
+}
+
+/** The GC version of a master and its key's touch counter. */
+export function gcVersion(masterVs: string, touchVs: string | null): string {
+  return `${masterVs}:${touchVs ?? "-"}`;
+}
+
+function guardRefs(
+  ctx: KvContext,
+  op: Deno.AtomicOperation,
+  refs: readonly Reference[],
+  leases: ReadonlyMap<string, LeaseRecord>,
+): void {
+  for (const r of refs) {
+    const key = ctx.layout.ref(r.key, r.node);
+    op.check(
+      { key, versionstamp: r.versionstamp },
+      { key: ctx.layout.lease(r.node), versionstamp: leases.get(r.node)?.versionstamp ?? null },
+    ).delete(key);
+  }
+}
+
+function live(
+  ctx: KvContext,
+  r: Reference,
+  leases: ReadonlyMap<string, LeaseRecord>,
+  now: number,
+): boolean {
+  return isLive(r.value, leases.get(r.node), now, ctx.settings.maxClockSkewMs);
+}
+
+/** The valid references of `key` (corrupt ones are logged and left alone). */
+async function listRefs(
+  ctx: KvContext,
+  stats: KvStats,
+  key: string,
+  signal: AbortSignal,
+): Promise<Reference[]> {
+  const refs: Reference[] = [];
+  for await (const entry of list(ctx, stats, { prefix: ctx.layout.refsOf(key) }, signal)) {
+    const parsed = ctx.layout.parseRef(entry.key);
+    if (parsed === undefined) {
+      corrupt(entry.key, "not a reference key");
+      continue;
+    }
+    const value = decode.ref(entry);
+    if (value !== undefined) refs.push({ ...parsed, value, versionstamp: entry.versionstamp });
+  }
+  return refs;
+}

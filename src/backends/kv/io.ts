@@ -1,0 +1,182 @@
+/**
+ * Store access shared by the session's parts: every round trip checks the caller's signal first,
+ * is counted (tests and the benchmark read the counters), respects the store's batch limits and
+ * turns store failures into {@linkcode StoreUnavailableError}.
+ *
+ * @module
+ */
+import { IdallocError, StoreUnavailableError } from "../../errors.ts";
+import type { KvLayout } from "./layout.ts";
+import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
+import type { KvSettings } from "./options.ts";
+
+/** Round trips made, per kind. */
+export interface KvStats {
+  /** `get` / `getMany` calls (one per ≤ 10 keys). */
+  reads: number;
+  /** `list` calls (each may fetch several pages). */
+  lists: number;
+  /** Atomic commits, successful or not. */
+  commits: number;
+}
+
+/** A fresh zeroed counter. */
+export function newStats(): KvStats {
+  return { reads: 0, lists: 0, commits: 0 };
+}
+
+/** Everything a part of the session needs to reach the store. */
+export interface KvContext {
+  readonly kv: Deno.Kv;
+  readonly layout: KvLayout;
+  readonly settings: KvSettings;
+}
+
+/** Reads `keys` in snapshot reads of at most 10 keys each. */
+export async function getMany(
+  ctx: KvContext,
+  stats: KvStats,
+  keys: readonly Deno.KvKey[],
+  signal: AbortSignal,
+): Promise<Deno.KvEntryMaybe<unknown>[]> {
+  const out: Deno.KvEntryMaybe<unknown>[] = [];
+  for (let i = 0; i < keys.length; i += MAX_GET_MANY) {
+    signal.throwIfAborted();
+    stats.reads++;
+    const chunk = keys.slice(i, i + MAX_GET_MANY);
+    out.push(...await guard("read", signal, () => ctx.kv.getMany<unknown[]>(chunk)));
+  }
+  return out;
+}
+
+/** Reads one key. */
+export async function get(
+  ctx: KvContext,
+  stats: KvStats,
+  key: Deno.KvKey,
+  signal: AbortSignal,
+): Promise<Deno.KvEntryMaybe<unknown>> {
+  signal.throwIfAborted();
+  stats.reads++;
+  return await guard("read", signal, () => ctx.kv.get(key));
+}
+
+/** Lists `selector` in pages of `batchSize` (≤ 1000), checking `signal` between entries. */
+export async function* list(
+  ctx: KvContext,
+  stats: KvStats,
+  selector: Deno.KvListSelector,
+  signal: AbortSignal,
+  batchSize = MAX_LIST_BATCH,
+): AsyncGenerator<Deno.KvEntry<unknown>> {
+  signal.throwIfAborted();
+  stats.lists++;
+  const options = { batchSize: Math.min(batchSize, MAX_LIST_BATCH) };
+  let iter = ctx.kv.list<unknown>(selector, options);
+  let cursor: string | undefined;
+  while (true) {
+    const next = await guard("list", signal, () => iter.next(), () => {
+      // A failed iterator is not reused: resume after the last entry handed out.
+      iter = ctx.kv.list<unknown>(
+        selector,
+        cursor === undefined ? options : { ...options, cursor },
+      );
+    });
+    if (next.done) return;
+    cursor = iter.cursor;
+    yield next.value;
+    signal.throwIfAborted();
+  }
+}
+
+/** Commits `op`: `{ ok: false }` when a check failed; throws when the store failed. */
+export async function commit(
+  stats: KvStats,
+  op: Deno.AtomicOperation,
+  signal: AbortSignal,
+): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+  signal.throwIfAborted();
+  stats.commits++;
+  return await guard("commit", signal, () => op.commit());
+}
+
+/** One change of a master, for the change feed. */
+export interface LogChange {
+  readonly id: number;
+  /** The key, or `null` when the master is deleted. */
+  readonly key: string | null;
+}
+
+/**
+ * Adds the change-feed entries for `changes` to `op`, and their count to the `gen` counter, so
+ * that a watcher can tell from `gen` whether it saw every entry.
+ */
+export function appendLog(
+  ctx: KvContext,
+  op: Deno.AtomicOperation,
+  changes: readonly LogChange[],
+): Deno.AtomicOperation {
+  if (changes.length === 0) return op;
+  const ms = ctx.settings.now();
+  for (const change of changes) {
+    op.set(ctx.layout.log(ms, ctx.settings.node, nonce()), { id: change.id, key: change.key }, {
+      expireIn: ctx.settings.logRetentionMs,
+    });
+  }
+  return op.sum(ctx.layout.gen(), BigInt(changes.length));
+}
+
+/** A random id, for lease ids and log-entry nonces. */
+export function nonce(): string {
+  return crypto.randomUUID();
+}
+
+async function guard<T>(
+  what: string,
+  signal: AbortSignal,
+  fn: () => Promise<T>,
+  beforeRetry?: () => void,
+): Promise<T> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (signal.aborted) throw signal.reason;
+      if (err instanceof IdallocError) throw err;
+      // SQLite refuses a transaction while another handle or process writes the same file. The
+      // transaction was not applied, so retrying is safe (and a retried guarded commit that did
+      // apply would just fail its checks and take the re-read path).
+      if (isBusy(err) && attempt < BUSY_RETRIES) {
+        await sleep(Math.random() * Math.min(BUSY_MAX_DELAY_MS, 2 ** attempt), signal);
+        beforeRetry?.();
+        continue;
+      }
+      throw new StoreUnavailableError(`Deno KV ${what} failed: ${errorMessage(err)}`, {
+        cause: err,
+      });
+    }
+  }
+}
+
+function isBusy(err: unknown): boolean {
+  return /database is (locked|busy)/i.test(errorMessage(err));
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** The message of an unknown thrown value. */
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,177 @@
+/**
+ * The node's lease: one record `[...P, "lease", node]` → `{ lease, expiresAt }`, renewed every
+ * ttl/3 by a commit guarded on the record's own last versionstamp.
+ *
+ * A lease is never renewed once its `expiresAt` (own clock) has passed or is within
+ * `maxClockSkewMs`: another node, whose clock may run ahead, could already judge its references
+ * dead and collect their IDs, so extending it would revive references that others treat as gone.
+ * Instead the node takes a new lease id (old references are dead for everybody) and the allocator
+ * re-creates its references. The same happens when the record was deleted or overwritten.
+ *
+ * @module
+ */
+import { StoreUnavailableError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import { commit, errorMessage, type KvContext, type KvStats, nonce } from "./io.ts";
+
+const log = idallocLogger("kv", "lease");
+
+/** Keeps this node's lease alive. */
+export class LeaseKeeper {
+  readonly #ctx: KvContext;
+  readonly #stats: KvStats;
+  readonly #ttlMs: number;
+  readonly #onReplaced: () => void;
+  readonly #signal: AbortSignal;
+  #id = "";
+  #expiresAt = 0;
+  #versionstamp: string | null = null;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #chain: Promise<unknown> = Promise.resolve();
+  #closed = false;
+  #replacements = 0;
+  /** The last renewal failure, if the last attempt failed. */
+  lastError: string | undefined;
+
+  /**
+   * @param ctx the store
+   * @param stats counters for the lease's own round trips
+   * @param ttlMs lease lifetime
+   * @param onReplaced called after the lease id changed (references of the old one are dead)
+   * @param signal aborted when the session closes
+   */
+  constructor(
+    ctx: KvContext,
+    stats: KvStats,
+    ttlMs: number,
+    onReplaced: () => void,
+    signal: AbortSignal,
+  ) {
+    this.#ctx = ctx;
+    this.#stats = stats;
+    this.#ttlMs = ttlMs;
+    this.#onReplaced = onReplaced;
+    this.#signal = signal;
+  }
+
+  /** The current lease id; references are written with it. */
+  get id(): string {
+    return this.#id;
+  }
+
+  /** When the current lease expires (ms, own clock). */
+  get expiresAt(): number {
+    return this.#expiresAt;
+  }
+
+  /** How often the lease was replaced since the session opened. */
+  get replacements(): number {
+    return this.#replacements;
+  }
+
+  /** Writes the first lease record (overwriting a previous incarnation's) and starts renewing. */
+  async start(signal: AbortSignal): Promise<void> {
+    await this.#write(nonce(), signal);
+    this.#schedule();
+  }
+
+  /**
+   * Replaces the lease now if it is too close to expiry to be renewed (a stalled timer, a
+   * suspended process), so that a new reference is never written under a lease others judge dead.
+   */
+  async ensureFresh(signal: AbortSignal): Promise<void> {
+    if (!this.#stale()) return;
+    await this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined);
+  }
+
+  /** Renews (or replaces) the lease now; used by the timer and by tests. */
+  renewNow(): Promise<void> {
+    return this.#serial(() => this.#renew());
+  }
+
+  /** Stops renewing. The record stays and lapses on its own. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.#chain;
+  }
+
+  #stale(): boolean {
+    return this.#ctx.settings.now() >= this.#expiresAt - this.#ctx.settings.maxClockSkewMs;
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.renewNow().finally(() => this.#schedule());
+    }, Math.max(1, Math.floor(this.#ttlMs / 3)));
+  }
+
+  #serial<T>(fn: () => Promise<T> | T): Promise<T> {
+    const run = this.#chain.then(fn);
+    this.#chain = run.catch(() => {});
+    return run;
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#closed) return;
+    try {
+      if (this.#stale()) return await this.#replace("expired", this.#signal);
+      const key = this.#ctx.layout.lease(this.#ctx.settings.node);
+      const op = this.#ctx.kv.atomic().check({ key, versionstamp: this.#versionstamp });
+      const expiresAt = this.#ctx.settings.now() + this.#ttlMs;
+      this.#set(op, this.#id, expiresAt);
+      const res = await commit(this.#stats, op, this.#signal);
+      if (!res.ok) return await this.#replace("record changed by someone else", this.#signal);
+      this.#expiresAt = expiresAt;
+      this.#versionstamp = res.versionstamp;
+      this.lastError = undefined;
+    } catch (err) {
+      if (this.#signal.aborted) return;
+      this.lastError = `lease renewal failed: ${errorMessage(err)}`;
+      log.warning("renewing the lease of {node} failed: {err}", {
+        node: this.#ctx.settings.node,
+        err,
+      });
+    }
+  }
+
+  async #replace(why: string, signal: AbortSignal): Promise<void> {
+    const old = this.#id;
+    await this.#write(nonce(), signal);
+    this.#replacements++;
+    log.warning("lease {old} of {node} replaced by {lease}: {why}", {
+      old,
+      node: this.#ctx.settings.node,
+      lease: this.#id,
+      why,
+    });
+    try {
+      this.#onReplaced();
+    } catch (err) {
+      log.error("onLeaseReplaced callback failed: {err}", { err });
+    }
+  }
+
+  async #write(id: string, signal: AbortSignal): Promise<void> {
+    const expiresAt = this.#ctx.settings.now() + this.#ttlMs;
+    const op = this.#set(this.#ctx.kv.atomic(), id, expiresAt);
+    const res = await commit(this.#stats, op, signal);
+    if (!res.ok) throw new StoreUnavailableError("unguarded lease write was refused");
+    this.#id = id;
+    this.#expiresAt = expiresAt;
+    this.#versionstamp = res.versionstamp;
+    this.lastError = undefined;
+  }
+
+  #set(op: Deno.AtomicOperation, id: string, expiresAt: number): Deno.AtomicOperation {
+    const { layout, settings } = this.#ctx;
+    // expireIn is only a backstop for records of nodes that never come back; liveness is judged
+    // from expiresAt. It must outlast expiresAt plus the skew margin of every observer.
+    return op.set(layout.lease(settings.node), { lease: id, expiresAt }, {
+      expireIn: this.#ttlMs + 2 * settings.maxClockSkewMs,
+    });
+  }
+}

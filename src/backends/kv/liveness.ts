@@ -1,0 +1,49 @@
+/**
+ * Whether a reference is live. `expireIn` on a lease record is only a lower bound on its deletion
+ * (locally an expired record stays readable for about a minute), so liveness is judged from the
+ * `expiresAt` inside the value, with the clock-skew margin, never from the record's presence.
+ *
+ * @module
+ */
+import { getMany, type KvContext, type KvStats } from "./io.ts";
+import { decode, type LeaseValue, type RefValue } from "./schema.ts";
+
+/** A node's lease record as read: its decoded value (if valid) and its versionstamp. */
+export interface LeaseRecord {
+  readonly value: LeaseValue | undefined;
+  /** `null` when the record is absent. */
+  readonly versionstamp: string | null;
+}
+
+/**
+ * A reference is live iff its node's lease record exists, has the reference's lease id, and
+ * `expiresAt + maxClockSkewMs > now`.
+ */
+export function isLive(
+  ref: RefValue,
+  lease: LeaseRecord | undefined,
+  now: number,
+  maxClockSkewMs: number,
+): boolean {
+  const v = lease?.value;
+  return v !== undefined && v.lease === ref.lease && v.expiresAt + maxClockSkewMs > now;
+}
+
+/** Reads the lease records of `nodes` (batched), reusing and filling `cache` when given. */
+export async function readLeases(
+  ctx: KvContext,
+  stats: KvStats,
+  nodes: Iterable<string>,
+  signal: AbortSignal,
+  cache: Map<string, LeaseRecord> = new Map(),
+): Promise<Map<string, LeaseRecord>> {
+  const missing = [...new Set(nodes)].filter((n) => !cache.has(n));
+  const entries = await getMany(ctx, stats, missing.map((n) => ctx.layout.lease(n)), signal);
+  entries.forEach((entry, i) => {
+    const value = entry.versionstamp === null
+      ? undefined
+      : decode.lease(entry as Deno.KvEntry<unknown>);
+    cache.set(missing[i], { value, versionstamp: entry.versionstamp });
+  });
+  return cache;
+}

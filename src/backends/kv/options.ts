@@ -1,0 +1,86 @@
+/**
+ * Options of the Deno KV backend and their validation.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { InvalidOptionsError } from "../../errors.ts";
+import { MAX_KEY_BYTES } from "./limits.ts";
+import { prefixFits } from "./layout.ts";
+
+/** Options of {@linkcode DenoKvBackend}. */
+export interface DenoKvBackendOptions {
+  /** Namespace of every key the backend writes: non-empty, strings and numbers only. */
+  readonly prefix: readonly (string | number)[];
+  /** This node's name: non-empty, at most 253 characters, no `/`. */
+  readonly node: string;
+  /**
+   * How often a watch polls the change counter, in ms. Needed because `kv.watch` does not fire
+   * for writes of another process on a local file; in-process writes wake the watch at once.
+   * @default {1000}
+   */
+  readonly pollIntervalMs?: number;
+  /** How often a watch re-lists every master as a safety net, in ms. @default {300000} */
+  readonly resyncIntervalMs?: number;
+  /**
+   * The largest difference between two nodes' clocks, in ms. Lease expiry is judged with this
+   * margin, and a lease is never renewed this close to its expiry.
+   * @default {5000}
+   */
+  readonly maxClockSkewMs?: number;
+  /**
+   * How long change-feed entries are kept, in ms. A watcher that falls further behind re-lists.
+   * @default {600000}
+   */
+  readonly logRetentionMs?: number;
+  /** The clock, in ms since the epoch (injected by tests). @default {Date.now} */
+  readonly now?: () => number;
+}
+
+/** Options after validation, with defaults applied. */
+export interface KvSettings {
+  readonly prefix: readonly (string | number)[];
+  readonly node: string;
+  readonly pollIntervalMs: number;
+  readonly resyncIntervalMs: number;
+  readonly maxClockSkewMs: number;
+  readonly logRetentionMs: number;
+  readonly now: () => number;
+}
+
+const positiveMs = z.number().int().positive();
+
+const optionsSchema = z.object({
+  prefix: z.array(z.union([z.string(), z.number().finite()])).min(1),
+  node: z.string().min(1).max(253).refine((s) => !s.includes("/"), "must not contain '/'"),
+  pollIntervalMs: positiveMs.default(1000),
+  resyncIntervalMs: positiveMs.default(300_000),
+  maxClockSkewMs: z.number().int().nonnegative().default(5000),
+  logRetentionMs: positiveMs.default(600_000),
+  now: z.custom<() => number>((v) => typeof v === "function", "must be a function")
+    .default(() => Date.now),
+}).refine((o) => prefixFits(o.prefix, o.node), {
+  message: `prefix and node leave no room for keys under the ${MAX_KEY_BYTES}-byte key limit`,
+  path: ["prefix"],
+}).refine((o) => o.logRetentionMs >= 2 * (o.pollIntervalMs + o.maxClockSkewMs), {
+  message: "must be at least twice pollIntervalMs + maxClockSkewMs",
+  path: ["logRetentionMs"],
+});
+
+/** Validates `options`; throws {@linkcode InvalidOptionsError} with the details as `cause`. */
+export function resolveKvOptions(kv: unknown, options: unknown): KvSettings {
+  if (
+    typeof kv !== "object" || kv === null ||
+    typeof (kv as Partial<Deno.Kv>).atomic !== "function"
+  ) {
+    throw new InvalidOptionsError("Cannot create DenoKvBackend as 'kv' must be a Deno.Kv");
+  }
+  const result = optionsSchema.safeParse(options);
+  if (!result.success) {
+    throw new InvalidOptionsError(
+      `Cannot create DenoKvBackend: ${z.prettifyError(result.error)}`,
+      { cause: result.error },
+    );
+  }
+  return result.data;
+}

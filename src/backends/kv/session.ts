@@ -1,0 +1,169 @@
+/**
+ * A Deno KV session: the node's lease, its writes and its watches. Each protocol lives in its own
+ * module (`acquire.ts`, `ensure.ts`, `gc.ts`, `feed.ts`, `lease.ts`); this class wires them to the
+ * {@linkcode BackendSession} contract and owns the lifecycle.
+ *
+ * @module
+ */
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "../../allocator/backend.ts";
+import { ClosedError, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { acquire } from "./acquire.ts";
+import { ensure } from "./ensure.ts";
+import { feed } from "./feed.ts";
+import { gcDelete, gcList } from "./gc.ts";
+import { commit, errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
+import { LeaseKeeper } from "./lease.ts";
+import { decode } from "./schema.ts";
+
+/** The Deno KV implementation of {@linkcode BackendSession}. */
+export class DenoKvSession implements BackendSession {
+  /** Round trips of the caller-driven operations (acquire, release, ensure, get, GC). */
+  readonly stats: KvStats = newStats();
+  /** Round trips of the background work (lease renewal, watches). */
+  readonly backgroundStats: KvStats = newStats();
+  readonly #ctx: KvContext;
+  readonly #readOnly: boolean;
+  readonly #closer = new AbortController();
+  readonly #tasks = new Set<Promise<void>>();
+  #lease: LeaseKeeper | undefined;
+  #watchError: string | undefined;
+  #closed = false;
+
+  private constructor(ctx: KvContext, readOnly: boolean) {
+    this.#ctx = ctx;
+    this.#readOnly = readOnly;
+  }
+
+  /** Opens a session: validates `options` and, unless read-only, writes the node's lease. */
+  static async open(ctx: KvContext, options: SessionOptions): Promise<DenoKvSession> {
+    const session = new DenoKvSession(ctx, options.readOnly);
+    if (!options.readOnly) {
+      const ttl = options.leaseTtlMs;
+      const skew = ctx.settings.maxClockSkewMs;
+      if (!Number.isSafeInteger(ttl) || ttl < 2 * skew || ttl <= 0) {
+        throw new InvalidOptionsError(
+          `Cannot open Deno KV session as 'leaseTtlMs' must be a positive integer of at least ` +
+            `2 × maxClockSkewMs (${2 * skew}): current value is ${ttl}`,
+        );
+      }
+      const lease = new LeaseKeeper(
+        ctx,
+        session.backgroundStats,
+        ttl,
+        options.onLeaseReplaced,
+        session.#closer.signal,
+      );
+      await lease.start(options.signal ?? session.#closer.signal);
+      session.#lease = lease;
+    }
+    return session;
+  }
+
+  /** The lease keeper (undefined for read-only sessions); for tests. */
+  get lease(): LeaseKeeper | undefined {
+    return this.#lease;
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    return await acquire(this.#ctx, this.stats, this.#writable("acquire"), request);
+  }
+
+  async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
+    this.#writable("release");
+    const op = this.#ctx.kv.atomic().delete(this.#ctx.layout.ref(key, this.#ctx.settings.node));
+    await commit(this.stats, op, signal);
+  }
+
+  async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
+    return await ensure(this.#ctx, this.stats, this.#writable("ensure"), held, signal);
+  }
+
+  async get(key: string, signal: AbortSignal): Promise<number | undefined> {
+    this.#open();
+    const { layout } = this.#ctx;
+    const index = await get(this.#ctx, this.stats, layout.key(key), signal);
+    if (index.versionstamp === null) return undefined;
+    const id = decode.keyIndex(index as Deno.KvEntry<unknown>)?.id;
+    if (id === undefined) return undefined;
+    return await this.getById(id, signal) === key ? id : undefined;
+  }
+
+  async getById(id: number, signal: AbortSignal): Promise<string | undefined> {
+    this.#open();
+    const master = await get(this.#ctx, this.stats, this.#ctx.layout.id(id), signal);
+    if (master.versionstamp === null) return undefined;
+    return decode.master(master as Deno.KvEntry<unknown>)?.key;
+  }
+
+  watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
+    this.#open();
+    const combined = AbortSignal.any([signal, this.#closer.signal]);
+    return feed(this.#ctx, this.backgroundStats, combined, {
+      onError: (err) => {
+        this.#watchError = `watch failed: ${errorMessage(err)}`;
+      },
+      onSuccess: () => {
+        this.#watchError = undefined;
+      },
+      track: (task) => {
+        this.#tasks.add(task);
+        task.finally(() => this.#tasks.delete(task));
+      },
+    });
+  }
+
+  gcList(range: { min: number; max: number }, signal: AbortSignal): AsyncIterable<GcCandidate> {
+    this.#open();
+    return gcList(this.#ctx, this.stats, range, signal);
+  }
+
+  async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
+    this.#writable("gcDelete");
+    return await gcDelete(this.#ctx, this.stats, candidate, signal);
+  }
+
+  status(): SessionStatus {
+    const lastError = this.#lease?.lastError ?? this.#watchError;
+    return {
+      backend: "deno-kv",
+      node: this.#ctx.settings.node,
+      endpoints: ["deno-kv"],
+      leases: this.#lease && !this.#closed ? 1 : 0,
+      leaseExpiresAt: this.#lease?.expiresAt,
+      lastError,
+      healthy: !this.#closed && lastError === undefined,
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#closer.abort(new ClosedError("Deno KV session"));
+    await this.#lease?.close();
+    await Promise.all([...this.#tasks]);
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #open(): void {
+    if (this.#closed) throw new ClosedError("Deno KV session");
+  }
+
+  #writable(operation: string): LeaseKeeper {
+    this.#open();
+    if (this.#lease === undefined) throw new ReadOnlyError(operation);
+    return this.#lease;
+  }
+}

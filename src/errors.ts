@@ -1,0 +1,149 @@
+/**
+ * Error classes of idalloc. Every error has a stable `name` and, where it wraps another failure, a
+ * `cause`. Abort is not wrapped: an aborted call rejects with the signal's own `reason` (a
+ * `DOMException` named `AbortError` or `TimeoutError`), as web APIs do.
+ *
+ * @example Telling errors apart
+ * ```ts
+ * import { IdallocError, PoolExhaustedError } from "@idalloc/idalloc";
+ *
+ * function explain(err: unknown): string {
+ *   if (err instanceof PoolExhaustedError) return "no free ID left";
+ *   if (err instanceof IdallocError) return `${err.name}: ${err.message}`;
+ *   throw err;
+ * }
+ * console.log(explain(new PoolExhaustedError(1, 5)));
+ * ```
+ *
+ * @module
+ */
+
+/** Options accepted by every idalloc error constructor. */
+export interface IdallocErrorOptions {
+  /** The failure that led to this error. */
+  cause?: unknown;
+}
+
+/** Base class of every error idalloc throws. */
+export class IdallocError extends Error {
+  /** Whether retrying the same call later may succeed (a conflict, a store that is down). */
+  readonly retryable: boolean;
+
+  /**
+   * @param message what went wrong, in one sentence
+   * @param options the `cause`
+   * @param retryable whether the same call may succeed later
+   */
+  constructor(message: string, options?: IdallocErrorOptions, retryable = false) {
+    super(message, options);
+    this.name = "IdallocError";
+    this.retryable = retryable;
+  }
+}
+
+/** Options given to an allocator or backend failed validation. `cause` holds the details. */
+export class InvalidOptionsError extends IdallocError {
+  /** @param message what is wrong; @param options the validation failure as `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "InvalidOptionsError";
+  }
+}
+
+/** A key that cannot be stored: empty, too large for the store, or not encodable. Nothing was written. */
+export class InvalidKeyError extends IdallocError {
+  /** @param message what is wrong with the key; @param options the `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "InvalidKeyError";
+  }
+}
+
+/** An ID that is not a safe integer, or lies outside the allowed range. */
+export class InvalidIdError extends IdallocError {
+  /** @param message what is wrong with the ID; @param options the `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "InvalidIdError";
+  }
+}
+
+/** Every ID in the configured range is taken (Cilium: "no more available IDs in configured space"). */
+export class PoolExhaustedError extends IdallocError {
+  /**
+   * @param min lowest ID of the range
+   * @param max highest ID of the range
+   * @param options the `cause`
+   */
+  constructor(min: number, max: number, options?: IdallocErrorOptions) {
+    super(`no more available IDs in configured space [${min}, ${max}]`, options, true);
+    this.name = "PoolExhaustedError";
+  }
+}
+
+/** Another writer changed the store between our read and our atomic write; retrying is safe. */
+export class ConflictError extends IdallocError {
+  /** @param message what collided; @param options the `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options, true);
+    this.name = "ConflictError";
+  }
+}
+
+/** The store could not be reached or did not answer in time. Retrying later is safe. */
+export class StoreUnavailableError extends IdallocError {
+  /** @param message what failed; @param options the underlying client error as `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options, true);
+    this.name = "StoreUnavailableError";
+  }
+}
+
+/** Allocation gave up after its bounded number of attempts. `cause` is the last attempt's error. */
+export class AllocationFailedError extends IdallocError {
+  /**
+   * @param key the encoded key
+   * @param attempts how many attempts were made
+   * @param options the last error as `cause`
+   */
+  constructor(key: string, attempts: number, options?: IdallocErrorOptions) {
+    super(`allocation of key '${key}' failed after ${attempts} attempts`, options);
+    this.name = "AllocationFailedError";
+  }
+}
+
+/** `release` of a key this allocator does not hold (Cilium: "unable to find key in local cache"). */
+export class KeyNotHeldError extends IdallocError {
+  /** @param key the encoded key; @param options the `cause` */
+  constructor(key: string, options?: IdallocErrorOptions) {
+    super(`key '${key}' is not held by this allocator`, options);
+    this.name = "KeyNotHeldError";
+  }
+}
+
+/** The allocator or backend was used after `close()`. */
+export class ClosedError extends IdallocError {
+  /** @param what the closed object; @param options the `cause` */
+  constructor(what: string, options?: IdallocErrorOptions) {
+    super(`${what} is closed`, options);
+    this.name = "ClosedError";
+  }
+}
+
+/** A write was attempted through an allocator opened with `readOnly: true`. */
+export class ReadOnlyError extends IdallocError {
+  /** @param operation the refused operation; @param options the `cause` */
+  constructor(operation: string, options?: IdallocErrorOptions) {
+    super(`'${operation}' is not allowed on a read-only allocator`, options);
+    this.name = "ReadOnlyError";
+  }
+}
+
+/** An entry in the store does not have the expected shape. It is logged and skipped, never thrown to users of a list. */
+export class CorruptEntryError extends IdallocError {
+  /** @param message which entry and why; @param options the validation failure as `cause` */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "CorruptEntryError";
+  }
+}

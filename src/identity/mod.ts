@@ -1,0 +1,90 @@
+/**
+ * Cilium-style security identities on top of the idalloc allocator: a label set
+ * (`k8s:app=web`, `cidr:10.0.0.0/8`, …) becomes a numeric identity that every node of a cluster
+ * agrees on. Reserved, well-known and user-reserved identities and node-local (CIDR/FQDN)
+ * identities never touch the store; every other label set gets a global identity from the store,
+ * in its cluster's range. Remote clusters' identities can be merged in (clustermesh), and every
+ * change arrives on one batched stream.
+ *
+ * The stored keys are byte-for-byte Cilium's (`source:key=value;` per label, sorted by key).
+ *
+ * @example Allocate, look up and release identities on an embedded Deno KV store
+ * ```ts
+ * import { DenoKvBackend } from "@idalloc/idalloc";
+ * import { IdentityAllocator, Labels } from "@idalloc/idalloc/identity";
+ *
+ * using kv = await Deno.openKv(":memory:");
+ * const backend = new DenoKvBackend(kv, { prefix: ["identities"], node: "10.0.0.1" });
+ * await using identities = await IdentityAllocator.open(backend, { clusterId: 0 });
+ *
+ * const labels = Labels.parse(["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]);
+ * const { identity, isNew } = await identities.allocate(labels);
+ * console.log(identity.id, isNew); // e.g. 40905 true
+ * console.log(identities.lookup(labels)?.id === identity.id); // true
+ * console.log(identities.lookupById(1)?.labels.toString()); // reserved:host
+ * console.log(await identities.release(identity)); // true: this node's last use
+ * ```
+ *
+ * @example Follow changes and another cluster's identities
+ * ```ts ignore
+ * const controller = new AbortController();
+ * await identities.watchRemote("cluster-2", remoteBackend, {
+ *   clusterId: 2,
+ *   signal: controller.signal,
+ * });
+ * for await (const { added, deleted } of identities.changes({ signal: controller.signal })) {
+ *   console.log([...added.keys()], [...deleted]);
+ * }
+ * ```
+ *
+ * @module
+ */
+export {
+  type AllocateIdentityOptions,
+  type AllocateIdentityResult,
+  type ChangesOptions,
+  IdentityAllocator,
+  type IdentityAllocatorOptions,
+  type ReleaseIdentityOptions,
+  type RemoteClusterInfo,
+  type WatchRemoteOptions,
+} from "./allocator.ts";
+export { LabelError } from "./errors.ts";
+export {
+  CLUSTER_LABEL_KEY,
+  compareUtf8,
+  FIXED_IDENTITY_LABEL_KEY,
+  Label,
+  type LabelParts,
+  Labels,
+  labelsCodec,
+  LabelSource,
+  splitLabel,
+} from "./labels.ts";
+export {
+  allocationRange,
+  clusterIdOf,
+  clusterIdShift,
+  hasLocalScope,
+  hasRemoteNodeScope,
+  IDENTITY_SCOPE_MASK,
+  IdentityScope,
+  isUserReservedIdentity,
+  MAX_LOCAL_IDENTITY,
+  MAX_NUMERIC_IDENTITY,
+  type MaxConnectedClusters,
+  MIN_LOCAL_IDENTITY,
+  MINIMAL_NUMERIC_IDENTITY,
+  ReservedIdentity,
+  scopeOf,
+  USER_RESERVED_NUMERIC_IDENTITY,
+  WellKnownIdentity,
+} from "./numeric.ts";
+export {
+  ReservedIdentities,
+  type ReservedIdentitiesOptions,
+  UNKNOWN_IDENTITY,
+} from "./reserved.ts";
+export { requiresGlobalIdentity, scopeForLabels } from "./scope.ts";
+export type { Identity, IdentityChange } from "./types.ts";
+export { allValidators, clusterIdValidator, clusterNameValidator } from "./validators.ts";

@@ -1,0 +1,376 @@
+/**
+ * Private etcd processes for tests and benchmarks: free loopback ports, a temporary data dir,
+ * short raft timings, stopped by PID.
+ *
+ * etcd is launched through a tiny shell wrapper that returns at once (so no child-process resource
+ * stays open across tests and the sanitizers stay quiet) and leaves a watchdog behind that kills
+ * etcd and removes the data dir if this Deno process dies without cleaning up.
+ *
+ * @example
+ * ```ts ignore
+ * await using etcd = await startEtcd({ members: 3 });
+ * console.log(etcd.endpoints, await etcd.leader());
+ * ```
+ * @module
+ */
+
+/** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
+export const DEBIAN_ETCD = "/usr/bin/etcd";
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
+
+/** The etcd binary: the first `etcd` on PATH, else Debian's path; `undefined` if neither. */
+export function findEtcd(): string | undefined {
+  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
+    if (dir !== "" && isFile(`${dir}/etcd`)) return `${dir}/etcd`;
+  }
+  return isFile(DEBIAN_ETCD) ? DEBIAN_ETCD : undefined;
+}
+
+let warned = false;
+
+/**
+ * Why the etcd tests cannot run here, or `undefined` when they can. Without etcd the tests are
+ * skipped with a loud message, unless env `CI` is set: then this returns `undefined`, the tests
+ * run, and they fail in {@linkcode startEtcd} saying etcd is missing.
+ */
+export function etcdUnavailable(): string | undefined {
+  if (findEtcd() !== undefined) return undefined;
+  if (Deno.env.get("CI")) return undefined;
+  const why =
+    "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd; apt-get install etcd-server)";
+  if (!warned) {
+    warned = true;
+    console.error(
+      `\n${
+        "!".repeat(100)
+      }\n!!! SKIPPING THE etcd TESTS: ${why}\n!!! With CI set they fail instead.\n${
+        "!".repeat(100)
+      }\n`,
+    );
+  }
+  return why;
+}
+
+/** Options of {@linkcode startEtcd}. */
+export interface StartEtcdOptions {
+  /** Cluster size. @default {1} */
+  readonly members?: 1 | 3;
+  /** Raft heartbeat in ms. @default {50} */
+  readonly heartbeatMs?: number;
+  /** Raft election timeout in ms. @default {500} */
+  readonly electionMs?: number;
+}
+
+/** A running private etcd cluster. */
+export interface EtcdCluster extends AsyncDisposable {
+  /** Client URLs, one per member (`http://127.0.0.1:<port>`). */
+  readonly endpoints: readonly string[];
+  /** Member names, in the order of `endpoints`. */
+  readonly names: readonly string[];
+  /** SIGKILLs member `index` and waits until it is gone. */
+  kill(index: number): Promise<void>;
+  /** Starts a killed member again on the same ports and data dir and waits until it is healthy. */
+  restart(index: number): Promise<void>;
+  /** Index of the current leader (waits for one), as every live member reports it. */
+  leader(): Promise<number>;
+  /** Whether member `index` is running. */
+  running(index: number): boolean;
+  /** Compacts the store up to `revision` (0: the current revision). Returns the revision. */
+  compact(revision?: number): Promise<number>;
+  /** Stops every member (SIGTERM, then SIGKILL) and removes the data dirs. */
+  close(): Promise<void>;
+  /** SIGKILLs every member and removes the data dirs, synchronously (for `unload`). */
+  stopSync(): void;
+}
+
+interface Member {
+  readonly name: string;
+  readonly clientPort: number;
+  readonly peerPort: number;
+  readonly dataDir: string;
+  pid?: number;
+}
+
+/** A free loopback TCP port (bind port 0, read it, close). */
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+function alive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    // The state follows the parenthesised command name; a zombie has released its ports.
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch {
+    return false;
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function gateway<T>(port: number, path: string, body: unknown, timeoutMs = 1000): Promise<T> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+    method: "POST",
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`etcd ${path}: HTTP ${res.status} ${text}`);
+  return JSON.parse(text) as T;
+}
+
+async function healthy(port: number): Promise<boolean> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/health`, {
+      signal: AbortSignal.timeout(1000),
+    });
+    const body = await res.text();
+    return res.ok && body.includes('"true"');
+  } catch {
+    return false;
+  }
+}
+
+// The wrapper prints etcd's PID and exits; the watchdog subshell outlives it, detached from our
+// pipes, and cleans up if the test process (PARENT) disappears first.
+const WRAPPER = `
+parent="$1"; base="$2"; log="$3"; shift 3
+"$@" >>"$log" 2>&1 </dev/null &
+pid=$!
+echo "$pid"
+(
+  while kill -0 "$parent" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then exit 0; fi
+    sleep 0.5
+  done
+  kill -9 "$pid" 2>/dev/null
+  rm -rf "$base"
+) >/dev/null 2>&1 </dev/null &
+`;
+
+/** Starts a private etcd cluster on loopback and waits until every member is healthy. */
+export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdCluster> {
+  const found = findEtcd();
+  if (found === undefined) {
+    throw new Error(
+      "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd): apt-get install etcd-server",
+    );
+  }
+  const binary: string = found;
+  const size = options.members ?? 1;
+  const heartbeat = options.heartbeatMs ?? 50;
+  const election = options.electionMs ?? 500;
+  const base = await Deno.makeTempDir({ prefix: "idalloc-etcd-" });
+  const token = `idalloc-${crypto.randomUUID()}`;
+  const members: Member[] = [];
+  for (let i = 0; i < size; i++) {
+    members.push({
+      name: `m${i}`,
+      clientPort: freePort(),
+      peerPort: freePort(),
+      dataDir: `${base}/m${i}`,
+    });
+  }
+  const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
+
+  async function spawn(m: Member): Promise<void> {
+    const client = `http://127.0.0.1:${m.clientPort}`;
+    const peer = `http://127.0.0.1:${m.peerPort}`;
+    const args = [
+      "--name",
+      m.name,
+      "--data-dir",
+      m.dataDir,
+      "--listen-client-urls",
+      client,
+      "--advertise-client-urls",
+      client,
+      "--listen-peer-urls",
+      peer,
+      "--initial-advertise-peer-urls",
+      peer,
+      "--initial-cluster",
+      initialCluster,
+      "--initial-cluster-state",
+      "new",
+      "--initial-cluster-token",
+      token,
+      "--heartbeat-interval",
+      String(heartbeat),
+      "--election-timeout",
+      String(election),
+      "--logger",
+      "zap",
+      "--log-outputs",
+      "stderr",
+      "--log-level",
+      "warn",
+    ];
+    const out = await new Deno.Command("/bin/sh", {
+      args: [
+        "-c",
+        WRAPPER,
+        "idalloc-etcd",
+        String(Deno.pid),
+        base,
+        `${base}/${m.name}.log`,
+        binary,
+        ...args,
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "inherit",
+    }).output();
+    const pid = Number(new TextDecoder().decode(out.stdout).trim());
+    if (!out.success || !Number.isSafeInteger(pid) || pid <= 0) {
+      throw new Error(`could not start etcd member ${m.name}`);
+    }
+    m.pid = pid;
+  }
+
+  async function waitHealthy(list: Member[], timeoutMs = 20_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (const m of list) {
+      while (!(await healthy(m.clientPort))) {
+        if (m.pid === undefined || !alive(m.pid)) {
+          const log = await Deno.readTextFile(`${base}/${m.name}.log`).catch(() => "");
+          throw new Error(`etcd member ${m.name} exited:\n${log.slice(-2000)}`);
+        }
+        if (Date.now() > deadline) throw new Error(`etcd member ${m.name} not healthy in time`);
+        await delay(25);
+      }
+    }
+  }
+
+  async function stop(m: Member, signal: Deno.Signal): Promise<void> {
+    const pid = m.pid;
+    if (pid === undefined) return;
+    try {
+      Deno.kill(pid, signal);
+    } catch {
+      // already gone
+    }
+    const deadline = Date.now() + 5000;
+    while (alive(pid)) {
+      if (Date.now() > deadline) {
+        try {
+          Deno.kill(pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+      await delay(10);
+    }
+    m.pid = undefined;
+  }
+
+  let closed = false;
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    await Promise.all(members.map((m) => stop(m, "SIGTERM")));
+    await Deno.remove(base, { recursive: true }).catch(() => {});
+  };
+
+  try {
+    await Promise.all(members.map(spawn));
+    await waitHealthy(members);
+  } catch (err) {
+    await close();
+    throw err;
+  }
+
+  const livePorts = () => members.filter((m) => m.pid !== undefined).map((m) => m.clientPort);
+
+  return {
+    endpoints: members.map((m) => `http://127.0.0.1:${m.clientPort}`),
+    names: members.map((m) => m.name),
+    async kill(index: number): Promise<void> {
+      await stop(members[index], "SIGKILL");
+    },
+    async restart(index: number): Promise<void> {
+      const m = members[index];
+      if (m.pid !== undefined) throw new Error(`member ${m.name} is running`);
+      await spawn(m);
+      await waitHealthy([m]);
+    },
+    running(index: number): boolean {
+      const pid = members[index].pid;
+      return pid !== undefined && alive(pid);
+    },
+    async leader(): Promise<number> {
+      const deadline = Date.now() + 20_000;
+      while (Date.now() < deadline) {
+        const ids = new Map<string, number>();
+        let leader: string | undefined;
+        for (const [i, m] of members.entries()) {
+          if (m.pid === undefined) continue;
+          try {
+            const s = await gateway<{ header: { member_id: string }; leader?: string }>(
+              m.clientPort,
+              "/v3/maintenance/status",
+              {},
+            );
+            ids.set(s.header.member_id, i);
+            if (s.leader && s.leader !== "0") leader ??= s.leader;
+          } catch {
+            // member not answering; ask the others
+          }
+        }
+        if (
+          leader !== undefined && ids.has(leader) &&
+          (await healthy(members[ids.get(leader)!].clientPort))
+        ) {
+          return ids.get(leader)!;
+        }
+        await delay(50);
+      }
+      throw new Error("no etcd leader");
+    },
+    async compact(revision = 0): Promise<number> {
+      const port = livePorts()[0];
+      let rev = revision;
+      if (rev === 0) {
+        const r = await gateway<{ header: { revision: string } }>(port, "/v3/kv/range", {
+          key: btoa("\0"),
+          count_only: true,
+        });
+        rev = Number(r.header.revision);
+      }
+      await gateway(port, "/v3/kv/compaction", { revision: String(rev), physical: true }, 5000);
+      return rev;
+    },
+    close,
+    stopSync(): void {
+      if (closed) return;
+      closed = true;
+      for (const m of members) {
+        if (m.pid === undefined) continue;
+        try {
+          Deno.kill(m.pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+      try {
+        Deno.removeSync(base, { recursive: true });
+      } catch {
+        // etcd may still hold files for a moment; the watchdog removes the dir
+      }
+    },
+    [Symbol.asyncDispose]: close,
+  };
+}

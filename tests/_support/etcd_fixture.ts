@@ -1,0 +1,164 @@
+/**
+ * The etcd `BackendFactory` for the conformance suite: one private etcd per test process (started
+ * on first use, stopped at exit), a fresh random prefix per fixture.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import { Etcd3 } from "etcd3";
+import type { Backend } from "../../src/allocator/backend.ts";
+import { EtcdBackend, type EtcdBackendOptions } from "../../src/backends/etcd/mod.ts";
+import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
+import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
+import type {
+  BackendFactory,
+  NodeBackendOptions,
+  StoredReference,
+  StoreFixture,
+  StoreSpec,
+} from "./fixture.ts";
+
+let shared: Promise<EtcdCluster> | undefined;
+
+/**
+ * The process-wide private etcd (one member), started on first call and stopped when the
+ * process exits. Tests that kill or restart members start their own with `startEtcd`.
+ */
+export function sharedEtcd(): Promise<EtcdCluster> {
+  shared ??= startEtcd().then((cluster) => {
+    globalThis.addEventListener("unload", () => cluster.stopSync());
+    return cluster;
+  });
+  return shared;
+}
+
+/** A raw etcd3 client for direct reads and writes in tests. Close it with `close()`. */
+export function rawClient(endpoints: readonly string[]): Etcd3 {
+  return new Etcd3({
+    hosts: [...endpoints],
+    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+  });
+}
+
+/** UTF-8 bytes. */
+export function b(s: string): Buffer {
+  return Buffer.from(s, "utf8");
+}
+
+/** Every key-value under `prefix`, as strings, sorted by key. */
+export async function dump(
+  client: Etcd3,
+  prefix: string,
+): Promise<Array<{ key: string; value: string; lease: string; mod: string }>> {
+  const res = await client.getAll().prefix(prefix).exec();
+  return res.kvs.map((kv) => ({
+    key: kv.key.toString(),
+    value: kv.value.toString(),
+    lease: String(kv.lease),
+    mod: String(kv.mod_revision),
+  }));
+}
+
+/**
+ * Opens an etcd backend for `node` on the store a {@linkcode StoreSpec} names (used by child
+ * processes of the multi-process scenarios).
+ */
+export function openEtcdBackend(
+  spec: Extract<StoreSpec, { kind: "etcd" }>,
+  node: string,
+  options: Partial<EtcdBackendOptions> = {},
+): Promise<EtcdBackend> {
+  return EtcdBackend.connect({
+    ...options,
+    endpoints: spec.endpoints,
+    prefix: spec.prefix,
+    node,
+  });
+}
+
+class EtcdStoreFixture implements StoreFixture {
+  readonly kind = "etcd";
+  readonly #endpoints: readonly string[];
+  readonly #prefix: string;
+  readonly #layout: EtcdLayout;
+  readonly #raw: Etcd3;
+  readonly #backends: EtcdBackend[] = [];
+
+  constructor(endpoints: readonly string[], prefix: string) {
+    this.#endpoints = endpoints;
+    this.#prefix = prefix;
+    this.#layout = new EtcdLayout(prefix);
+    this.#raw = rawClient(endpoints);
+  }
+
+  async backend(node: string, _options?: NodeBackendOptions): Promise<Backend> {
+    const backend = await EtcdBackend.connect({
+      endpoints: [...this.#endpoints],
+      prefix: this.#prefix,
+      node,
+      requestTimeoutMs: 5_000,
+    });
+    this.#backends.push(backend);
+    return backend;
+  }
+
+  spec(): StoreSpec {
+    return { kind: "etcd", endpoints: [...this.#endpoints], prefix: this.#prefix };
+  }
+
+  async masters(): Promise<Map<number, string>> {
+    const out = new Map<number, string>();
+    for (const kv of await dump(this.#raw, this.#layout.masterRange)) {
+      const id = this.#layout.idOfMasterKey(kv.key);
+      if (id !== undefined && kv.value !== "") out.set(id, kv.value);
+    }
+    return out;
+  }
+
+  async references(): Promise<StoredReference[]> {
+    const out: StoredReference[] = [];
+    for (const kv of await dump(this.#raw, this.#layout.valuePrefix + "/")) {
+      const parts = this.#layout.splitRefKey(kv.key);
+      const id = parseId(kv.value);
+      if (!parts || id === undefined) continue;
+      // etcd deletes a lease's keys when it expires: a stored reference is a live one.
+      out.push({ key: parts.key, node: parts.node, id, live: true });
+    }
+    return out;
+  }
+
+  async plantCorruptEntries(): Promise<void> {
+    await this.#raw.put(`${this.#layout.masterRange}not-a-number`).value("k8s:corrupt=1;");
+    await this.#raw.put(this.#layout.masterKey(987_654)).value("");
+    await this.#raw.put(this.#layout.refKey("k8s:corrupt=2;", "node-x")).value("not-an-id");
+  }
+
+  async deleteMaster(id: number): Promise<void> {
+    await this.#raw.delete().key(this.#layout.masterKey(id));
+  }
+
+  async deleteReference(key: string, node: string): Promise<void> {
+    await this.#raw.delete().key(this.#layout.refKey(key, node));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.allSettled(this.#backends.map((b) => b.close()));
+    try {
+      await this.#raw.delete().prefix(this.#prefix + "/");
+    } finally {
+      this.#raw.close();
+    }
+  }
+}
+
+/** The etcd factory of the conformance suite. */
+export const etcdFactory: BackendFactory = {
+  kind: "etcd",
+  get unavailable(): string | undefined {
+    return etcdUnavailable();
+  },
+  async create(): Promise<StoreFixture> {
+    const etcd = await sharedEtcd();
+    return new EtcdStoreFixture(etcd.endpoints, `idalloc-test/${crypto.randomUUID()}`);
+  },
+};

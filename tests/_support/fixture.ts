@@ -1,0 +1,55 @@
+/**
+ * The conformance-suite contract: one factory per backend. A third backend gets the whole suite by
+ * adding one `BackendFactory` to `tests/_support/factories.ts`.
+ */
+import type { Backend } from "../../src/allocator/backend.ts";
+
+/** Options for a node's backend in a fixture. */
+export interface NodeBackendOptions {
+  /** Overrides for the backend's own timing knobs (poll intervals etc.), backend-specific. */
+  readonly fast?: boolean;
+}
+
+/** What a child process needs to open the same store: plain JSON. */
+export type StoreSpec =
+  | { readonly kind: "deno-kv"; readonly path: string; readonly prefix: string[] }
+  | { readonly kind: "etcd"; readonly endpoints: string[]; readonly prefix: string };
+
+/** A reference as stored, for invariant checks. */
+export interface StoredReference {
+  readonly key: string;
+  readonly node: string;
+  readonly id: number;
+  /** Whether its lease is alive now. */
+  readonly live: boolean;
+}
+
+/** One isolated namespace of a real store (a fresh KV file, or a fresh prefix on a private etcd). */
+export interface StoreFixture extends AsyncDisposable {
+  /** Backend kind. */
+  readonly kind: string;
+  /** A backend for node `node` on this namespace. Closed with the fixture. */
+  backend(node: string, options?: NodeBackendOptions): Promise<Backend>;
+  /** JSON a child process passes to `openBackendFromSpec` to reach the same namespace. */
+  spec(): StoreSpec;
+  /** Every master in the store: ID → encoded key (read directly, bypassing any allocator). */
+  masters(): Promise<Map<number, string>>;
+  /** Every reference in the store. */
+  references(): Promise<StoredReference[]>;
+  /** Writes garbage under the namespace (a master with a non-numeric ID, a master with a bad value, a bad reference). */
+  plantCorruptEntries(): Promise<void>;
+  /** Deletes master `id` directly (an operator's mistake, store loss). */
+  deleteMaster(id: number): Promise<void>;
+  /** Deletes node `node`'s reference to `key` directly. */
+  deleteReference(key: string, node: string): Promise<void>;
+}
+
+/** Makes fixtures of one backend kind. */
+export interface BackendFactory {
+  /** Backend kind, used in test names. */
+  readonly kind: string;
+  /** Undefined when the backend can run here; otherwise why not (e.g. no etcd on PATH). */
+  readonly unavailable?: string;
+  /** A fresh isolated namespace. */
+  create(): Promise<StoreFixture>;
+}

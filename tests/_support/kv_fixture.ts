@@ -1,0 +1,170 @@
+/**
+ * The Deno KV {@linkcode BackendFactory}: every fixture is a fresh KV file in its own temp dir,
+ * removed on dispose. Each `backend()` opens its own `Deno.Kv` handle on that file, as a separate
+ * node would; the fixture closes them all.
+ *
+ * Timing knobs: `fast` → poll 20 ms, clock skew 50 ms, resync 1 s; otherwise poll 100 ms, skew
+ * 250 ms, resync 5 s. Lease TTLs given to the allocator must be at least twice the skew.
+ *
+ * @example
+ * ```ts ignore
+ * await using store = await kvFactory.create();
+ * const backend = await store.backend("node-a", { fast: true });
+ * ```
+ * @module
+ */
+import { DenoKvBackend, type DenoKvBackendOptions } from "../../src/backends/kv/mod.ts";
+import { KvLayout } from "../../src/backends/kv/layout.ts";
+import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
+import { decode } from "../../src/backends/kv/schema.ts";
+import type {
+  BackendFactory,
+  NodeBackendOptions,
+  StoredReference,
+  StoreFixture,
+  StoreSpec,
+} from "./fixture.ts";
+
+/** The prefix every KV fixture uses (the file is fresh, so any prefix isolates). */
+export const KV_FIXTURE_PREFIX: readonly string[] = ["idalloc", "test"];
+
+/** Timing knobs of fixture backends. */
+export function kvTimings(
+  options?: NodeBackendOptions,
+): Pick<DenoKvBackendOptions, "pollIntervalMs" | "maxClockSkewMs" | "resyncIntervalMs"> {
+  return options?.fast
+    ? { pollIntervalMs: 20, maxClockSkewMs: 50, resyncIntervalMs: 1_000 }
+    : { pollIntervalMs: 100, maxClockSkewMs: 250, resyncIntervalMs: 5_000 };
+}
+
+/** Makes fresh KV-file fixtures. */
+export const kvFactory: BackendFactory = {
+  kind: "deno-kv",
+  unavailable: undefined,
+  create: () => KvStoreFixture.create(),
+};
+
+/** One fresh KV file. */
+export class KvStoreFixture implements StoreFixture {
+  readonly kind: string = "deno-kv";
+  /** The KV file. */
+  readonly path: string;
+  /** The fixture's own handle, for direct reads and damage. */
+  readonly kv: Deno.Kv;
+  /** The layout under {@linkcode KV_FIXTURE_PREFIX}. */
+  readonly layout: KvLayout = new KvLayout(KV_FIXTURE_PREFIX);
+  readonly #dir: string;
+  readonly #handles: Deno.Kv[] = [];
+  /** Skew margin per node, to judge liveness as the node's own backend does. */
+  readonly #skew = new Map<string, number>();
+
+  private constructor(dir: string, kv: Deno.Kv) {
+    this.#dir = dir;
+    this.path = `${dir}/ids.kv`;
+    this.kv = kv;
+  }
+
+  /** Creates the temp dir and the KV file. */
+  static async create(): Promise<KvStoreFixture> {
+    const dir = await Deno.makeTempDir({ prefix: "idalloc-kv-" });
+    const kv = await Deno.openKv(`${dir}/ids.kv`);
+    return new KvStoreFixture(dir, kv);
+  }
+
+  async backend(node: string, options?: NodeBackendOptions): Promise<DenoKvBackend> {
+    const kv = await Deno.openKv(this.path);
+    this.#handles.push(kv);
+    const timings = kvTimings(options);
+    this.#skew.set(node, timings.maxClockSkewMs!);
+    return new DenoKvBackend(kv, { prefix: KV_FIXTURE_PREFIX, node, ...timings });
+  }
+
+  spec(): StoreSpec {
+    return { kind: "deno-kv", path: this.path, prefix: [...KV_FIXTURE_PREFIX] };
+  }
+
+  async masters(): Promise<Map<number, string>> {
+    const out = new Map<number, string>();
+    for await (const entry of this.kv.list({ prefix: this.layout.ids() })) {
+      const id = this.layout.parseId(entry.key);
+      const value = id === undefined ? undefined : decode.master(entry);
+      if (id !== undefined && value !== undefined) out.set(id, value.key);
+    }
+    return out;
+  }
+
+  async references(): Promise<StoredReference[]> {
+    const refs: { key: string; node: string; id: number; lease: string }[] = [];
+    for await (const entry of this.kv.list({ prefix: this.layout.refs() })) {
+      const parsed = this.layout.parseRef(entry.key);
+      const value = parsed === undefined ? undefined : decode.ref(entry);
+      if (parsed !== undefined && value !== undefined) refs.push({ ...parsed, ...value });
+    }
+    const nodes = [...new Set(refs.map((r) => r.node))];
+    const leases = new Map<string, LeaseRecord>();
+    for (const node of nodes) {
+      const entry = await this.kv.get(this.layout.lease(node));
+      leases.set(node, {
+        value: entry.versionstamp === null
+          ? undefined
+          : decode.lease(entry as Deno.KvEntry<unknown>),
+        versionstamp: entry.versionstamp,
+      });
+    }
+    const now = Date.now();
+    return refs.map(({ key, node, id, lease }) => ({
+      key,
+      node,
+      id,
+      live: isLive({ id, lease }, leases.get(node), now, this.#skew.get(node) ?? 250),
+    }));
+  }
+
+  async plantCorruptEntries(): Promise<void> {
+    const P = KV_FIXTURE_PREFIX;
+    await this.kv.atomic()
+      .set([...P, "id", "not-a-number"], { key: "corrupt-a" }) // non-numeric ID
+      .set([...P, "id", 9_999], "not an object") // master with a bad value
+      .set([...P, "id", 12, "extra"], { key: "corrupt-b" }) // wrong key shape
+      .set([...P, "key", "corrupt-index"], { id: "seven" }) // bad key index
+      .set([...P, "ref", "corrupt-key", "ghost"], 42) // bad reference
+      .set([...P, "log", Date.now(), "ghost", "x"], "garbage") // bad change-feed entry
+      .commit();
+  }
+
+  /** Deletes master `id` and its key index (the pair is the master in this layout), unlogged. */
+  async deleteMaster(id: number): Promise<void> {
+    const master = await this.kv.get(this.layout.id(id));
+    const op = this.kv.atomic().delete(this.layout.id(id));
+    const key = master.versionstamp === null
+      ? undefined
+      : decode.master(master as Deno.KvEntry<unknown>)?.key;
+    if (key !== undefined) {
+      const index = await this.kv.get(this.layout.key(key));
+      if (
+        index.versionstamp !== null &&
+        decode.keyIndex(index as Deno.KvEntry<unknown>)?.id === id
+      ) {
+        op.delete(this.layout.key(key));
+      }
+    }
+    await op.commit();
+  }
+
+  async deleteReference(key: string, node: string): Promise<void> {
+    await this.kv.delete(this.layout.ref(key, node));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    for (const kv of [...this.#handles.splice(0), this.kv]) closeQuietly(kv);
+    await Deno.remove(this.#dir, { recursive: true });
+  }
+}
+
+function closeQuietly(kv: Deno.Kv): void {
+  try {
+    kv.close();
+  } catch {
+    // already closed by the test
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * Helpers of the etcd backend tests: an isolated namespace on the shared private etcd (or a
+ * given cluster), sessions with short leases, deterministic candidate pickers.
+ */
+import assert from "node:assert/strict";
+import type { Etcd3 } from "etcd3";
+import type {
+  BackendEvent,
+  BackendSession,
+  SessionOptions,
+} from "../../../src/allocator/backend.ts";
+import { EtcdBackend, type EtcdBackendOptions } from "../../../src/backends/etcd/mod.ts";
+import { EtcdLayout } from "../../../src/backends/etcd/paths.ts";
+import { type EtcdCluster, etcdUnavailable } from "../../_support/etcd.ts";
+import { dump, rawClient, sharedEtcd } from "../../_support/etcd_fixture.ts";
+
+/** Registers an etcd test; skipped (loudly) when etcd is missing, unless CI is set. */
+export function etcdTest(name: string, fn: (t: Deno.TestContext) => Promise<void>): void {
+  Deno.test({ name, ignore: etcdUnavailable() !== undefined, fn });
+}
+
+/** Picks the first of `ids` not excluded (a deterministic stand-in for the allocator's pool). */
+export function picker(...ids: number[]): (exclude: ReadonlySet<number>) => number | undefined {
+  return (exclude) => ids.find((id) => !exclude.has(id));
+}
+
+/** A generous deadline for one call in a test. */
+export function deadline(ms = 10_000): AbortSignal {
+  return AbortSignal.timeout(ms);
+}
+
+/** Polls `check` until it holds, failing with `message` after `timeoutMs`. */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  message: string,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) assert.fail(`timed out waiting until ${message}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** An isolated prefix on a private etcd, with a raw client; disposing deletes the prefix. */
+export interface Namespace extends AsyncDisposable {
+  readonly endpoints: readonly string[];
+  readonly prefix: string;
+  readonly layout: EtcdLayout;
+  /** Raw etcd3 client (for writing fixtures and reading the store directly). */
+  readonly raw: Etcd3;
+  /** A backend for `node` on this prefix (closed with the namespace). */
+  backend(node: string, options?: Partial<EtcdBackendOptions>): Promise<EtcdBackend>;
+  /** Every key-value under the prefix. */
+  dump(): Promise<Array<{ key: string; value: string; lease: string; mod: string }>>;
+}
+
+/** Opens a namespace on `cluster` (default: the shared private etcd) under `prefix`. */
+export async function namespace(
+  cluster?: EtcdCluster,
+  prefix = `t/${crypto.randomUUID()}/cilium/state/identities/v1`,
+): Promise<Namespace> {
+  const etcd = cluster ?? await sharedEtcd();
+  const endpoints = etcd.endpoints;
+  const raw = rawClient(endpoints);
+  const backends: EtcdBackend[] = [];
+  return {
+    endpoints,
+    prefix,
+    layout: new EtcdLayout(prefix),
+    raw,
+    async backend(node, options = {}) {
+      const b = await EtcdBackend.connect({ endpoints: [...endpoints], prefix, node, ...options });
+      backends.push(b);
+      return b;
+    },
+    dump: () => dump(raw, prefix + "/"),
+    async [Symbol.asyncDispose]() {
+      await Promise.allSettled(backends.map((b) => b.close()));
+      try {
+        await raw.delete().prefix(prefix + "/").catch(() => {});
+      } finally {
+        raw.close();
+      }
+    },
+  };
+}
+
+/** Opens a writable session with a 2 s lease. */
+export function openSession(
+  backend: EtcdBackend,
+  options: Partial<SessionOptions> = {},
+): Promise<BackendSession> {
+  return backend.openSession({
+    leaseTtlMs: 2_000,
+    readOnly: false,
+    onLeaseReplaced: () => {},
+    ...options,
+  });
+}
+
+/** Requests of operation `op` (default: `acquire` transactions) `backend` sent while `fn` ran. */
+export async function requestsDuring<T>(
+  backend: EtcdBackend,
+  fn: () => Promise<T>,
+  op = "acquire",
+): Promise<{ result: T; requests: number }> {
+  const before = backend.requestStats().operations[op] ?? 0;
+  const result = await fn();
+  return { result, requests: (backend.requestStats().operations[op] ?? 0) - before };
+}
+
+/** Events without their opaque versions, for comparisons. */
+export function plain(events: readonly BackendEvent[]): Array<Record<string, unknown>> {
+  return events.map((e) => {
+    if (e.type === "upsert") return { type: e.type, id: e.id, key: e.key };
+    return { ...e };
+  });
+}
+
+/** Collects a session's watch events until (and including) the first `synced`. */
+export async function listUntilSynced(
+  session: BackendSession,
+  signal: AbortSignal,
+): Promise<BackendEvent[]> {
+  const out: BackendEvent[] = [];
+  for await (const ev of session.watch(signal)) {
+    out.push(ev);
+    if (ev.type === "synced") break;
+  }
+  return out;
+}

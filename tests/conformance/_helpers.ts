@@ -1,0 +1,64 @@
+import assert from "node:assert/strict";
+import { Allocator, type AllocatorOptions } from "../../mod.ts";
+import type { StoreFixture } from "../_support/fixture.ts";
+
+/** Short timings so lease expiry and periodic work happen within a test. */
+export const FAST: Partial<AllocatorOptions> = {
+  leaseTtlMs: 2_000,
+  syncIntervalMs: 60_000,
+  backoff: { initialMs: 5, maxMs: 100, factor: 2 },
+};
+
+/** Opens an allocator for `node` on the fixture's store. */
+export async function openNode(
+  fx: StoreFixture,
+  node: string,
+  options: AllocatorOptions,
+): Promise<Allocator> {
+  const backend = await fx.backend(node, { fast: true });
+  return await Allocator.open(backend, { ...FAST, ...options });
+}
+
+/** Polls `check` until it returns true (or throws the last assertion after `timeoutMs`). */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  message: string,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (true) {
+    if (await check()) return;
+    if (Date.now() > deadline) assert.fail(`timed out waiting until ${message}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/**
+ * Invariants 1 and 2 of protocol-notes.md, read directly from the store: every live reference of a
+ * key carries the same ID, that ID's master maps to that key, and no two masters share a key that
+ * has live references.
+ */
+export async function assertStoreInvariants(fx: StoreFixture): Promise<void> {
+  const masters = await fx.masters();
+  const refs = await fx.references();
+  const idOfKey = new Map<string, number>();
+  for (const ref of refs) {
+    if (!ref.live) continue;
+    const seen = idOfKey.get(ref.key);
+    assert.ok(
+      seen === undefined || seen === ref.id,
+      `key ${ref.key} has live references to two IDs: ${seen} and ${ref.id}`,
+    );
+    idOfKey.set(ref.key, ref.id);
+    assert.equal(
+      masters.get(ref.id),
+      ref.key,
+      `live reference ${ref.key}@${ref.node} → ${ref.id} has no matching master`,
+    );
+  }
+}
+
+/** `n` keys named like Cilium's tests. */
+export function keys(n: number, prefix = "key"): string[] {
+  return Array.from({ length: n }, (_, i) => `${prefix}${String(i + 1).padStart(4, "0")}`);
+}
