@@ -102,7 +102,7 @@ interface Target {
   readonly what: string;
 }
 
-async function kvTarget(path: string): Promise<Target> {
+function kvTarget(path: string): Target {
   const handles: Deno.Kv[] = [];
   const prefix = ["bench-identity", crypto.randomUUID()];
   return {
@@ -143,9 +143,9 @@ export async function benchIdentity(
   let store: Target;
   if (target === undefined) {
     tempDir = await Deno.makeTempDir({ prefix: "idalloc-bench-identity-" });
-    store = await kvTarget(`${tempDir}/identities.kv`);
+    store = kvTarget(`${tempDir}/identities.kv`);
   } else if (typeof target === "string") {
-    store = await kvTarget(target);
+    store = kvTarget(target);
   } else {
     store = await factoryTarget(target);
   }

@@ -9,7 +9,12 @@ import { Allocator, DenoKvBackend } from "../../mod.ts";
 
 const [path, node] = Deno.args;
 using kv = await Deno.openKv(path);
-const backend = new DenoKvBackend(kv, { prefix: ["idalloc", "demo"], node, pollIntervalMs: 200 });
+const backend = new DenoKvBackend(kv, {
+  prefix: ["idalloc", "demo"],
+  node,
+  pollIntervalMs: 200,
+  maxClockSkewMs: 500,
+});
 await using alloc = await Allocator.open(backend, { min: 256, max: 65535, leaseTtlMs: 3_000 });
 
 const lines = Deno.stdin.readable.pipeThrough(new TextDecoderStream());

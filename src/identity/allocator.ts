@@ -11,13 +11,15 @@ import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";
 import { ClosedError, InvalidIdError, InvalidOptionsError } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
+import { untilAborted } from "./abortable.ts";
 import { ChangeHub } from "./changes.ts";
 import { LabelError } from "./errors.ts";
 import { Labels, labelsCodec } from "./labels.ts";
-import { LocalIdentityCache } from "./local.ts";
+import { LocalIdentityCache, type LocalIdentityEvent } from "./local.ts";
 import {
   allocationRange,
   checkClusterId,
+  clusterIdShift,
   hasLocalScope,
   hasRemoteNodeScope,
   IdentityScope,
@@ -206,8 +208,8 @@ export class IdentityAllocator implements AsyncDisposable {
     this.reserved = reserved;
     this.#main = main;
     this.#hub = hub;
-    const onChange = (event: { type: string; id: number; labels?: Labels }) => {
-      if (event.labels) hub.add(event.id, event.labels);
+    const onChange = (event: LocalIdentityEvent) => {
+      if (event.type === "upsert") hub.add(event.id, event.labels);
       else hub.delete(event.id);
     };
     this.#local = new LocalIdentityCache({ scope: IdentityScope.Local, onChange });
@@ -228,7 +230,7 @@ export class IdentityAllocator implements AsyncDisposable {
     const settings = parse(optionsSchema, options, "identity allocator options");
     checkClusterId(settings.clusterId, settings.maxConnectedClusters);
     const range = allocationRange(settings.clusterId, settings.maxConnectedClusters);
-    const shift = settings.maxConnectedClusters === 511 ? 15 : 16;
+    const shift = clusterIdShift(settings.maxConnectedClusters);
     const reserved = new ReservedIdentities({
       clusterName: settings.clusterName,
       ciliumNamespace: settings.ciliumNamespace,
@@ -254,7 +256,8 @@ export class IdentityAllocator implements AsyncDisposable {
 
   async #pumpMain(): Promise<void> {
     try {
-      for await (const event of this.#main.watch({ signal: this.#closing.signal })) {
+      const signal = this.#closing.signal;
+      for await (const event of untilAborted(this.#main.watch({ signal }), signal)) {
         if (event.type === "upsert") this.#hub.add(event.id, event.key);
         else if (event.type === "delete") this.#hub.delete(event.id);
       }
@@ -515,6 +518,10 @@ export class IdentityAllocator implements AsyncDisposable {
     }
     const old = this.#remotes.get(name);
     this.#remotes.set(name, remote);
+    // Listen before any further await: an abort in between must still withdraw this remote.
+    const withdraw = () => void this.#withdraw(remote);
+    options.signal?.addEventListener("abort", withdraw, { once: true });
+    if (options.signal?.aborted) withdraw();
     if (old) {
       old.halt();
       for (const id of old.published.keys()) {
@@ -523,7 +530,6 @@ export class IdentityAllocator implements AsyncDisposable {
       await old.close();
     }
     log.info("watching identities of remote cluster {name} (ID {clusterId})", { name, clusterId });
-    options.signal?.addEventListener("abort", () => void this.#withdraw(remote), { once: true });
   }
 
   /**

@@ -11,7 +11,12 @@ import { IdallocError, type IdallocErrorOptions } from "../errors.ts";
  * canonical form, or an empty label set where an identity needs labels. Nothing was written.
  */
 export class LabelError extends IdallocError {
-  /** @param message what is wrong with the label; @param options the `cause` */
+  /**
+   * Creates the error.
+   *
+   * @param message what is wrong with the label
+   * @param options the `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "LabelError";

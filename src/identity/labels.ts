@@ -127,6 +127,8 @@ export class Label {
   readonly value: string;
 
   /**
+   * Builds a label; throws {@linkcode LabelError} if it could not be stored unchanged.
+   *
    * @param source the source, e.g. `k8s`
    * @param key the key, e.g. `app`
    * @param value the value; empty by default
@@ -198,18 +200,35 @@ function checkLabel(source: string, key: string, value: string): void {
   }
 }
 
+let fromCheckedString: (str: string, size: number) => Labels;
+
 /**
  * An immutable set of labels with unique keys (a later label with the same key replaces an earlier
  * one, as in Cilium's `Labels` map), iterated in key order.
  */
 export class Labels implements Iterable<Label> {
-  /** Sorted by key (UTF-8 order), keys unique. */
-  readonly #labels: readonly Label[];
+  /**
+   * Sorted by key (UTF-8 order), keys unique. Sets decoded from the store start without it and
+   * parse their canonical string on first use: a watch-fed cache of thousands of identities then
+   * holds one string per identity instead of a tree of label objects.
+   */
+  #parsed: readonly Label[] | undefined;
   #kvstore: string | undefined;
+  readonly #size: number;
 
-  private constructor(sorted: readonly Label[], kvstore?: string) {
-    this.#labels = sorted;
+  private constructor(sorted: readonly Label[] | undefined, kvstore?: string, size?: number) {
+    this.#parsed = sorted;
     this.#kvstore = kvstore;
+    this.#size = sorted?.length ?? size ?? 0;
+  }
+
+  get #labels(): readonly Label[] {
+    return this.#parsed ??= parseCanonical(this.#kvstore ?? "");
+  }
+
+  static {
+    // Module-private: only the codec may build a set from a string it has checked.
+    fromCheckedString = (str, size) => new Labels(undefined, str, size);
   }
 
   /** The empty set. */
@@ -274,7 +293,7 @@ export class Labels implements Iterable<Label> {
 
   /** Number of labels. */
   get size(): number {
-    return this.#labels.length;
+    return this.#size;
   }
 
   /** The label with key `key`. */
@@ -338,24 +357,64 @@ export class Labels implements Iterable<Label> {
   /** Whether both sets hold exactly the same labels. */
   equals(other: Labels): boolean {
     if (this === other) return true;
-    if (this.#labels.length !== other.#labels.length) return false;
+    if (this.#size !== other.#size) return false;
     return this.toKvstoreString() === other.toKvstoreString();
   }
+}
+
+/**
+ * The number of labels in `str` if it is a canonical kvstore string (every label valid and ending
+ * in `;`, keys strictly ascending in UTF-8 order, so also unique); throws {@linkcode LabelError}
+ * otherwise. Equivalent to `Labels.fromKvstoreString(str).toKvstoreString() === str`, without
+ * building label objects.
+ */
+function canonicalSize(str: string): number {
+  if (str === "") return 0;
+  if (!str.endsWith(";")) {
+    throw new LabelError(`identity key does not end in ';': ${JSON.stringify(str)}`);
+  }
+  let count = 0;
+  let previous: string | undefined;
+  let start = 0;
+  while (start < str.length) {
+    const end = str.indexOf(";", start);
+    const part = str.slice(start, end);
+    const { source, key, value } = splitLabel(part);
+    checkLabel(source, key, value);
+    if (`${source}:${key}=${value}` !== part) {
+      throw new LabelError(`not a canonical identity label: ${JSON.stringify(part)}`);
+    }
+    if (previous !== undefined && compareUtf8(previous, key) >= 0) {
+      throw new LabelError(`identity key is not sorted by unique keys: ${JSON.stringify(str)}`);
+    }
+    previous = key;
+    count++;
+    start = end + 1;
+  }
+  return count;
+}
+
+/** Parses a string that `canonicalSize` accepted. */
+function parseCanonical(str: string): Label[] {
+  const out: Label[] = [];
+  let start = 0;
+  while (start < str.length) {
+    const end = str.indexOf(";", start);
+    const { source, key, value } = splitLabel(str.slice(start, end));
+    out.push(new Label(source, key, value));
+    start = end + 1;
+  }
+  return out;
 }
 
 /**
  * The allocator key codec of label sets. `encode` is the kvstore string; `decode` accepts only the
  * canonical form (sorted by key, unique keys, every label ending in `;`), so that every key read
  * from the store maps back to exactly the string it came from. A non-canonical key throws
- * {@linkcode LabelError} and the allocator skips it as corrupt.
+ * {@linkcode LabelError} and the allocator skips it as corrupt. Decoded sets parse their labels
+ * lazily.
  */
 export const labelsCodec: KeyCodec<Labels> = {
   encode: (labels: Labels): string => labels.toKvstoreString(),
-  decode: (encoded: string): Labels => {
-    const labels = Labels.fromKvstoreString(encoded);
-    if (labels.toKvstoreString() !== encoded) {
-      throw new LabelError(`not a canonical identity key: ${JSON.stringify(encoded)}`);
-    }
-    return labels;
-  },
+  decode: (encoded: string): Labels => fromCheckedString(encoded, canonicalSize(encoded)),
 };

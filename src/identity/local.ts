@@ -50,7 +50,7 @@ export class LocalIdentityCache {
   readonly #withheld = new Set<number>();
   #next: number;
 
-  /** @param options scope, range and change callback */
+  /** Creates an empty cache. @param options scope, range and change callback */
   constructor(options: LocalIdentityCacheOptions) {
     this.scope = options.scope >>> 0;
     this.min = options.min ?? MIN_LOCAL_IDENTITY;

@@ -50,6 +50,28 @@ export {
   type WatchRemoteOptions,
 } from "./allocator.ts";
 export { LabelError } from "./errors.ts";
+// Shared types this entrypoint's signatures use, re-exported so that it documents itself.
+export type {
+  AcquireRequest,
+  AcquireResult,
+  Backend,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "../allocator/backend.ts";
+export type {
+  BackoffOptions,
+  CacheValidator,
+  CallOptions,
+  GcRateLimit,
+  GcStats,
+  KeyCodec,
+} from "../allocator/types.ts";
+export { IdallocError, type IdallocErrorOptions } from "../errors.ts";
 export {
   CLUSTER_LABEL_KEY,
   compareUtf8,

@@ -66,6 +66,16 @@ export interface StartEtcdOptions {
   readonly heartbeatMs?: number;
   /** Raft election timeout in ms. @default {500} */
   readonly electionMs?: number;
+  /**
+   * Serve clients over TLS with these PEM files (peers stay plain on loopback). With `client`,
+   * etcd demands client certificates signed by `ca`, and the health probe presents this one.
+   */
+  readonly tls?: {
+    readonly ca: string;
+    readonly cert: string;
+    readonly key: string;
+    readonly client?: { readonly cert: string; readonly key: string };
+  };
 }
 
 /** A running private etcd cluster. */
@@ -78,13 +88,13 @@ export interface EtcdCluster extends AsyncDisposable {
   kill(index: number): Promise<void>;
   /** Starts a killed member again on the same ports and data dir and waits until it is healthy. */
   restart(index: number): Promise<void>;
-  /** Index of the current leader (waits for one), as every live member reports it. */
+  /** Index of the current leader (waits for one), as every live member reports it. Plain-text clusters only. */
   leader(): Promise<number>;
   /** Whether member `index` is running. */
   running(index: number): boolean;
-  /** Compacts the store up to `revision` (0: the current revision). Returns the revision. */
+  /** Compacts the store up to `revision` (0: the current revision); plain-text clusters only. */
   compact(revision?: number): Promise<number>;
-  /** Stops every member (SIGTERM, then SIGKILL) and removes the data dirs. */
+  /** Stops every member (SIGKILL: test data needs no graceful stop) and removes the data dirs. */
   close(): Promise<void>;
   /** SIGKILLs every member and removes the data dirs, synchronously (for `unload`). */
   stopSync(): void;
@@ -132,15 +142,39 @@ async function gateway<T>(port: number, path: string, body: unknown, timeoutMs =
   return JSON.parse(text) as T;
 }
 
-async function healthy(port: number): Promise<boolean> {
+async function healthy(port: number, tls?: StartEtcdOptions["tls"]): Promise<boolean> {
+  // With client-certificate auth the plain /health probe cannot get in; the member's log-free
+  // readiness is then judged by a TLS handshake alone.
+  if (tls?.client) {
+    try {
+      const conn = await Deno.connectTls({
+        hostname: "127.0.0.1",
+        port,
+        caCerts: [await Deno.readTextFile(tls.ca)],
+        cert: await Deno.readTextFile(tls.client.cert),
+        key: await Deno.readTextFile(tls.client.key),
+      });
+      await conn.handshake();
+      conn.close();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  const client = tls
+    ? Deno.createHttpClient({ caCerts: [await Deno.readTextFile(tls.ca)] })
+    : undefined;
   try {
-    const res = await fetch(`http://127.0.0.1:${port}/health`, {
+    const res = await fetch(`${tls ? "https" : "http"}://127.0.0.1:${port}/health`, {
       signal: AbortSignal.timeout(1000),
+      client,
     });
     const body = await res.text();
     return res.ok && body.includes('"true"');
   } catch {
     return false;
+  } finally {
+    client?.close();
   }
 }
 
@@ -171,6 +205,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
   }
   const binary: string = found;
   const size = options.members ?? 1;
+  const scheme = options.tls ? "https" : "http";
   const heartbeat = options.heartbeatMs ?? 50;
   const election = options.electionMs ?? 500;
   const base = await Deno.makeTempDir({ prefix: "idalloc-etcd-" });
@@ -187,7 +222,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
   const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
 
   async function spawn(m: Member): Promise<void> {
-    const client = `http://127.0.0.1:${m.clientPort}`;
+    const client = `${scheme}://127.0.0.1:${m.clientPort}`;
     const peer = `http://127.0.0.1:${m.peerPort}`;
     const args = [
       "--name",
@@ -219,6 +254,12 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
       "--log-level",
       "warn",
     ];
+    if (options.tls) {
+      args.push("--cert-file", options.tls.cert, "--key-file", options.tls.key);
+      if (options.tls.client) {
+        args.push("--client-cert-auth", "--trusted-ca-file", options.tls.ca);
+      }
+    }
     const out = await new Deno.Command("/bin/sh", {
       args: [
         "-c",
@@ -244,7 +285,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
   async function waitHealthy(list: Member[], timeoutMs = 20_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (const m of list) {
-      while (!(await healthy(m.clientPort))) {
+      while (!(await healthy(m.clientPort, options.tls))) {
         if (m.pid === undefined || !alive(m.pid)) {
           const log = await Deno.readTextFile(`${base}/${m.name}.log`).catch(() => "");
           throw new Error(`etcd member ${m.name} exited:\n${log.slice(-2000)}`);
@@ -281,7 +322,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
   const close = async (): Promise<void> => {
     if (closed) return;
     closed = true;
-    await Promise.all(members.map((m) => stop(m, "SIGTERM")));
+    await Promise.all(members.map((m) => stop(m, "SIGKILL")));
     await Deno.remove(base, { recursive: true }).catch(() => {});
   };
 
@@ -296,7 +337,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
   const livePorts = () => members.filter((m) => m.pid !== undefined).map((m) => m.clientPort);
 
   return {
-    endpoints: members.map((m) => `http://127.0.0.1:${m.clientPort}`),
+    endpoints: members.map((m) => `${scheme}://127.0.0.1:${m.clientPort}`),
     names: members.map((m) => m.name),
     async kill(index: number): Promise<void> {
       await stop(members[index], "SIGKILL");
@@ -332,7 +373,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
         }
         if (
           leader !== undefined && ids.has(leader) &&
-          (await healthy(members[ids.get(leader)!].clientPort))
+          (await healthy(members[ids.get(leader)!].clientPort, options.tls))
         ) {
           return ids.get(leader)!;
         }

@@ -36,7 +36,13 @@ export function sharedEtcd(): Promise<EtcdCluster> {
 export function rawClient(endpoints: readonly string[]): Etcd3 {
   return new Etcd3({
     hosts: [...endpoints],
-    grpcOptions: { "grpc.use_local_subchannel_pool": 1 },
+    grpcOptions: {
+      "grpc.use_local_subchannel_pool": 1,
+      // grpc-js leaves a dead member's reconnect-backoff timer running after close(); keep it
+      // too short to outlive a test.
+      "grpc.initial_reconnect_backoff_ms": 1,
+      "grpc.max_reconnect_backoff_ms": 1,
+    },
   });
 }
 

@@ -262,3 +262,33 @@ testEachBackend("bad options are InvalidOptionsError", async (factory) => {
   });
   assert.deepEqual(ok.range, { min: 511 << 15, max: (512 << 15) - 1 });
 });
+
+testEachBackend("remote-node scope and withheld local IDs, as Cilium", async (factory) => {
+  await using fx = await factory.create();
+  const node = Labels.parse(["reserved:remote-node", "node:name=worker-1"]);
+  {
+    // Default: remote nodes share the reserved remote-node identity, with their own labels.
+    await using identities = await open(fx, "a");
+    const { identity } = await identities.allocate(node);
+    assert.equal(identity.id, 6);
+    assert.ok(identity.labels.equals(node));
+  }
+  await using identities = await open(fx, "b", { remoteNodeScope: true });
+  const first = await identities.allocate(node);
+  assert.equal(first.identity.id, 0x02000001);
+  assert.equal(identities.lookupById(0x02000001)?.labels, node);
+  // Withheld local IDs are skipped by the scan and handed out when asked for by old ID.
+  assert.deepEqual(identities.withholdLocal([0x01000001, 0x02000002, 77]), [77]);
+  const cidr = await identities.allocate(Labels.parse(["cidr:10.0.0.0/8"]));
+  assert.equal(cidr.identity.id, 0x01000002);
+  const restored = await identities.allocate(Labels.parse(["cidr:10.0.0.1/32"]), {
+    oldId: 0x01000001,
+  });
+  assert.equal(restored.identity.id, 0x01000001);
+  identities.unwithholdLocal([0x02000002]);
+  const second = await identities.allocate(Labels.parse(["reserved:remote-node", "node:n=2"]));
+  assert.equal(second.identity.id, 0x02000002);
+  assert.equal(await identities.release(first.identity), true);
+  assert.equal(identities.lookupById(0x02000001), undefined);
+  assert.equal((await fx.masters()).size, 0);
+});

@@ -149,3 +149,45 @@ Deno.test("Labels helpers: with, toJSON, equals", () => {
   assert.ok(!more.equals(base));
   assert.ok(Labels.parse(["k8s:app=web"]).equals(base));
 });
+
+Deno.test("codec decode is lazy yet equal to eager parsing", () => {
+  const labels = Labels.parse(["k8s:b=2", "cidr:1.2.3.4/32", "k8s:a=x=y"]);
+  const decoded = labelsCodec.decode(labels.toKvstoreString());
+  assert.equal(decoded.size, 3);
+  assert.ok(decoded.equals(labels));
+  assert.equal(decoded.get("a")?.value, "x=y");
+  assert.deepEqual(decoded.toJSON(), labels.toJSON());
+  assert.deepEqual([...decoded].map(String), [...labels].map(String));
+  assert.equal(labelsCodec.decode("").size, 0);
+});
+
+Deno.test("codec accepts exactly the strings that round-trip (randomized)", () => {
+  const alphabet = ["a", "b", ":", "=", ";", "$", "k8s:", "reserved:", "/"];
+  let seed = 7;
+  const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  let accepted = 0;
+  for (let n = 0; n < 20_000; n++) {
+    let str = "";
+    const len = Math.floor(random() * 12);
+    for (let i = 0; i < len; i++) str += alphabet[Math.floor(random() * alphabet.length)];
+    let roundTrips: boolean;
+    try {
+      roundTrips = Labels.fromKvstoreString(str).toKvstoreString() === str;
+    } catch {
+      roundTrips = false;
+    }
+    let decoded: Labels | undefined;
+    try {
+      decoded = labelsCodec.decode(str);
+    } catch (err) {
+      assert.ok(err instanceof LabelError);
+    }
+    assert.equal(decoded !== undefined, roundTrips, JSON.stringify(str));
+    if (decoded) {
+      accepted++;
+      assert.equal(decoded.toKvstoreString(), str);
+      assert.equal(decoded.size, Labels.fromKvstoreString(str).size);
+    }
+  }
+  assert.ok(accepted > 100, `only ${accepted} canonical strings generated`);
+});

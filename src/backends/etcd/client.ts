@@ -7,6 +7,7 @@
  */
 import { Buffer } from "node:buffer";
 import {
+  castGrpcError,
   type ClusterClient,
   Etcd3,
   EtcdLeaseInvalidError,
@@ -19,7 +20,7 @@ import {
 } from "etcd3";
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import type { EtcdSettings } from "./options.ts";
-import { RateLimiter } from "./rate_limiter.ts";
+import type { RateLimiter } from "./rate_limiter.ts";
 
 /** The lease named in a request does not exist (expired or revoked). Internal. */
 export class LeaseNotFound extends Error {
@@ -81,13 +82,52 @@ const once: unknown = {
   },
 };
 
+/**
+ * etcd3 1.1.2 fetches password tokens through a fresh gRPC client per attempt that it never
+ * closes (a leaked channel with its timers each time a token is fetched). Send the
+ * `Authenticate` call through the pool's own per-member clients instead, which `close()` closes.
+ * Guarded: if etcd3's internals differ, its own behaviour stays.
+ */
+function routeAuthThroughPool(client: Etcd3): void {
+  type Callback = (err: Error | null, res?: { token: string }) => void;
+  type AuthService = { authenticate(req: unknown, options: unknown, cb: Callback): void };
+  const pool = (client as unknown as {
+    pool?: {
+      hosts?: Array<{ host: string; getServiceClient(name: string): AuthService }>;
+      authenticator?: { getCredentialsFromHost?: unknown };
+    };
+  }).pool;
+  const hosts = pool?.hosts;
+  if (
+    !hosts || !pool?.authenticator ||
+    typeof pool.authenticator.getCredentialsFromHost !== "function"
+  ) {
+    return;
+  }
+  pool.authenticator.getCredentialsFromHost = (
+    address: string,
+    name: string,
+    password: string,
+    callOptions: unknown,
+  ): Promise<string> => {
+    const host = hosts.find((h) => h.host === address) ?? hosts[0];
+    return new Promise((resolve, reject) => {
+      host.getServiceClient("Auth").authenticate(
+        { name, password },
+        callOptions ?? {},
+        (err, res) => (err ? reject(castGrpcError(err)) : resolve(res!.token)),
+      );
+    });
+  };
+}
+
 /** Whether a failure of a request is worth retrying on (another) member. */
 export function transient(err: unknown): boolean {
   if (err instanceof MemberSkipped) return true;
   if (!(err instanceof Error)) return false;
   if (isRecoverableError(err)) return true;
   // Messages etcd3 does not map to a recoverable class but that mean "try again".
-  return /no hosts|no leader|leader changed|request timed out|too many requests|not capable|Channel closed|Connection dropped|ECONNREFUSED|ECONNRESET/i
+  return /UNAVAILABLE|no connection|no hosts|no leader|leader changed|request timed out|too many requests|not capable|Channel closed|Connection dropped|ECONNREFUSED|ECONNRESET/i
     .test(err.message);
 }
 
@@ -189,6 +229,12 @@ export class EtcdClient {
         global: once as never,
       },
     };
+    if (settings.tls?.serverName) {
+      options.grpcOptions = {
+        ...options.grpcOptions,
+        "grpc.ssl_target_name_override": settings.tls.serverName,
+      };
+    }
     if (settings.tls) {
       options.credentials = {
         rootCertificate: Buffer.from(settings.tls.ca),
@@ -200,6 +246,7 @@ export class EtcdClient {
       options.auth = { username: settings.user, password: settings.password ?? "" };
     }
     this.#client = new Etcd3(options);
+    if (options.auth) routeAuthThroughPool(this.#client);
     this.#limiter = limiter;
     this.#requestTimeoutMs = settings.requestTimeoutMs;
     const c = this.#client as unknown as {
@@ -246,10 +293,9 @@ export class EtcdClient {
   /** Records a background failure (watch, keepalive) for `status()`. */
   noteError(what: string, err: unknown): void {
     this.#lastError = `${what}: ${describe(err)}`;
-    if (transient(err)) {
-      this.#healthy = false;
-      this.#troubleAt = Date.now();
-    }
+    // Any stream failure may have left a reconnect timer behind (see close()).
+    this.#troubleAt = Date.now();
+    if (transient(err)) this.#healthy = false;
   }
 
   /** Records that etcd answered. */
@@ -278,6 +324,8 @@ export class EtcdClient {
     signal?.throwIfAborted();
     const deadline = Date.now() + timeoutMs;
     let pause = RETRY_MIN_MS;
+    // The failure worth reporting: a member we skipped says less than the one that failed.
+    let reported: unknown;
     for (;;) {
       await this.#limiter.take(signal);
       this.assertOpen();
@@ -287,19 +335,22 @@ export class EtcdClient {
         this.#healthy = true;
         return result;
       } catch (err) {
+        this.#troubleAt = Date.now();
         if (signal?.aborted) throw signal.reason;
         if (this.#closed) throw new ClosedError("etcd backend", { cause: err });
         if (err instanceof EtcdLeaseInvalidError || /lease not found/i.test(describe(err))) {
           throw new LeaseNotFound(err);
         }
-        this.#lastError = `${what}: ${describe(err)}`;
+        if (!(err instanceof MemberSkipped) || reported === undefined) reported = err;
+        this.#lastError = `${what}: ${describe(reported)}`;
         if (!transient(err)) {
           throw new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
         }
         this.#healthy = false;
-        this.#troubleAt = Date.now();
         if (Date.now() + pause >= deadline) {
-          throw new StoreUnavailableError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
+          throw new StoreUnavailableError(`etcd ${what} failed: ${describe(reported)}`, {
+            cause: reported,
+          });
         }
         await sleep(pause, signal);
         pause = Math.min(pause * 2, RETRY_MAX_MS);

@@ -32,7 +32,8 @@ import {
   valueIsNot,
 } from "./txn.ts";
 
-const log = idallocLogger("etcd", "gc");
+// Corrupt entries are reported under the backend's own category, as the watch skips them too.
+const log = idallocLogger("etcd");
 
 /** Masters per page of the list. */
 export const LIST_PAGE = 256;

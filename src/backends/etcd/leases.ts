@@ -47,6 +47,8 @@ export class LeaseManager {
   #stream: KeepAliveStream | undefined;
   #opening: Promise<void> | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
+  /** A lost lease could not be replaced yet; the tick retries the grant. */
+  #replacementPending = false;
   /** When the keepalive stream last answered (or was opened). */
   #streamSeen = 0;
 
@@ -77,11 +79,6 @@ export class LeaseManager {
       min = min === undefined ? l.expiresAt : Math.min(min, l.expiresAt);
     }
     return min;
-  }
-
-  /** IDs of the live leases (for tests and status). */
-  ids(): string[] {
-    return [...this.#leases.keys()];
   }
 
   /** Whether `leaseId` is one of this session's live leases. */
@@ -136,8 +133,10 @@ export class LeaseManager {
     if (this.#current === leaseId) this.#current = undefined;
     log.warning("lease {lease} lost ({reason}); granting a new one", { lease: leaseId, reason });
     this.#client.noteError("lease", new Error(`lease ${leaseId} lost: ${reason}`));
-    // Replace it now so that the re-created references find a lease waiting.
-    this.#grant().catch(() => {});
+    // Replace it now so that the re-created references find a lease waiting. If etcd cannot
+    // grant one now (it is down), the keepalive tick retries and reports the loss again once a
+    // lease exists: the owner's first re-creation attempt may have failed with etcd.
+    this.#grant().catch(() => (this.#replacementPending = true));
     this.#onLost(leaseId, reason);
   }
 
@@ -230,6 +229,11 @@ export class LeaseManager {
   }
 
   async #tick(): Promise<void> {
+    if (this.#replacementPending) {
+      await this.#grant();
+      this.#replacementPending = false;
+      this.#onLost("", "replacement lease granted after etcd refused one");
+    }
     const now = Date.now();
     for (const lease of [...this.#leases.values()]) {
       if (now >= lease.expiresAt) {

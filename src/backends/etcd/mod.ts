@@ -36,3 +36,15 @@ export {
 } from "./options.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
 export type { LimiterStats } from "./rate_limiter.ts";
+export type {
+  AcquireRequest,
+  AcquireResult,
+  Backend,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "../../allocator/backend.ts";

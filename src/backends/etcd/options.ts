@@ -17,6 +17,12 @@ export interface EtcdTlsOptions {
   readonly cert?: string;
   /** Client private key, for mutual TLS. */
   readonly key?: string;
+  /**
+   * The name to verify the servers' certificates against (and send as SNI), instead of the
+   * endpoint's host. Needed for IP-address endpoints under Deno, whose TLS refuses an IP as SNI:
+   * give a DNS name from the certificate's subjectAltName.
+   */
+  readonly serverName?: string;
 }
 
 /** Options of {@linkcode EtcdBackend.connect}. */
@@ -83,6 +89,7 @@ const schema = z.object({
     ca: z.string().min(1),
     cert: z.string().min(1).optional(),
     key: z.string().min(1).optional(),
+    serverName: z.string().min(1).optional(),
   }).strict().refine((t) => (t.cert === undefined) === (t.key === undefined), {
     message: "cert and key go together",
   }).optional(),

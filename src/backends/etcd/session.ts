@@ -197,11 +197,6 @@ export class EtcdSession implements BackendSession {
     return await gcDelete(this.#core, candidate, this.#signal(signal));
   }
 
-  /** IDs of the leases this session holds (for tests and diagnostics). */
-  leaseIds(): string[] {
-    return this.#core.leases.ids();
-  }
-
   /** See {@linkcode BackendSession.status}. Starts a background refresh of the leader if stale. */
   status(): SessionStatus {
     const { client, leases } = this.#core;

@@ -20,7 +20,8 @@
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import { get, type KvContext, type KvStats, list } from "./io.ts";
-import { LIST_BATCH } from "./limits.ts";
+import { LIST_BATCH, MIN_POLL_GAP_MS } from "./limits.ts";
+import { sleep } from "../../allocator/backoff.ts";
 import { corrupt, counterValue, decode } from "./schema.ts";
 
 const log = idallocLogger("kv", "watch");
@@ -80,9 +81,13 @@ export async function* feed(
     let lastList = settings.now();
     yield* events;
     yield { type: "synced" };
+    let lastPoll = 0;
     while (true) {
       await waker.wait(settings.pollIntervalMs);
+      const gap = lastPoll + Math.min(MIN_POLL_GAP_MS, settings.pollIntervalMs) - Date.now();
+      if (gap > 0) await sleep(gap, signal).catch(() => {});
       if (signal.aborted) return;
+      lastPoll = Date.now();
       try {
         let next: { cursor: Cursor; events: Change[] } | undefined;
         if (settings.now() - lastList < settings.resyncIntervalMs) {
@@ -163,9 +168,14 @@ async function poll(
   // Writers stamp entries with their own clock before committing: allow for skew and for a
   // commit in flight across the previous poll.
   const from = cursor.time - settings.maxClockSkewMs - settings.pollIntervalMs;
+  const wanted = next.count - cursor.count;
   const entries: { id: number; key: string | null; vs: string }[] = [];
   const selector = { prefix: layout.logs(), start: [...layout.logs(), from] };
-  for await (const entry of list(ctx, stats, selector, signal)) {
+  // Newest first: the new entries sit at the tail of the time-keyed log, so the walk stops after
+  // about `wanted` entries instead of reading the whole skew window (which made a burst of
+  // allocations cost quadratic feed reads).
+  const batch = Math.min(Number(wanted) + 16, LIST_BATCH);
+  for await (const entry of list(ctx, stats, selector, signal, batch, true)) {
     if (entry.versionstamp <= cursor.vs || entry.versionstamp > next.vs) continue;
     if (!layout.isLog(entry.key)) {
       corrupt(entry.key, "not a change-feed key");
@@ -173,8 +183,9 @@ async function poll(
     }
     const value = decode.log(entry);
     if (value !== undefined) entries.push({ ...value, vs: entry.versionstamp });
+    if (BigInt(entries.length) === wanted) break;
   }
-  if (BigInt(entries.length) !== next.count - cursor.count) {
+  if (BigInt(entries.length) !== wanted) {
     log.info("change feed missed {missing} entries; re-listing", {
       missing: Number(next.count - cursor.count) - entries.length,
     });
@@ -214,12 +225,14 @@ class GenWaker {
   #reader: ReadableStreamDefaultReader<Deno.KvEntryMaybe<unknown>[]> | undefined;
   #dirty = false;
   #wake: (() => void) | undefined;
+  #consumed = Promise.withResolvers<void>();
 
   constructor(kv: Deno.Kv, key: Deno.KvKey, signal: AbortSignal) {
     this.#signal = signal;
     const onAbort = () => {
       this.#reader?.cancel().catch(() => {});
       this.#wake?.();
+      this.#consumed.resolve();
     };
     signal.addEventListener("abort", onAbort, { once: true });
     this.done = this.#pump(kv, key).finally(() => signal.removeEventListener("abort", onAbort));
@@ -234,6 +247,10 @@ class GenWaker {
         if (done) return;
         this.#dirty = true;
         this.#wake?.();
+        // Pull the next notification only after the feed has polled: the stream re-reads `gen`
+        // for every notification it delivers, and on a local file that read shares the SQLite
+        // thread with commits. Not pulling lets a burst of commits coalesce into one read.
+        await this.#consumed.promise;
       }
     } catch (err) {
       // Without the in-process wake-up the poll still finds every change.
@@ -243,6 +260,9 @@ class GenWaker {
 
   /** Resolves after `ms`, on a change, or on abort, whichever comes first. */
   wait(ms: number): Promise<void> {
+    const consumed = this.#consumed;
+    this.#consumed = Promise.withResolvers<void>();
+    consumed.resolve();
     if (this.#dirty || this.#signal.aborted) {
       this.#dirty = false;
       return Promise.resolve();

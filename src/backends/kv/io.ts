@@ -61,17 +61,21 @@ export async function get(
   return await guard("read", signal, () => ctx.kv.get(key));
 }
 
-/** Lists `selector` in pages of `batchSize` (≤ 1000), checking `signal` between entries. */
+/**
+ * Lists `selector` in pages of `batchSize` (≤ 1000), newest key first when `reverse`, checking
+ * `signal` between entries.
+ */
 export async function* list(
   ctx: KvContext,
   stats: KvStats,
   selector: Deno.KvListSelector,
   signal: AbortSignal,
   batchSize = MAX_LIST_BATCH,
+  reverse = false,
 ): AsyncGenerator<Deno.KvEntry<unknown>> {
   signal.throwIfAborted();
   stats.lists++;
-  const options = { batchSize: Math.min(batchSize, MAX_LIST_BATCH) };
+  const options = { batchSize: Math.min(batchSize, MAX_LIST_BATCH), reverse };
   let iter = ctx.kv.list<unknown>(selector, options);
   let cursor: string | undefined;
   while (true) {

@@ -44,3 +44,9 @@ export const MASTER_VALUE_OVERHEAD = 64;
 export const BUSY_RETRIES = 100;
 /** Upper bound of the jittered wait between busy retries, in ms. */
 export const BUSY_MAX_DELAY_MS = 50;
+/**
+ * Least time between two change-feed polls. An in-process `kv.watch` fires on every commit; on a
+ * local file reads and writes share one SQLite thread, so polling per commit would cost two reads
+ * per allocation. Waiting a little batches a burst of changes into one poll.
+ */
+export const MIN_POLL_GAP_MS = 25;

@@ -3,6 +3,7 @@
  * corrupt entries skipped, re-list with deletes after compaction.
  */
 import assert from "node:assert/strict";
+import { configure, type LogRecord, reset } from "@logtape/logtape";
 import type { BackendEvent } from "../../../src/allocator/backend.ts";
 import { LIST_PAGE } from "../../../src/backends/etcd/gc.ts";
 import { startEtcd } from "../../_support/etcd.ts";
@@ -23,6 +24,15 @@ async function pullUntil(
 }
 
 etcdTest("list, synced once, then live upserts and deletes; corrupt entries skipped", async () => {
+  const records: LogRecord[] = [];
+  await configure({
+    sinks: { buf: (r) => records.push(r) },
+    loggers: [
+      { category: ["idalloc", "etcd"], lowestLevel: "warning", sinks: ["buf"] },
+      { category: ["logtape", "meta"], lowestLevel: "error", sinks: [] },
+    ],
+  });
+  await using _resetLogs = { [Symbol.asyncDispose]: () => reset() };
   await using ns = await namespace();
   const a = await ns.backend("a");
   await using sa = await openSession(a);
@@ -47,6 +57,18 @@ etcdTest("list, synced once, then live upserts and deletes; corrupt entries skip
     }]);
     const up = events[0];
     assert.ok(up.type === "upsert" && /^[0-9]+$/.test(up.version), "version is the mod revision");
+    // Each corrupt master was logged under ["idalloc", "etcd"] with its key.
+    const logged = records.filter((r) => r.category.join(".") === "idalloc.etcd")
+      .map((r) => String(r.properties.etcdKey));
+    for (
+      const bad of [
+        `${ns.layout.masterRange}not-a-number`,
+        ns.layout.masterKey(99),
+        ns.layout.masterKey(98),
+      ]
+    ) {
+      assert.ok(logged.includes(bad), `${bad} logged`);
+    }
   } finally {
     ac.abort();
     await it.return?.();
