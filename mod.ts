@@ -37,17 +37,6 @@ export {
   type ReleaseResult,
   stringCodec,
 } from "./src/allocator/types.ts";
-export type {
-  AcquireRequest,
-  AcquireResult,
-  Backend,
-  BackendEvent,
-  BackendSession,
-  EnsureReport,
-  GcCandidate,
-  HeldKey,
-  SessionOptions,
-  SessionStatus,
-} from "./src/allocator/backend.ts";
+export type * from "./src/allocator/backend.ts";
 export * from "./src/errors.ts";
 export { DenoKvBackend, type DenoKvBackendOptions } from "./src/backends/kv/mod.ts";

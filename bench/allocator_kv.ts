@@ -60,8 +60,10 @@ export async function benchAllocatorKv(count = 2_000): Promise<BenchRow[]> {
       onLeaseReplaced: () => {},
     });
     const signal = new AbortController().signal;
-    const sessionRate = await opsPerSecond(count, (i) =>
-      session.acquire({ key: `key-${i}`, signal, pickCandidate: () => i + 1 }));
+    const sessionRate = await opsPerSecond(
+      count,
+      (i) => session.acquire({ key: `key-${i}`, signal, pickCandidate: () => i + 1 }),
+    );
 
     const backend = new DenoKvBackend(kv, { prefix: ["bench"], node: "a" });
     await using a = await Allocator.open(backend, { max: 1_000_000 });

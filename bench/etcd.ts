@@ -88,11 +88,16 @@ export async function benchEtcd(): Promise<BenchRow[]> {
         ],
       });
     };
-    await rate(200, IN_FLIGHT, (i) => txn(`warm/${run}`, i));
-    rawSeq = await rate(SEQUENTIAL, 1, (i) => txn(`raw-seq/${run}`, i));
-    rawPar = await rate(PARALLEL, IN_FLIGHT, (i) => txn(`raw-par/${run}`, i));
-    shapedSeq = await rate(SEQUENTIAL, 1, (i) => shaped(`shaped-seq/${run}`, i));
-    shapedPar = await rate(PARALLEL, IN_FLIGHT, (i) => shaped(`shaped-par/${run}`, i));
+    // A fresh etcd (and a fresh gRPC connection) is slower for its first thousand requests.
+    await rate(1_000, IN_FLIGHT, (i) => txn(`warm/${run}`, i));
+    // Best of two: the machine is shared, and the ceiling should not be underestimated.
+    const best = async (f: (round: number) => Promise<number>) => Math.max(await f(0), await f(1));
+    rawSeq = await best((r) => rate(SEQUENTIAL, 1, (i) => txn(`raw-seq${r}/${run}`, i)));
+    rawPar = await best((r) => rate(PARALLEL, IN_FLIGHT, (i) => txn(`raw-par${r}/${run}`, i)));
+    shapedSeq = await best((r) => rate(SEQUENTIAL, 1, (i) => shaped(`shaped-seq${r}/${run}`, i)));
+    shapedPar = await best((r) =>
+      rate(PARALLEL, IN_FLIGHT, (i) => shaped(`shaped-par${r}/${run}`, i))
+    );
   } finally {
     raw.close();
   }

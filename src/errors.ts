@@ -30,6 +30,8 @@ export class IdallocError extends Error {
   readonly retryable: boolean;
 
   /**
+   * Creates the error.
+   *
    * @param message what went wrong, in one sentence
    * @param options the `cause`
    * @param retryable whether the same call may succeed later
@@ -43,7 +45,11 @@ export class IdallocError extends Error {
 
 /** Options given to an allocator or backend failed validation. `cause` holds the details. */
 export class InvalidOptionsError extends IdallocError {
-  /** @param message what is wrong; @param options the validation failure as `cause` */
+  /**
+   * Creates the error.
+   * @param message what is wrong
+   * @param options the validation failure as `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "InvalidOptionsError";
@@ -52,7 +58,11 @@ export class InvalidOptionsError extends IdallocError {
 
 /** A key that cannot be stored: empty, too large for the store, or not encodable. Nothing was written. */
 export class InvalidKeyError extends IdallocError {
-  /** @param message what is wrong with the key; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param message what is wrong with the key
+   * @param options the `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "InvalidKeyError";
@@ -61,7 +71,11 @@ export class InvalidKeyError extends IdallocError {
 
 /** An ID that is not a safe integer, or lies outside the allowed range. */
 export class InvalidIdError extends IdallocError {
-  /** @param message what is wrong with the ID; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param message what is wrong with the ID
+   * @param options the `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "InvalidIdError";
@@ -71,6 +85,8 @@ export class InvalidIdError extends IdallocError {
 /** Every ID in the configured range is taken (Cilium: "no more available IDs in configured space"). */
 export class PoolExhaustedError extends IdallocError {
   /**
+   * Creates the error.
+   *
    * @param min lowest ID of the range
    * @param max highest ID of the range
    * @param options the `cause`
@@ -83,7 +99,11 @@ export class PoolExhaustedError extends IdallocError {
 
 /** Another writer changed the store between our read and our atomic write; retrying is safe. */
 export class ConflictError extends IdallocError {
-  /** @param message what collided; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param message what collided
+   * @param options the `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options, true);
     this.name = "ConflictError";
@@ -92,7 +112,11 @@ export class ConflictError extends IdallocError {
 
 /** The store could not be reached or did not answer in time. Retrying later is safe. */
 export class StoreUnavailableError extends IdallocError {
-  /** @param message what failed; @param options the underlying client error as `cause` */
+  /**
+   * Creates the error.
+   * @param message what failed
+   * @param options the underlying client error as `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options, true);
     this.name = "StoreUnavailableError";
@@ -102,6 +126,8 @@ export class StoreUnavailableError extends IdallocError {
 /** Allocation gave up after its bounded number of attempts. `cause` is the last attempt's error. */
 export class AllocationFailedError extends IdallocError {
   /**
+   * Creates the error.
+   *
    * @param key the encoded key
    * @param attempts how many attempts were made
    * @param options the last error as `cause`
@@ -114,7 +140,11 @@ export class AllocationFailedError extends IdallocError {
 
 /** `release` of a key this allocator does not hold (Cilium: "unable to find key in local cache"). */
 export class KeyNotHeldError extends IdallocError {
-  /** @param key the encoded key; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param key the encoded key
+   * @param options the `cause`
+   */
   constructor(key: string, options?: IdallocErrorOptions) {
     super(`key '${key}' is not held by this allocator`, options);
     this.name = "KeyNotHeldError";
@@ -123,7 +153,11 @@ export class KeyNotHeldError extends IdallocError {
 
 /** The allocator or backend was used after `close()`. */
 export class ClosedError extends IdallocError {
-  /** @param what the closed object; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param what the closed object
+   * @param options the `cause`
+   */
   constructor(what: string, options?: IdallocErrorOptions) {
     super(`${what} is closed`, options);
     this.name = "ClosedError";
@@ -132,7 +166,11 @@ export class ClosedError extends IdallocError {
 
 /** A write was attempted through an allocator opened with `readOnly: true`. */
 export class ReadOnlyError extends IdallocError {
-  /** @param operation the refused operation; @param options the `cause` */
+  /**
+   * Creates the error.
+   * @param operation the refused operation
+   * @param options the `cause`
+   */
   constructor(operation: string, options?: IdallocErrorOptions) {
     super(`'${operation}' is not allowed on a read-only allocator`, options);
     this.name = "ReadOnlyError";
@@ -141,7 +179,11 @@ export class ReadOnlyError extends IdallocError {
 
 /** An entry in the store does not have the expected shape. It is logged and skipped, never thrown to users of a list. */
 export class CorruptEntryError extends IdallocError {
-  /** @param message which entry and why; @param options the validation failure as `cause` */
+  /**
+   * Creates the error.
+   * @param message which entry and why
+   * @param options the validation failure as `cause`
+   */
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "CorruptEntryError";

@@ -18,12 +18,13 @@
  * @module
  */
 import type { Backend, BackendEvent, BackendSession, HeldKey } from "./backend.ts";
-import { backoffDelay, sleep } from "./backoff.ts";
+import { backoffDelay } from "./backoff.ts";
+import { abortable, sleep } from "../abort.ts";
 import { type CacheChange, IdCache } from "./cache.ts";
 import { EventQueue } from "./event_queue.ts";
 import { GarbageCollector, RateLimiter } from "./gc.ts";
 import { IdPool } from "./id_pool.ts";
-import { KeyedMutex, waitOrAbort } from "./keyed_mutex.ts";
+import { KeyedMutex } from "./keyed_mutex.ts";
 import { LocalKeys } from "./local_keys.ts";
 import { type AllocatorSettings, applyMask, resolveOptions } from "./options.ts";
 import type {
@@ -125,16 +126,19 @@ export class Allocator<K = string> implements AsyncDisposable {
     callOptions?: CallOptions,
   ): Promise<Allocator<K>> {
     const settings = resolveOptions(options);
-    let allocator: Allocator<K> | undefined;
+    // The session may report a lost lease before the allocator exists; nothing is held then.
+    const opened: { allocator?: Allocator<K> } = {};
     const session = await backend.openSession({
       leaseTtlMs: settings.leaseTtlMs,
       readOnly: settings.readOnly,
       onLeaseReplaced: () => {
+        const allocator = opened.allocator;
         if (allocator) void allocator.#requestSync("lease replaced").catch(() => {});
       },
       signal: callOptions?.signal,
     });
-    allocator = new Allocator(backend, session, settings);
+    const allocator = new Allocator(backend, session, settings);
+    opened.allocator = allocator;
     allocator.#start();
     return allocator;
   }
@@ -515,6 +519,8 @@ export class Allocator<K = string> implements AsyncDisposable {
     this.#subscribers.add(queue);
     const onAbort = () => queue.end();
     signal.addEventListener("abort", onAbort, { once: true });
+    // An abort that came before the listener would otherwise never end the stream.
+    if (signal.aborted) queue.end();
     try {
       yield* queue;
     } finally {
@@ -526,7 +532,7 @@ export class Allocator<K = string> implements AsyncDisposable {
   /** Resolves once the initial list of the store has been loaded into the cache. */
   async waitForInitialSync(options?: CallOptions): Promise<void> {
     if (this.#synced) return;
-    await waitOrAbort(this.#syncedSignal.promise, this.#signal(options));
+    await abortable(this.#syncedSignal.promise, this.#signal(options));
   }
 
   /**
@@ -551,7 +557,7 @@ export class Allocator<K = string> implements AsyncDisposable {
   #requestSync(reason = "periodic", signal?: AbortSignal): Promise<void> {
     if (this.#syncRunning) {
       this.#syncAgain = true;
-      return waitOrAbort(this.#syncRunning, signal);
+      return abortable(this.#syncRunning, signal);
     }
     const run = (async () => {
       do {
@@ -565,7 +571,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     })().finally(() => (this.#syncRunning = undefined));
     this.#syncRunning = run;
     this.#spawn(run);
-    return waitOrAbort(run, signal);
+    return abortable(run, signal);
   }
 
   async #syncHeld(reason: string): Promise<void> {

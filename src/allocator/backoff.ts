@@ -1,24 +1,8 @@
 /**
- * Abortable sleeping and the retry backoff of `allocate`: exponential with full jitter, capped.
+ * The retry backoff of `allocate`: exponential with full jitter, capped.
  *
  * @module
  */
-
-/** Sleeps `ms`, or rejects with `signal.reason` as soon as it aborts. Leaves no timer behind. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 /** Backoff parameters, all in ms. */
 export interface Backoff {

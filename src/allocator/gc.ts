@@ -7,7 +7,7 @@
  * @module
  */
 import type { BackendSession } from "./backend.ts";
-import { sleep } from "./backoff.ts";
+import { sleep } from "../abort.ts";
 import type { GcStats } from "./types.ts";
 import { idallocLogger } from "../log.ts";
 

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { abortable } from "../abort.ts";
 
 /** Per-key FIFO mutex; entries vanish when unlocked with no waiters. */
 export class KeyedMutex {
@@ -25,7 +26,7 @@ export class KeyedMutex {
     };
     if (previous) {
       try {
-        await waitOrAbort(previous, signal);
+        await abortable(previous, signal);
       } catch (err) {
         release();
         throw err;
@@ -33,24 +34,4 @@ export class KeyedMutex {
     }
     return { [Symbol.dispose]: release };
   }
-}
-
-/** Resolves with `promise`, or rejects with `signal.reason` as soon as it aborts. */
-export function waitOrAbort<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return promise;
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (err) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(err);
-      },
-    );
-  });
 }

@@ -11,7 +11,6 @@ import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";
 import { ClosedError, InvalidIdError, InvalidOptionsError } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
-import { untilAborted } from "./abortable.ts";
 import { ChangeHub } from "./changes.ts";
 import { LabelError } from "./errors.ts";
 import { Labels, labelsCodec } from "./labels.ts";
@@ -257,7 +256,7 @@ export class IdentityAllocator implements AsyncDisposable {
   async #pumpMain(): Promise<void> {
     try {
       const signal = this.#closing.signal;
-      for await (const event of untilAborted(this.#main.watch({ signal }), signal)) {
+      for await (const event of this.#main.watch({ signal })) {
         if (event.type === "upsert") this.#hub.add(event.id, event.key);
         else if (event.type === "delete") this.#hub.delete(event.id);
       }

@@ -51,18 +51,7 @@ export {
 } from "./allocator.ts";
 export { LabelError } from "./errors.ts";
 // Shared types this entrypoint's signatures use, re-exported so that it documents itself.
-export type {
-  AcquireRequest,
-  AcquireResult,
-  Backend,
-  BackendEvent,
-  BackendSession,
-  EnsureReport,
-  GcCandidate,
-  HeldKey,
-  SessionOptions,
-  SessionStatus,
-} from "../allocator/backend.ts";
+export type * from "../allocator/backend.ts";
 export type {
   BackoffOptions,
   CacheValidator,

@@ -8,7 +8,6 @@ import { Allocator } from "../allocator/allocator.ts";
 import type { Backend } from "../allocator/backend.ts";
 import { ClosedError } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
-import { untilAborted } from "./abortable.ts";
 import type { ChangeHub } from "./changes.ts";
 import { type Labels, labelsCodec } from "./labels.ts";
 import { allocationRange, type MaxConnectedClusters } from "./numeric.ts";
@@ -83,7 +82,7 @@ export class RemoteCluster {
   async #run(): Promise<void> {
     try {
       const signal = this.#stop.signal;
-      for await (const event of untilAborted(this.allocator.watch({ signal }), signal)) {
+      for await (const event of this.allocator.watch({ signal })) {
         // Halting is synchronous, so nothing reaches the stream after the withdrawal's deletes.
         if (this.#halted) return;
         if (event.type === "upsert") {

@@ -2,6 +2,13 @@
  * The etcd `BackendFactory` for the conformance suite: one private etcd per test process (started
  * on first use, stopped at exit), a fresh random prefix per fixture.
  *
+ * @example
+ * ```ts ignore
+ * await using fx = await etcdFactory.create();
+ * const backend = await fx.backend("node-a");
+ * console.log(await fx.masters());
+ * ```
+ *
  * @module
  */
 import { Buffer } from "node:buffer";

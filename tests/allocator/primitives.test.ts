@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { backoffDelay, sleep } from "../../src/allocator/backoff.ts";
+import { backoffDelay } from "../../src/allocator/backoff.ts";
+import { sleep } from "../../src/abort.ts";
 import { EventQueue } from "../../src/allocator/event_queue.ts";
 import { KeyedMutex } from "../../src/allocator/keyed_mutex.ts";
 import { resolveOptions } from "../../src/allocator/options.ts";

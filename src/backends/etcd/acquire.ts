@@ -10,6 +10,15 @@
  *   exactly, and the next round's guard becomes "nothing in the range changed since that read",
  *   which the other keys' references cannot fail forever.
  *
+ * @example One acquisition through a session (the allocator normally does this)
+ * ```ts ignore
+ * const { id, created } = await acquire(core, {
+ *   key: "k8s:app=web;",
+ *   pickCandidate: (exclude) => (exclude.has(300) ? undefined : 300),
+ *   signal: AbortSignal.timeout(5_000),
+ * });
+ * ```
+ *
  * @module
  */
 import type { IResponseOp, ITxnResponse } from "etcd3";

@@ -1,6 +1,13 @@
 /**
  * {@linkcode EtcdBackend}: configuration plus the connection to etcd; sessions do the work.
  *
+ * @example
+ * ```ts ignore
+ * await using backend = await EtcdBackend.connect({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
+ * backend.checkKey("k8s:app=web;");
+ * console.log(backend.requestStats());
+ * ```
+ *
  * @module
  */
 import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";

@@ -3,6 +3,13 @@
  * rate limiter with a deadline, retries transient failures across members until the deadline, and
  * turns client errors into idalloc's error classes.
  *
+ * @example
+ * ```ts ignore
+ * const client = new EtcdClient(settings, new RateLimiter(settings.qps));
+ * const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
+ * await client.close();
+ * ```
+ *
  * @module
  */
 import { Buffer } from "node:buffer";
@@ -19,6 +26,7 @@ import {
   type WatchClient,
 } from "etcd3";
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
+import { abortable, sleep } from "../../abort.ts";
 import type { EtcdSettings } from "./options.ts";
 import type { RateLimiter } from "./rate_limiter.ts";
 
@@ -133,48 +141,6 @@ export function transient(err: unknown): boolean {
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** Rejects with `signal.reason` as soon as `signal` aborts, whatever `promise` does later. */
-export function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return promise;
-  if (signal.aborted) {
-    promise.catch(() => {});
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
-      promise.catch(() => {});
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
-/** Sleeps `ms`, rejecting with `signal.reason` on abort. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 /** UTF-8 bytes of a key or value, as the etcd3 client wants them. */

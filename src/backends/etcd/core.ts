@@ -1,6 +1,11 @@
 /**
  * What the parts of an etcd session share: the connection, the layout, the node and its leases.
  *
+ * @example
+ * ```ts ignore
+ * const core: SessionCore = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
+ * ```
+ *
  * @module
  */
 import type { EtcdClient } from "./client.ts";

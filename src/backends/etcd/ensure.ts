@@ -7,6 +7,12 @@
  * one this session holds for it (Cilium's `UpdateIfDifferent` lease rule: after a lease was lost
  * and replaced, surviving copies must move to the live lease).
  *
+ * @example
+ * ```ts ignore
+ * const [report] = await ensure(core, [{ key: "k8s:app=web;", id: 300 }], signal);
+ * // { key: "k8s:app=web;", id: 300, master: "ok", reference: "recreated" }
+ * ```
+ *
  * @module
  */
 import type { IRequestOp } from "etcd3";

@@ -10,6 +10,13 @@
  * Liveness counts only references that name this master's ID, so a stale master of a key that
  * now lives under another ID (a cache-lag duplicate) is still collected.
  *
+ * @example Two-round marking over the candidates (the allocator's GC does this)
+ * ```ts ignore
+ * for await (const c of gcList(core, { min: 256, max: 65535 }, signal)) {
+ *   if (!c.inUse && marked.get(c.id) === c.version) await gcDelete(core, c, signal);
+ * }
+ * ```
+ *
  * @module
  */
 import type { IKeyValue, IRequestOp } from "etcd3";

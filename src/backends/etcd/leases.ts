@@ -8,11 +8,19 @@
  * deadline. A lost lease is dropped with its bindings, a new one is granted in the background
  * and the owner's `onLost` runs at once (the allocator then re-creates every held reference).
  *
+ * @example
+ * ```ts ignore
+ * const leases = new LeaseManager(client, 60, () => resyncEverything());
+ * await leases.start(signal);
+ * const lease = await leases.leaseFor("cilium/state/identities/v1/value/k;/n1", signal);
+ * ```
+ *
  * @module
  */
 import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "etcd3";
 import { idallocLogger } from "../../log.ts";
-import { abortable, type EtcdClient, LeaseNotFound } from "./client.ts";
+import { type EtcdClient, LeaseNotFound } from "./client.ts";
+import { abortable } from "../../abort.ts";
 
 const log = idallocLogger("etcd", "lease");
 

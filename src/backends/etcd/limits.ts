@@ -1,6 +1,13 @@
 /**
  * Size limits that follow from etcd's default request limit, and batching under them.
  *
+ * @example
+ * ```ts
+ * import { batches, MAX_KEY_BYTES } from "./limits.ts";
+ * console.log(MAX_KEY_BYTES); // 97792
+ * console.log(batches([1, 2, 3], 2, () => 1)); // [[1, 2], [3]]
+ * ```
+ *
  * @module
  */
 

@@ -1,6 +1,13 @@
 /**
  * Options of the etcd backend: public types, and their validation (zod, internal).
  *
+ * @example
+ * ```ts
+ * import { resolveEtcdOptions } from "./options.ts";
+ * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "10.0.0.1" });
+ * console.log(settings.prefix); // cilium/state/identities/v1
+ * ```
+ *
  * @module
  */
 import { z } from "zod";

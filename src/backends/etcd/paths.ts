@@ -2,6 +2,15 @@
  * Cilium's etcd key layout, built with Go's `path.Join`/`path.Clean` semantics so that idalloc and
  * Cilium's Go allocator name every key byte for byte the same.
  *
+ * @example
+ * ```ts
+ * import { EtcdLayout, prefixMatchesKey } from "./paths.ts";
+ * const layout = new EtcdLayout("cilium/state/identities/v1");
+ * console.log(layout.refKey("unspec:a=b//c;", "10.0.0.1"));
+ * // cilium/state/identities/v1/value/unspec:a=b/c;/10.0.0.1 (cleaned as Go does)
+ * console.log(prefixMatchesKey(layout.refPrefix("a;"), layout.refKey("a;/b;", "n1"))); // false
+ * ```
+ *
  * @module
  */
 

@@ -2,8 +2,17 @@
  * A token bucket for etcd requests (Cilium's `etcd.qps`): `qps` tokens per second, burst `qps`.
  * Callers reserve a token and wait for it; an aborted wait gives its token back.
  *
+ * @example
+ * ```ts
+ * import { RateLimiter } from "./rate_limiter.ts";
+ * const limiter = new RateLimiter(20);
+ * await limiter.take();
+ * console.log(limiter.stats()); // { qps: 20, taken: 1, delayed: 0, waitedMs: 0 }
+ * ```
+ *
  * @module
  */
+import { sleep } from "../../abort.ts";
 
 /** Time source of the limiter; tests inject a virtual clock. */
 export interface LimiterClock {
@@ -28,19 +37,7 @@ export interface LimiterStats {
 /** The real clock. */
 export const realClock: LimiterClock = {
   now: () => performance.now(),
-  sleep: (ms, signal) =>
-    new Promise<void>((resolve, reject) => {
-      if (signal?.aborted) return reject(signal.reason);
-      const onAbort = () => {
-        clearTimeout(timer);
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener("abort", onAbort);
-        resolve();
-      }, ms);
-      signal?.addEventListener("abort", onAbort, { once: true });
-    }),
+  sleep,
 };
 
 /** Token bucket; with `qps` undefined every `take` returns at once (and is still counted). */

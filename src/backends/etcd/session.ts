@@ -2,6 +2,13 @@
  * The etcd implementation of {@linkcode BackendSession}: the node's leases, the guarded
  * transactions, the list-and-watch, GC support and status.
  *
+ * @example
+ * ```ts ignore
+ * const session = await backend.openSession({ leaseTtlMs: 60_000, readOnly: false, onLeaseReplaced });
+ * console.log(session.status());
+ * await session.close();
+ * ```
+ *
  * @module
  */
 import type {

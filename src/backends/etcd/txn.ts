@@ -11,6 +11,16 @@
  * 3. nothing in the range changed since revision R, at which our own read saw exact references
  *    that all said `N` (only when such a read exists).
  *
+ * @example Join ID 300 of key K only if K's references agree, in one round trip
+ * ```ts ignore
+ * const range = prefixRange(layout.refPrefix(key) + "/");
+ * await kv.txn({
+ *   compare: [valueIs(layout.masterKey(300), key)],
+ *   success: [agreementLadder(range, 300, [put(refKey, "300", lease)])],
+ *   failure: [read(range), read(layout.masterKey(300))],
+ * });
+ * ```
+ *
  * @module
  */
 import { Buffer } from "node:buffer";

@@ -3,12 +3,20 @@
  * one revision, `synced` once, then a watch from the next revision. A broken stream resumes from
  * the last revision seen; a compacted one re-lists and reports what vanished as deletes.
  *
+ * @example
+ * ```ts ignore
+ * for await (const ev of watchMasters(core, signal)) {
+ *   if (ev.type === "synced") console.log("initial list complete");
+ * }
+ * ```
+ *
  * @module
  */
 import type { IWatchResponse } from "etcd3";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { bytes, sleep } from "./client.ts";
+import { bytes } from "./client.ts";
+import { sleep } from "../../abort.ts";
 import type { SessionCore } from "./core.ts";
 import { LIST_PAGE, type MasterEntry, parseMaster } from "./gc.ts";
 import { prefixRange, text } from "./txn.ts";

@@ -21,7 +21,7 @@ import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import { get, type KvContext, type KvStats, list } from "./io.ts";
 import { LIST_BATCH, MIN_POLL_GAP_MS } from "./limits.ts";
-import { sleep } from "../../allocator/backoff.ts";
+import { sleep } from "../../abort.ts";
 import { corrupt, counterValue, decode } from "./schema.ts";
 
 const log = idallocLogger("kv", "watch");

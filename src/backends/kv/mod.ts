@@ -41,15 +41,4 @@
  */
 export { DenoKvBackend } from "./backend.ts";
 export type { DenoKvBackendOptions } from "./options.ts";
-export type {
-  AcquireRequest,
-  AcquireResult,
-  Backend,
-  BackendEvent,
-  BackendSession,
-  EnsureReport,
-  GcCandidate,
-  HeldKey,
-  SessionOptions,
-  SessionStatus,
-} from "../../allocator/backend.ts";
+export type * from "../../allocator/backend.ts";
