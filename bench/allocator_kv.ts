@@ -6,29 +6,7 @@
  * @module
  */
 import { Allocator, DenoKvBackend } from "../mod.ts";
-
-/** One row of a benchmark table. */
-export interface BenchRow {
-  /** What was measured. */
-  readonly name: string;
-  /** The figure, with its unit. */
-  readonly value: string;
-}
-
-/** Runs `fn(i)` for i in [0, count) sequentially; returns operations per second. */
-export async function opsPerSecond(
-  count: number,
-  fn: (i: number) => Promise<unknown>,
-): Promise<number> {
-  const start = performance.now();
-  for (let i = 0; i < count; i++) await fn(i);
-  return count / ((performance.now() - start) / 1000);
-}
-
-/** A rate as a rounded, grouped number. */
-export function formatRate(n: number): string {
-  return Math.round(n).toLocaleString("en-US");
-}
+import { type BenchRow, fmt, rate } from "./_table.ts";
 
 /** Runs the Deno KV allocator benchmarks in a temp dir; returns table rows. */
 export async function benchAllocatorKv(count = 2_000): Promise<BenchRow[]> {
@@ -50,8 +28,8 @@ export async function benchAllocatorKv(count = 2_000): Promise<BenchRow[]> {
         .commit();
       if (!res.ok) throw new Error("raw commit failed");
     };
-    await opsPerSecond(count, (i) => rawCommit("warm-up", i)); // the file's first writes are slow
-    const raw = await opsPerSecond(count, (i) => rawCommit("raw", i));
+    await rate(count, 1, (i) => rawCommit("warm-up", i)); // the file's first writes are slow
+    const raw = await rate(count, 1, (i) => rawCommit("raw", i));
 
     const sessionBackend = new DenoKvBackend(kv, { prefix: ["bench-session"], node: "s" });
     await using session = await sessionBackend.openSession({
@@ -60,32 +38,33 @@ export async function benchAllocatorKv(count = 2_000): Promise<BenchRow[]> {
       onLeaseReplaced: () => {},
     });
     const signal = new AbortController().signal;
-    const sessionRate = await opsPerSecond(
+    const sessionRate = await rate(
       count,
+      1,
       (i) => session.acquire({ key: `key-${i}`, signal, pickCandidate: () => i + 1 }),
     );
 
     const backend = new DenoKvBackend(kv, { prefix: ["bench"], node: "a" });
     await using a = await Allocator.open(backend, { max: 1_000_000 });
     await a.waitForInitialSync();
-    const newKeys = await opsPerSecond(count, (i) => a.allocate(`key-${i}`));
+    const newKeys = await rate(count, 1, (i) => a.allocate(`key-${i}`));
 
     const other = new DenoKvBackend(kv, { prefix: ["bench"], node: "b" });
     await using b = await Allocator.open(other, { max: 1_000_000 });
     await b.waitForInitialSync();
     // Let b's cache learn a's masters, so that b acquires with a hint and no read.
     while (b.status().cachedIds < count) await new Promise((r) => setTimeout(r, 50));
-    const existing = await opsPerSecond(count, (i) => b.allocate(`key-${i}`));
+    const existing = await rate(count, 1, (i) => b.allocate(`key-${i}`));
 
-    const cached = await opsPerSecond(2_000_000, () => a.allocate("key-1"));
+    const cached = await rate(2_000_000, 1, () => a.allocate("key-1"));
 
-    const ratio = (n: number) => `${formatRate(n)} (${(n / raw).toFixed(2)}× raw)`;
+    const ratio = (n: number) => `${fmt(n)} (${(n / raw).toFixed(2)}× raw)`;
     return [
-      { name: "KV raw atomic commits/s (ceiling)", value: formatRate(raw) },
+      { name: "KV raw atomic commits/s (ceiling)", value: fmt(raw) },
       { name: "KV session.acquire new keys/s", value: ratio(sessionRate) },
       { name: "KV new-key allocations/s", value: ratio(newKeys) },
       { name: "KV existing-key acquisitions/s (2nd node)", value: ratio(existing) },
-      { name: "cached re-allocations/s", value: formatRate(cached) },
+      { name: "cached re-allocations/s", value: fmt(cached) },
     ];
   } finally {
     await Deno.remove(dir, { recursive: true });

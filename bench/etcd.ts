@@ -13,17 +13,10 @@
  * @module
  */
 import { Allocator } from "../mod.ts";
+import { type BenchRow, fmt, rate } from "./_table.ts";
 import { EtcdBackend } from "../src/backends/etcd/mod.ts";
 import { startEtcd } from "../tests/_support/etcd.ts";
 import { b, rawClient } from "../tests/_support/etcd_fixture.ts";
-
-/** One row of the benchmark table. */
-export interface BenchRow {
-  /** What was measured. */
-  readonly name: string;
-  /** The figure, with its unit. */
-  readonly value: string;
-}
 
 const SEQUENTIAL = 1_000;
 const PARALLEL = 3_000;
@@ -31,22 +24,8 @@ const IN_FLIGHT = 16;
 const RACE_NODES = 4;
 const RACE_KEYS = 500;
 
-/** Runs `fn(i)` for i in [0, count) with `width` in flight; returns operations per second. */
-async function rate(
-  count: number,
-  width: number,
-  fn: (i: number) => Promise<unknown>,
-): Promise<number> {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < count) await fn(next++);
-  }));
-  return count / ((performance.now() - start) / 1000);
-}
-
 function perSecond(n: number): string {
-  return `${Math.round(n).toLocaleString("en-US")}/s`;
+  return `${fmt(n)}/s`;
 }
 
 /** Runs the etcd benchmarks (needs `etcd` installed) and returns the table rows. */

@@ -17,17 +17,10 @@
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { DenoKvBackend } from "../mod.ts";
+import { type BenchRow, fmt } from "./_table.ts";
 import type { Backend } from "../src/allocator/backend.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import type { BackendFactory } from "../tests/_support/fixture.ts";
-
-/** One row of the benchmark table. */
-export interface BenchRow {
-  /** What was measured. */
-  readonly name: string;
-  /** The figure, with its unit. */
-  readonly value: string;
-}
 
 /** Sizes of the workload. */
 export interface IdentityBenchOptions {
@@ -39,7 +32,6 @@ export interface IdentityBenchOptions {
   readonly exponent?: number;
 }
 
-const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const perSec = (n: number, ms: number) => `${fmt((n / ms) * 1000)}/s`;
 
 /** A small seeded PRNG (mulberry32), so every run draws the same sequence. */

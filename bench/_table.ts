@@ -1,0 +1,32 @@
+/**
+ * What every benchmark module shares: its table row, a rate measurement and number formatting.
+ *
+ * @module
+ */
+
+/** One row of a benchmark table. */
+export interface BenchRow {
+  /** What was measured. */
+  readonly name: string;
+  /** The figure, with its unit. */
+  readonly value: string;
+}
+
+/** Runs `fn(i)` for i in [0, count) with `width` calls in flight; returns operations per second. */
+export async function rate(
+  count: number,
+  width: number,
+  fn: (i: number) => Promise<unknown>,
+): Promise<number> {
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < count) await fn(next++);
+  }));
+  return count / ((performance.now() - start) / 1000);
+}
+
+/** `n` rounded and grouped, e.g. `12,345`. */
+export function fmt(n: number): string {
+  return Math.round(n).toLocaleString("en-US");
+}
