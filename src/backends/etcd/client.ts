@@ -18,6 +18,7 @@ import {
   type ClusterClient,
   Etcd3,
   EtcdLeaseInvalidError,
+  GRPCCancelledError,
   type IOptions,
   isRecoverableError,
   type KVClient,
@@ -63,9 +64,14 @@ const RETRY_MAX_MS = 500;
 
 function connectionFailure(err: unknown): boolean {
   // "etcdserver: ..." errors come from a reachable member (no leader, leader changed): another
-  // member is no better, so those do not trip the breaker.
-  return err instanceof Error && isRecoverableError(err) && !err.message.includes("etcdserver:");
+  // member is no better, so those do not trip the breaker. Nor does CANCELLED: grpc-js reports it
+  // for a call cancelled on this side, which says nothing about the member.
+  return err instanceof Error && isRecoverableError(err) && !(err instanceof GRPCCancelledError) &&
+    !err.message.includes("etcdserver:");
 }
+
+/** The context our policies hand to etcd3 (cockatiel's shape; etcd3 does not read it). */
+const POLICY_CONTEXT = { signal: new AbortController().signal, attempt: 0 };
 
 /** A structural stand-in for cockatiel's per-host policy (etcd3 only calls `execute`). */
 function memberBreaker(): unknown {
@@ -74,7 +80,7 @@ function memberBreaker(): unknown {
     async execute<T>(fn: (ctx: unknown) => Promise<T>): Promise<T> {
       if (Date.now() < skipUntil) throw new MemberSkipped();
       try {
-        return await fn({ signal: new AbortController().signal, attempt: 0 });
+        return await fn(POLICY_CONTEXT);
       } catch (err) {
         if (connectionFailure(err)) skipUntil = Date.now() + MEMBER_SKIP_MS;
         throw err;
@@ -86,7 +92,7 @@ function memberBreaker(): unknown {
 /** A global policy that runs the call once: retries happen in {@linkcode EtcdClient.call}. */
 const once: unknown = {
   execute<T>(fn: (ctx: unknown) => Promise<T>): Promise<T> {
-    return fn({ signal: new AbortController().signal, attempt: 0 });
+    return fn(POLICY_CONTEXT);
   },
 };
 
@@ -127,6 +133,36 @@ function routeAuthThroughPool(client: Etcd3): void {
       );
     });
   };
+}
+
+/** The parts of an etcd3 bidirectional stream (watch, lease keepalive) that idalloc uses. */
+export interface DuplexStream {
+  write(item: unknown): void;
+  end(): void;
+  cancel(): void;
+  readonly writable: boolean;
+  on(event: string, fn: (arg: never) => void): unknown;
+}
+
+/**
+ * Closes a watch or keepalive stream on purpose: half-closes it, then cancels it. etcd3 treats an
+ * error of a still-writable stream as a failure of its member (`markFailed`): it closes every
+ * channel to the member and feeds the error to the member's breaker, which then skipped the member
+ * for {@linkcode MEMBER_SKIP_MS} — so every close of a session or restart of a watch stalled the
+ * next requests (~1.3 s with one member). The CANCELLED error that `cancel()` emits finds the
+ * stream no longer writable and is ignored. Safe on an ended or failed stream.
+ */
+export function closeStream(stream: DuplexStream): void {
+  try {
+    if (stream.writable) stream.end();
+  } catch {
+    // already ended
+  }
+  try {
+    stream.cancel();
+  } catch {
+    // already closed
+  }
 }
 
 /** Whether a failure of a request is worth retrying on (another) member. */

@@ -19,7 +19,7 @@
  */
 import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "etcd3";
 import { idallocLogger } from "../../log.ts";
-import { type EtcdClient, LeaseNotFound } from "./client.ts";
+import { closeStream, type DuplexStream, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { abortable } from "../../abort.ts";
 
 const log = idallocLogger("etcd", "lease");
@@ -36,10 +36,8 @@ interface LeaseState {
   sentAt: number;
 }
 
-interface KeepAliveStream {
+interface KeepAliveStream extends DuplexStream {
   write(item: ILeaseKeepAliveRequest): void;
-  cancel(): void;
-  on(event: string, fn: (arg: never) => void): unknown;
 }
 
 /** Grants, shares, renews and replaces the leases of one session. */
@@ -276,7 +274,7 @@ export class LeaseManager {
     const stream = await this.#client.raw.lease.leaseKeepAlive() as unknown as KeepAliveStream;
     if (signal.aborted) {
       stream.on("error", () => {});
-      stream.cancel();
+      closeStream(stream);
       return;
     }
     stream.on("data", (res: ILeaseKeepAliveResponse) => this.#onKeepAlive(res));
@@ -310,11 +308,6 @@ export class LeaseManager {
   #dropStream(): void {
     const stream = this.#stream;
     this.#stream = undefined;
-    if (!stream) return;
-    try {
-      stream.cancel();
-    } catch {
-      // already ended
-    }
+    if (stream) closeStream(stream);
   }
 }

@@ -14,12 +14,18 @@
  * @module
  */
 
+/** Matches a path that `path.Clean` would change (`""` aside). */
+const NOT_CLEAN = /\/\/|(?:^|\/)\.\.?(?:\/|$)|.\/$/s;
+
 /**
  * Go's `path.Clean`: the shortest path equivalent to `p` by purely lexical processing (collapse
  * `//`, drop `.`, resolve `..`, no trailing `/`; `""` becomes `"."`).
  */
 export function goClean(p: string): string {
   if (p === "") return ".";
+  // Already clean (the usual case on the allocation path): no `//`, no `.` or `..` element, no
+  // trailing `/` other than the root.
+  if (!NOT_CLEAN.test(p)) return p;
   const rooted = p.startsWith("/");
   const out: string[] = [];
   for (const part of p.split("/")) {
@@ -116,12 +122,12 @@ export class EtcdLayout {
 
 /** The exclusive end of the range of every key starting with `prefix` (etcd's prefix end). */
 export function prefixEnd(prefix: Uint8Array): Uint8Array {
-  // A copy: Buffer#slice would alias the caller's bytes.
-  const end = Uint8Array.from(prefix);
+  // A copy (a typed-array copy, not an iteration): Buffer#slice would alias the caller's bytes.
+  const end = new Uint8Array(prefix);
   for (let i = end.length - 1; i >= 0; i--) {
     if (end[i] < 0xff) {
       end[i]++;
-      return end.slice(0, i + 1);
+      return end.subarray(0, i + 1);
     }
   }
   // All 0xff: the range runs to the end of the keyspace.

@@ -98,9 +98,11 @@ export function kvsAt(responses: IResponseOp[], index: number): IKeyValue[] {
   return responses[index]?.response_range?.kvs ?? [];
 }
 
+const decoder = new TextDecoder();
+
 /** The text of a key or value. */
 export function text(b: Buffer | Uint8Array | undefined): string {
-  return b ? new TextDecoder().decode(b) : "";
+  return b ? decoder.decode(b) : "";
 }
 
 /** A reference as read from etcd. */

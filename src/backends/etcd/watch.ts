@@ -15,7 +15,7 @@
 import type { IWatchResponse } from "etcd3";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { bytes } from "./client.ts";
+import { bytes, closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
 import type { SessionCore } from "./core.ts";
 import { LIST_PAGE, type MasterEntry, parseMaster } from "./gc.ts";
@@ -102,12 +102,6 @@ class StreamQueue {
   }
 }
 
-interface WatchStream {
-  write(item: unknown): void;
-  cancel(): void;
-  on(event: string, fn: (arg: never) => void): unknown;
-}
-
 /** Watch responses for the masters from `startRevision`; throws {@linkcode Compacted}. */
 async function* watchFrom(
   core: SessionCore,
@@ -117,7 +111,7 @@ async function* watchFrom(
   const { client, layout } = core;
   await client.limiter.take(signal);
   client.assertOpen();
-  const stream = await client.raw.watch.watch() as unknown as WatchStream;
+  const stream = await client.raw.watch.watch() as unknown as DuplexStream;
   const queue = new StreamQueue();
   let done = false;
   stream.on("data", (res: IWatchResponse) => queue.push(res));
@@ -127,7 +121,7 @@ async function* watchFrom(
   stream.on("end", () => {
     if (!done) queue.push(new Error("watch stream ended"));
   });
-  const onAbort = () => stream.cancel();
+  const onAbort = () => closeStream(stream);
   signal.addEventListener("abort", onAbort, { once: true });
   try {
     stream.write({
@@ -154,11 +148,7 @@ async function* watchFrom(
   } finally {
     done = true;
     signal.removeEventListener("abort", onAbort);
-    try {
-      stream.cancel();
-    } catch {
-      // already closed
-    }
+    closeStream(stream);
   }
 }
 

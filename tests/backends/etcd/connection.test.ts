@@ -123,3 +123,28 @@ etcdTest("status: endpoints, leader, leases, health", async () => {
   assert.equal(sa.status().healthy, false);
   await assert.rejects(sa.get("k;", deadline()), { name: "ClosedError" });
 });
+
+etcdTest(
+  "sessions opened one after another on one backend each sync with one list request",
+  async () => {
+    // Closing a session cancels its watch and keepalive streams. That used to count as a failure
+    // of the member (etcd3's markFailed): the member was skipped for a second and the next
+    // session's initial list was retried until then (seven requests, ~1.3 s).
+    await using ns = await namespace();
+    const backend = await ns.backend("a");
+    const lists = () => backend.requestStats().operations["list masters"] ?? 0;
+    for (let round = 0; round < 3; round++) {
+      const before = lists();
+      const alloc = await Allocator.open(backend, { min: 1, max: 1000, leaseTtlMs: 2_000 });
+      try {
+        await alloc.waitForInitialSync();
+        assert.equal(lists() - before, 1, `round ${round}: the initial list was not retried`);
+        assert.equal(alloc.status().session.lastError, undefined, `round ${round}: no failure`);
+        const { isNew } = await alloc.allocate(`k${round};`);
+        assert.equal(isNew, true);
+      } finally {
+        await alloc.close();
+      }
+    }
+  },
+);

@@ -60,6 +60,10 @@ Deno.test("goClean matches Go's path.Clean test table", () => {
   for (const [input, want] of table) {
     assert.equal(goClean(input), want, `Clean(${JSON.stringify(input)})`);
   }
+  // Line terminators are ordinary bytes to Go (and must not slip past the already-clean check).
+  assert.equal(goClean("a\n/"), "a\n");
+  assert.equal(goClean("\u2028/./b\r/"), "\u2028/b\r");
+  assert.equal(goClean("a;\n/b;"), "a;\n/b;");
 });
 
 Deno.test("goJoin matches Go's path.Join test table", () => {
