@@ -226,6 +226,7 @@ class GenWaker {
   #dirty = false;
   #wake: (() => void) | undefined;
   #consumed = Promise.withResolvers<void>();
+  #closed = false;
 
   constructor(kv: Deno.Kv, key: Deno.KvKey, signal: AbortSignal) {
     this.#signal = signal;
@@ -242,7 +243,7 @@ class GenWaker {
     if (this.#signal.aborted) return;
     try {
       this.#reader = kv.watch([key]).getReader();
-      while (!this.#signal.aborted) {
+      while (!this.#signal.aborted && !this.#closed) {
         const { done } = await this.#reader.read();
         if (done) return;
         this.#dirty = true;
@@ -280,6 +281,10 @@ class GenWaker {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
+    // The pump may be parked until the next poll (a consumer that broke out of the feed never
+    // polls again): release it, or closing would wait forever.
+    this.#consumed.resolve();
     await this.#reader?.cancel().catch(() => {});
     await this.done;
   }

@@ -202,3 +202,21 @@ Deno.test("kv watch: abort and session close end the feed", async () => {
   await a.close();
   assert.deepEqual(await pendingTwo, { done: true, value: undefined });
 });
+
+Deno.test("a consumer that breaks out of the feed before any abort ends it cleanly", async () => {
+  await using store = await TestStore.create();
+  const session = await store.session("a");
+  await session.acquire(request("k;", { first: 7 }));
+  // An in-process kv.watch notification parks the wake-up pump until the next poll; leaving
+  // without an abort must still end the feed (it used to wait forever).
+  for await (const event of session.watch(never)) {
+    if (event.type === "synced") break;
+  }
+  await session.acquire(request("k2;", { first: 9 }));
+  let seen = 0;
+  for await (const event of session.watch(never)) {
+    if (event.type === "upsert") seen++;
+    if (event.type === "synced") break;
+  }
+  assert.equal(seen, 2);
+});
