@@ -1,0 +1,26 @@
+/**
+ * `deno task cluster`: four nodes as separate processes on one embedded Deno KV file agree on
+ * IDs; one is killed; the operator's GC reclaims what only it used. Exits 1 if a check fails.
+ *
+ * @module
+ */
+import { DenoKvBackend } from "@idalloc/idalloc";
+import { type ClusterStore, runCluster } from "./scenario.ts";
+
+const dir = await Deno.makeTempDir({ prefix: "idalloc-cluster-" });
+const store: ClusterStore = { kind: "deno-kv", path: `${dir}/ids.kv`, prefix: ["cluster"] };
+console.log(`Deno KV file ${store.path}\n`);
+let ok = false;
+try {
+  using kv = await Deno.openKv(store.path);
+  const operator = new DenoKvBackend(kv, {
+    prefix: store.prefix,
+    node: "operator",
+    pollIntervalMs: 100,
+    maxClockSkewMs: 300,
+  });
+  ok = await runCluster(store, operator);
+} finally {
+  await Deno.remove(dir, { recursive: true });
+}
+if (!ok) Deno.exit(1);

@@ -1,0 +1,58 @@
+/**
+ * One node of the cluster example, in its own process. It allocates the keys it is given (all at
+ * once, racing the other nodes), prints `{"node", "ids": {key: id}}` as one JSON line, then keeps
+ * its lease alive, releasing keys when told (`release <key>` on stdin), until it reads `exit` (or is
+ * killed).
+ *
+ * `deno run -A examples/cluster/node.ts '<store JSON>' <node> <key,key,…>`
+ *
+ * @module
+ */
+import { Allocator, type Backend, DenoKvBackend } from "@idalloc/idalloc";
+import { EtcdBackend } from "@idalloc/idalloc/etcd";
+import type { ClusterStore } from "./scenario.ts";
+
+const [storeJson, node, keyList] = Deno.args;
+const store: ClusterStore = JSON.parse(storeJson);
+/** Short, so that a killed node's references lapse within seconds. */
+const LEASE_TTL_MS = 2_000;
+
+let kv: Deno.Kv | undefined;
+let backend: Backend;
+if (store.kind === "deno-kv") {
+  kv = await Deno.openKv(store.path);
+  backend = new DenoKvBackend(kv, {
+    prefix: store.prefix,
+    node,
+    pollIntervalMs: 100,
+    maxClockSkewMs: 300,
+  });
+} else {
+  backend = await EtcdBackend.connect({ endpoints: store.endpoints, prefix: store.prefix, node });
+}
+const allocator = await Allocator.open(backend, { min: 256, max: 65535, leaseTtlMs: LEASE_TTL_MS });
+
+const keys = keyList.split(",");
+const results = await Promise.all(keys.map((key) => allocator.allocate(key)));
+const ids = Object.fromEntries(keys.map((key, i) => [key, results[i].id]));
+console.log(JSON.stringify({ node, ids }));
+
+// Hold the keys (the allocator renews the lease in the background) and answer commands, one per
+// line: `release <key>` prints `{"node", "key", "lastUse"}`; `exit` stops.
+let buffer = "";
+commands: for await (const chunk of Deno.stdin.readable.pipeThrough(new TextDecoderStream())) {
+  buffer += chunk;
+  let newline;
+  while ((newline = buffer.indexOf("\n")) >= 0) {
+    const [command, key] = buffer.slice(0, newline).trim().split(" ");
+    buffer = buffer.slice(newline + 1);
+    if (command === "exit") break commands;
+    if (command === "release") {
+      const { lastUse } = await allocator.release(key);
+      console.log(JSON.stringify({ node, key, lastUse }));
+    }
+  }
+}
+await allocator.close();
+if (backend instanceof EtcdBackend) await backend.close();
+kv?.close();

@@ -1,0 +1,74 @@
+/**
+ * A Deno Deploy service on Deno KV that hands out Cilium-style security identities:
+ * `deno task deploy:dev` runs it locally on `127.0.0.1:$PORT` (default 8000) with a local KV file
+ * (`$IDALLOC_KV_PATH`, default `./deploy.kv`); on Deno Deploy the same file runs on the
+ * deployment's KV database (`Deno.openKv()` without a path).
+ *
+ * ```sh
+ * curl -s -XPOST localhost:8000/v1/identities -H 'content-type: application/json' \
+ *   -d '{"labels": ["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]}'
+ * curl -s localhost:8000/v1/identities/1234
+ * curl -sN 'localhost:8000/v1/identities?watch'
+ * ```
+ *
+ * Each isolate is one node (`deploy-<region>-<deployment>-<random>`); see `service.ts` for what
+ * that means for leases and references.
+ *
+ * @module
+ */
+import { createHandler } from "./handler.ts";
+import { IdentityService } from "./service.ts";
+
+export { createHandler, type HandlerOptions } from "./handler.ts";
+export {
+  type CreateResult,
+  IdentityService,
+  type IdentityServiceOptions,
+  NodeLocalLabelsError,
+  type ServiceStatus,
+} from "./service.ts";
+
+/** This isolate's node name: where and what runs it, plus a random part (isolates come and go). */
+export function isolateNode(env: Pick<typeof Deno.env, "get"> = Deno.env): string {
+  const clean = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, "-");
+  const region = clean(env.get("DENO_REGION") ?? "local");
+  const deployment = clean(env.get("DENO_DEPLOYMENT_ID") ?? "dev").slice(0, 12);
+  return `deploy-${region}-${deployment}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+if (import.meta.main) {
+  const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;
+  const kv = onDeploy
+    ? await Deno.openKv()
+    : await Deno.openKv(Deno.env.get("IDALLOC_KV_PATH") ?? "./deploy.kv");
+  const service = await IdentityService.open(kv, { node: isolateNode() });
+  const stopping = new AbortController();
+  const handler = createHandler(service, { signal: stopping.signal });
+  const server = onDeploy ? Deno.serve(handler) : Deno.serve({
+    hostname: "127.0.0.1",
+    port: Number(Deno.env.get("PORT") ?? 8000),
+    onListen: ({ hostname, port }) =>
+      console.log(`identity service (node ${service.node}) on http://${hostname}:${port}/`),
+  }, handler);
+
+  const listeners: Array<() => void> = [];
+  const shutdown = async () => {
+    if (stopping.signal.aborted) return;
+    stopping.abort();
+    for (const remove of listeners) remove();
+    await server.shutdown();
+    await service.close();
+    kv.close();
+    console.log("stopped");
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    try {
+      const listener = () => void shutdown();
+      Deno.addSignalListener(signal, listener);
+      listeners.push(() => Deno.removeSignalListener(signal, listener));
+    } catch {
+      // Not available here (Deploy manages the isolate's lifetime).
+    }
+  }
+  await server.finished;
+}

@@ -1,0 +1,165 @@
+/**
+ * `identity allocate <labels…>` and `identity list`: Cilium-style security identities. Label sets
+ * are written as Cilium prints them (`k8s:app=web`, `reserved:host`, `cidr:10.0.0.0/8`); the store
+ * holds Cilium's kvstore strings (`k8s:app=web;`).
+ *
+ * Reserved label sets map to their fixed IDs and node-local ones (CIDR, FQDN) to IDs that exist
+ * only inside the allocating process; neither touches the store. Everything else gets a global
+ * identity in `--cluster-id`'s range, held like `allocate` holds a key.
+ *
+ * @module
+ */
+import {
+  hasLocalScope,
+  hasRemoteNodeScope,
+  IdentityAllocator,
+  Labels,
+  labelsCodec,
+  ReservedIdentities,
+} from "../../identity/mod.ts";
+import { formatDuration } from "../args.ts";
+import type { RunContext } from "../context.ts";
+import { ExitCode } from "../exit.ts";
+import { writeTable } from "../table.ts";
+import {
+  aborted,
+  deadline,
+  listMasters,
+  noteNewNamespace,
+  printable,
+  requireNamespace,
+} from "./common.ts";
+
+/** Options of `identity allocate`. */
+export interface IdentityAllocateOptions {
+  /** This cluster's ID (its global identities' range). */
+  readonly clusterId: number;
+  /** This cluster's name (well-known identities' labels). */
+  readonly clusterName: string;
+  /** Keep the identity until interrupted, then release it. */
+  readonly hold: boolean;
+}
+
+/** Options of `identity list`. */
+export interface IdentityListOptions {
+  /** This cluster's name (well-known identities' labels). */
+  readonly clusterName: string;
+  /** Also list the reserved and well-known identities (never stored). */
+  readonly reserved: boolean;
+}
+
+const RELEASE_GRACE_MS = 10_000;
+
+function scopeOf(identities: IdentityAllocator, id: number): string {
+  if (identities.reserved.isReserved(id)) return "reserved";
+  if (hasLocalScope(id) || hasRemoteNodeScope(id)) return "node-local";
+  return "global";
+}
+
+/** `identity allocate <labels…> [--hold]`. */
+export async function identityAllocateCommand(
+  ctx: RunContext,
+  labelTexts: readonly string[],
+  options: IdentityAllocateOptions,
+): Promise<number> {
+  const { output } = ctx;
+  const labels = Labels.parse(labelTexts);
+  const store = await ctx.store(true);
+  await noteNewNamespace(ctx, store);
+  await using identities = await IdentityAllocator.open(store.backend, {
+    clusterId: options.clusterId,
+    clusterName: options.clusterName,
+    leaseTtlMs: ctx.options.leaseTtlMs,
+  }, { signal: ctx.signal });
+  const { identity, isNew } = await identities.allocate(labels, { signal: ctx.signal });
+  const scope = scopeOf(identities, identity.id);
+  const node = store.backend.node;
+  if (ctx.options.json) {
+    output.out.line(JSON.stringify({
+      id: identity.id,
+      labels: identity.labels.toJSON(),
+      scope,
+      isNew,
+      node,
+    }));
+  } else {
+    output.out.line(
+      `identity ${identity.id} for ${identity.labels} (${scope}${
+        scope === "global" ? `, ${isNew ? "created" : "existing"}` : ""
+      })`,
+    );
+    if (scope === "node-local") {
+      output.warn("note: node-local identities live inside the allocating process only");
+    } else if (scope === "global" && !options.hold) {
+      output.warn(
+        `note: node ${node} references it until its lease lapses ` +
+          `(${formatDuration(ctx.options.leaseTtlMs)} after exit); --hold keeps it until Ctrl-C`,
+      );
+    }
+  }
+  if (!options.hold) return ExitCode.Ok;
+  ctx.untimed();
+  if (!ctx.options.json) output.warn(`holding identity ${identity.id}; Ctrl-C releases it`);
+  await output.flush();
+  await aborted(ctx.interrupt);
+  using grace = deadline(RELEASE_GRACE_MS);
+  const lastUse = await identities.release(identity, { signal: grace });
+  if (ctx.options.json) {
+    output.out.line(JSON.stringify({ id: identity.id, released: lastUse, node }));
+  } else output.out.line(`released identity ${identity.id}`);
+  return ExitCode.Ok;
+}
+
+/** `identity list [--reserved]`. */
+export async function identityListCommand(
+  ctx: RunContext,
+  options: IdentityListOptions,
+): Promise<number> {
+  const { output } = ctx;
+  const store = await ctx.store();
+  await requireNamespace(ctx, store);
+  ctx.untimed();
+  const session = await store.reader(ctx.signal);
+  const progress = ctx.progress();
+  const masters = await listMasters(ctx, session, progress, "identities");
+  const rows: Array<[number, Labels | string]> = [];
+  let foreign = 0;
+  if (options.reserved) {
+    const reserved = new ReservedIdentities({ clusterName: options.clusterName });
+    for (const { id, labels } of reserved) rows.push([id, labels]);
+  }
+  for (const [id, key] of masters) {
+    try {
+      rows.push([id, labelsCodec.decode(key)]);
+    } catch {
+      foreign++;
+      rows.push([id, key]);
+    }
+  }
+  rows.sort((a, b) => a[0] - b[0]);
+  progress.done(`listed ${masters.length} identities`);
+  if (ctx.options.json) {
+    output.out.write("[");
+    rows.forEach(([id, labels], i) => {
+      const entry = typeof labels === "string"
+        ? { id, key: labels }
+        : { id, labels: labels.toJSON() };
+      output.out.write(`${i === 0 ? "\n" : ",\n"}${JSON.stringify(entry)}`);
+    });
+    output.out.line(rows.length === 0 ? "]" : "\n]");
+  } else {
+    writeTable(
+      output.out,
+      ["ID", "LABELS"],
+      rows.map(([id, labels]) => [
+        String(id),
+        typeof labels === "string" ? `(not a label set) ${printable(labels)}` : labels.toString(),
+      ]),
+    );
+    output.err.line(
+      `${masters.length} identities under prefix ${store.prefix} in ${store.where}` +
+        (foreign > 0 ? ` (${foreign} keys are not label sets)` : ""),
+    );
+  }
+  return ExitCode.Ok;
+}

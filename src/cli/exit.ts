@@ -1,0 +1,122 @@
+/**
+ * The CLI's exit codes and how an error becomes one line on stderr and one of them. Errors are
+ * told apart by their stable `name` (idalloc's error classes), never by message text.
+ *
+ * @module
+ */
+
+/** The exit codes of the `idalloc` CLI. */
+export interface ExitCodes {
+  /** The command did what was asked. */
+  readonly Ok: 0;
+  /**
+   * Bad command line or input: an unknown command or option, an invalid key, ID, label or
+   * duration, a prefix under which nothing is stored, a missing KV file.
+   */
+  readonly Usage: 1;
+  /** The store could not be reached or opened, or did not answer within `--timeout`. */
+  readonly Unavailable: 2;
+  /** `get`, `get-id` or `release`: the key or ID has no entry in the store. */
+  readonly NotFound: 3;
+  /**
+   * The store refused: no free ID left, allocation failed after its retries, a corrupt entry, or
+   * another error the store reported (e.g. etcd authentication failed).
+   */
+  readonly Refused: 4;
+  /** An unexpected failure (a bug); `--debug` prints the stack trace. */
+  readonly Internal: 5;
+  /** Interrupted (Ctrl-C, SIGTERM) before a one-shot command finished. */
+  readonly Interrupted: 130;
+}
+
+/** The exit codes of the `idalloc` CLI, by name. */
+export const ExitCode: ExitCodes = {
+  Ok: 0,
+  Usage: 1,
+  Unavailable: 2,
+  NotFound: 3,
+  Refused: 4,
+  Internal: 5,
+  Interrupted: 130,
+};
+
+/** What the CLI prints and returns for an error. */
+export interface Failure {
+  /** The exit code. */
+  readonly code: number;
+  /** One line, without the `idalloc: ` prefix. */
+  readonly message: string;
+}
+
+const BY_NAME: Readonly<Record<string, number>> = {
+  InvalidOptionsError: ExitCode.Usage,
+  InvalidKeyError: ExitCode.Usage,
+  InvalidIdError: ExitCode.Usage,
+  LabelError: ExitCode.Usage,
+  ReadOnlyError: ExitCode.Usage,
+  StoreUnavailableError: ExitCode.Unavailable,
+  PoolExhaustedError: ExitCode.Refused,
+  ConflictError: ExitCode.Refused,
+  CorruptEntryError: ExitCode.Refused,
+  AllocationFailedError: ExitCode.Refused,
+  KeyNotHeldError: ExitCode.NotFound,
+  // The base class: a failure the store reported that has no class of its own (an etcd request
+  // refused for authentication or permissions, say). The store answered, so it is not "down".
+  IdallocError: ExitCode.Refused,
+};
+
+function nameOf(err: unknown): string | undefined {
+  return err instanceof Error ? err.name : undefined;
+}
+
+function messageOf(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  // One line: the first line of a multi-line message (zod's pretty errors) with the rest folded.
+  return text.split("\n").map((l) => l.trim()).filter((l) => l !== "").join("; ");
+}
+
+/**
+ * Maps `err` to an exit code and a one-line message. `interrupted`/`timedOut` tell an abort by the
+ * user from the `--timeout` deadline (both reject with the signal's reason).
+ */
+export function classify(
+  err: unknown,
+  context: { readonly interrupted: boolean; readonly timedOut?: string },
+): Failure {
+  if (context.interrupted) return { code: ExitCode.Interrupted, message: "interrupted" };
+  if (context.timedOut !== undefined) {
+    return {
+      code: ExitCode.Unavailable,
+      message: `the store did not answer within ${context.timedOut} (--timeout)`,
+    };
+  }
+  const name = nameOf(err);
+  if (name === "AllocationFailedError") {
+    // The last attempt's error says why; a store that went away is not a refusal.
+    const cause = (err as Error).cause;
+    const code = nameOf(cause) === "StoreUnavailableError"
+      ? ExitCode.Unavailable
+      : ExitCode.Refused;
+    const why = cause === undefined ? "" : `: ${messageOf(cause)}`;
+    return { code, message: `${messageOf(err)}${why}` };
+  }
+  if (name === "StoreUnavailableError") {
+    const cause = (err as Error).cause;
+    const why = cause instanceof Error && !messageOf(err).includes(messageOf(cause))
+      ? ` (${messageOf(cause)})`
+      : "";
+    return { code: ExitCode.Unavailable, message: `store unavailable: ${messageOf(err)}${why}` };
+  }
+  if (name !== undefined && name in BY_NAME) {
+    const prefix = name === "IdallocError" ? "the store refused: " : "";
+    return { code: BY_NAME[name], message: `${prefix}${messageOf(err)}` };
+  }
+  if (err instanceof Deno.errors.BrokenPipe) {
+    // The reader went away (`idalloc list | head`): nothing left to say to anyone.
+    return { code: ExitCode.Ok, message: "" };
+  }
+  return {
+    code: ExitCode.Internal,
+    message: `internal error: ${messageOf(err)} (run with --debug for the stack trace)`,
+  };
+}

@@ -1,0 +1,287 @@
+/**
+ * The command line, declared with commander: commands, options, help texts. Parsing only picks a
+ * command and collects its options; {@linkcode parseCommandLine} returns what to run, and `main`
+ * runs it, so that every failure goes through one error path.
+ *
+ * @module
+ */
+import { Command, CommanderError, Option } from "commander";
+import denoJson from "../../deno.json" with { type: "json" };
+import { durationOption, type GlobalOptions, globalOptions, integerOption } from "./args.ts";
+import type { RunContext } from "./context.ts";
+import type { Output } from "./io.ts";
+import { allocateCommand, releaseCommand } from "./commands/allocate.ts";
+import { gcCommand } from "./commands/gc.ts";
+import { identityAllocateCommand, identityListCommand } from "./commands/identity.ts";
+import { listCommand } from "./commands/list.ts";
+import { getCommand, getIdCommand } from "./commands/lookup.ts";
+import { statusCommand } from "./commands/status.ts";
+import { watchCommand } from "./commands/watch.ts";
+
+/** A parsed command line: the validated global options and the command to run. */
+export interface ParsedCommand {
+  /** Validated global options. */
+  readonly options: GlobalOptions;
+  /** Runs the command; resolves to the exit code. */
+  readonly run: (ctx: RunContext) => Promise<number>;
+}
+
+/** What parsing ended with: a command to run, or an exit code (help shown, usage error). */
+export type ParseResult =
+  | { readonly kind: "run"; readonly command: ParsedCommand }
+  | { readonly kind: "exit"; readonly code: number };
+
+const EXIT_CODES_HELP = `
+Exit codes:
+  0    ok
+  1    usage: bad option, key, ID or label; nothing stored under --prefix; no KV file at --store
+  2    store unavailable: cannot connect or open, or no answer within --timeout
+  3    not found: get / get-id / release found no such key, ID or reference
+  4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry,
+       or another error the store reported (e.g. etcd authentication failed)
+  5    internal error (a bug; --debug prints the stack trace)
+  130  interrupted (Ctrl-C) before a one-shot command finished
+`;
+
+const EXAMPLES_HELP = `
+Examples:
+  idalloc allocate 'app=web;'                         ID of a key (created if new)
+  idalloc get 'app=web;'                              just the ID, for scripts
+  idalloc list --json                                 every ID and key, as JSON
+  idalloc watch                                       changes as JSON lines until Ctrl-C
+  idalloc gc --every 15m                              collect unused IDs, like Cilium's operator
+  idalloc --store etcd://127.0.0.1:2379 status        etcd in Cilium's layout
+  idalloc identity allocate k8s:app=web k8s:io.kubernetes.pod.namespace=prod
+`;
+
+const STORE_GROUP = "Store options:";
+const TUNING_GROUP = "Tuning options:";
+const OUTPUT_GROUP = "Output options:";
+
+function defaultNode(): string {
+  let host = "localhost";
+  try {
+    host = Deno.hostname();
+  } catch {
+    // No --allow-sys: the PID alone keeps the name unique enough on one machine.
+  }
+  // The PID points an operator at the process; the random part keeps two runs inside one process
+  // (main() called in-process) from sharing a node name, and so a lease.
+  return `cli-${host.replaceAll("/", "-")}-${Deno.pid}-${crypto.randomUUID().slice(0, 4)}`;
+}
+
+function addGlobalOptions(program: Command): void {
+  const add = (option: Option, group: string) => program.addOption(option.helpGroup(group));
+  add(
+    new Option(
+      "--store <spec>",
+      "kv:<file> (an embedded Deno KV file, or a KV Connect URL) or etcd://host:port[,host:port…]",
+    ).default("kv:./idalloc.kv").env("IDALLOC_STORE"),
+    STORE_GROUP,
+  );
+  add(
+    new Option(
+      "--prefix <prefix>",
+      'namespace in the store: Deno KV a/b or a JSON array (default "idalloc"); ' +
+        'etcd a key prefix (default "cilium/state/identities/v1")',
+    ).env("IDALLOC_PREFIX"),
+    STORE_GROUP,
+  );
+  add(
+    new Option(
+      "--node <name>",
+      "node name of this run's references (default: cli-<host>-<pid>-<random>); never a running node's",
+    ),
+    STORE_GROUP,
+  );
+  add(new Option("--ca <file>", "etcd: CA certificate (PEM); switches to https"), STORE_GROUP);
+  add(new Option("--cert <file>", "etcd: client certificate (PEM), with --key"), STORE_GROUP);
+  add(new Option("--key <file>", "etcd: client private key (PEM), with --cert"), STORE_GROUP);
+  add(
+    new Option("--tls-server-name <name>", "etcd: name to verify the server certificate against"),
+    STORE_GROUP,
+  );
+  add(new Option("--user <name>", "etcd: user name"), STORE_GROUP);
+  add(
+    new Option("--password <password>", "etcd: password").env("IDALLOC_ETCD_PASSWORD"),
+    STORE_GROUP,
+  );
+  add(
+    new Option(
+      "--timeout <duration>",
+      "deadline to reach the store and of lookups (list, status and gc then run until done)",
+    ).default("30s"),
+    TUNING_GROUP,
+  );
+  add(
+    new Option("--connect-timeout <duration>", "etcd: time to connect and per request")
+      .default("5s"),
+    TUNING_GROUP,
+  );
+  add(
+    new Option("--lease-ttl <duration>", "lease of this run's references").default("60s"),
+    TUNING_GROUP,
+  );
+  add(new Option("--poll <duration>", "Deno KV: change poll interval").default("1s"), TUNING_GROUP);
+  add(
+    new Option("--clock-skew <duration>", "Deno KV: largest clock difference between nodes")
+      .default("5s"),
+    TUNING_GROUP,
+  );
+  add(new Option("--min <id>", "lowest ID to allocate / collect").default("256"), TUNING_GROUP);
+  add(new Option("--max <id>", "highest ID to allocate / collect").default("65535"), TUNING_GROUP);
+  add(new Option("--json", "machine-readable output"), OUTPUT_GROUP);
+  add(
+    new Option("--progress", "show progress on stderr even when it is not a terminal"),
+    OUTPUT_GROUP,
+  );
+  add(new Option("-v, --verbose", "print idalloc's log (info and up) on stderr"), OUTPUT_GROUP);
+  add(new Option("--debug", "print stack traces of unexpected errors"), OUTPUT_GROUP);
+}
+
+/**
+ * Parses `args` (without the program name). Help and usage errors are written by commander to
+ * `output` and end in `{ kind: "exit" }`.
+ */
+export async function parseCommandLine(args: string[], output: Output): Promise<ParseResult> {
+  let selected: ((ctx: RunContext) => Promise<number>) | undefined;
+  const program = new Command("idalloc");
+  program
+    .description(
+      "Cluster-wide small integer IDs for keys, on Deno KV or etcd (Cilium's ID allocator).",
+    )
+    .version(denoJson.version, "-V, --version")
+    .exitOverride()
+    .configureOutput({
+      writeOut: (text) => output.out.write(text),
+      writeErr: (text) => output.err.write(text),
+      outputError: (text, write) => write(`idalloc: ${text}`),
+      getOutHelpWidth: () => 100,
+      getErrHelpWidth: () => 100,
+      getOutHasColors: () => false,
+      getErrHasColors: () => false,
+    })
+    .configureHelp({ showGlobalOptions: true, sortSubcommands: false })
+    .showHelpAfterError("(run with --help for usage)")
+    .addHelpText("after", EXAMPLES_HELP + EXIT_CODES_HELP);
+  addGlobalOptions(program);
+
+  const pick = (run: (ctx: RunContext) => Promise<number>) => {
+    selected = run;
+  };
+
+  program.command("allocate")
+    .description("print the ID of <key>, creating it if no node has one")
+    .argument("<key>", "the key (any non-empty string)")
+    .option("--hold", "keep referencing the key until Ctrl-C, then release it")
+    .addHelpText(
+      "after",
+      "\nThe reference is this run's (--node): without --hold it lapses --lease-ttl after exit,\n" +
+        "and the ID lives on only while another node references the key.",
+    )
+    .action((key: string, o: { hold?: boolean }) =>
+      pick((ctx) => allocateCommand(ctx, key, { hold: o.hold ?? false }))
+    );
+
+  program.command("release")
+    .description("delete node --node's reference to <key> (the ID stays until GC)")
+    .argument("<key>", "the key")
+    .addHelpText(
+      "after",
+      "\nA new process holds nothing, so release names the node explicitly: --node <name>.\n" +
+        "The reference is deleted directly, without taking that node's lease. A live node that\n" +
+        "still holds the key re-creates its reference at its next sync.",
+    )
+    .action((key: string) => pick((ctx) => releaseCommand(ctx, key)));
+
+  program.command("get")
+    .description("print the ID of <key> (exit 3 if it has none)")
+    .argument("<key>", "the key")
+    .action((key: string) => pick((ctx) => getCommand(ctx, key)));
+
+  program.command("get-id")
+    .description("print the key of <id> (exit 3 if it is not allocated)")
+    .argument("<id>", "the ID")
+    .action((id: string) => pick((ctx) => getIdCommand(ctx, id)));
+
+  program.command("list")
+    .description("list every ID and its key, sorted by ID (a table, or --json)")
+    .action(() => pick((ctx) => listCommand(ctx)));
+
+  program.command("watch")
+    .description("print ID changes as JSON lines until Ctrl-C")
+    .option("--no-replay", "skip the current mappings; print only changes")
+    .addHelpText(
+      "after",
+      '\nLines: {"type":"upsert","id":…,"key":…}, {"type":"delete",…}, and {"type":"synced"}\n' +
+        "once the current mappings have been printed.",
+    )
+    .action((o: { replay: boolean }) => pick((ctx) => watchCommand(ctx, { replay: o.replay })));
+
+  program.command("gc")
+    .description("delete IDs no node uses (two-round marking) and print what was deleted")
+    .option("--every <duration>", "keep running: one pass per interval, e.g. 15m")
+    .option("--grace <duration>", "time between the two passes of a single run", "5s")
+    .addHelpText(
+      "after",
+      "\nA pass marks unused IDs; the next pass deletes the ones still unused and unchanged.\n" +
+        "Only IDs in [--min, --max] are considered.",
+    )
+    .action((o: { every?: string; grace: string }) => {
+      const everyMs = o.every === undefined ? undefined : durationOption("every", o.every, 10);
+      const graceMs = durationOption("grace", o.grace);
+      pick((ctx) => gcCommand(ctx, { everyMs, graceMs }));
+    });
+
+  program.command("status")
+    .description("store health, node leases and ID counts")
+    .option("--usage", "also count IDs in use and unused (reads every reference)")
+    .action((o: { usage?: boolean }) =>
+      pick((ctx) => statusCommand(ctx, { usage: o.usage ?? false }))
+    );
+
+  const identity = program.command("identity")
+    .description("Cilium-style security identities for label sets");
+  identity.command("allocate")
+    .description("print the identity of a label set, creating it if needed")
+    .argument("<labels...>", "labels such as k8s:app=web reserved:host cidr:10.0.0.0/8")
+    .option("--cluster-id <id>", "this cluster's ID (0–255): the range of its identities", "0")
+    .option("--cluster-name <name>", "this cluster's name", "default")
+    .option("--hold", "keep referencing the identity until Ctrl-C, then release it")
+    .action(
+      (labels: string[], o: { clusterId: string; clusterName: string; hold?: boolean }) => {
+        const clusterId = integerOption("cluster-id", o.clusterId);
+        pick((ctx) =>
+          identityAllocateCommand(ctx, labels, {
+            clusterId,
+            clusterName: o.clusterName,
+            hold: o.hold ?? false,
+          })
+        );
+      },
+    );
+  identity.command("list")
+    .description("list the identities in the store (a table, or --json)")
+    .option("--reserved", "also list the reserved and well-known identities")
+    .option("--cluster-name <name>", "this cluster's name (in well-known identities)", "default")
+    .action((o: { clusterName: string; reserved?: boolean }) =>
+      pick((ctx) =>
+        identityListCommand(ctx, { clusterName: o.clusterName, reserved: o.reserved ?? false })
+      )
+    );
+
+  try {
+    await program.parseAsync(args, { from: "user" });
+  } catch (err) {
+    if (err instanceof CommanderError) return { kind: "exit", code: err.exitCode === 0 ? 0 : 1 };
+    throw err;
+  }
+  if (selected === undefined) {
+    // `idalloc identity` alone: commander printed the group's help.
+    return { kind: "exit", code: 1 };
+  }
+  const nodeGiven = program.getOptionValueSource("node") !== undefined;
+  const raw = program.opts();
+  const options = globalOptions({ ...raw, node: raw.node ?? defaultNode() }, nodeGiven);
+  return { kind: "run", command: { options, run: selected } };
+}
