@@ -11,7 +11,7 @@ export interface ExitCodes {
   readonly Ok: 0;
   /**
    * Bad command line or input: an unknown command or option, an invalid key, ID, label or
-   * duration, a prefix under which nothing is stored, a missing KV file.
+   * duration, a prefix under which nothing is stored, a missing KV file, credentials etcd denies.
    */
   readonly Usage: 1;
   /** The store could not be reached or opened, or did not answer within `--timeout`. */
@@ -20,7 +20,7 @@ export interface ExitCodes {
   readonly NotFound: 3;
   /**
    * The store refused: no free ID left, allocation failed after its retries, a corrupt entry, or
-   * another error the store reported (e.g. etcd authentication failed).
+   * another error the store reported. (Wrong credentials or permissions are usage errors, 1.)
    */
   readonly Refused: 4;
   /** An unexpected failure (a bug); `--debug` prints the stack trace. */
@@ -54,14 +54,15 @@ const BY_NAME: Readonly<Record<string, number>> = {
   InvalidIdError: ExitCode.Usage,
   LabelError: ExitCode.Usage,
   ReadOnlyError: ExitCode.Usage,
+  StoreAccessDeniedError: ExitCode.Usage,
   StoreUnavailableError: ExitCode.Unavailable,
   PoolExhaustedError: ExitCode.Refused,
   ConflictError: ExitCode.Refused,
   CorruptEntryError: ExitCode.Refused,
   AllocationFailedError: ExitCode.Refused,
   KeyNotHeldError: ExitCode.NotFound,
-  // The base class: a failure the store reported that has no class of its own (an etcd request
-  // refused for authentication or permissions, say). The store answered, so it is not "down".
+  // The base class: a failure the store reported that has no class of its own. The store
+  // answered, so it is not "down".
   IdallocError: ExitCode.Refused,
 };
 

@@ -20,7 +20,9 @@ Deno.test("deno task idalloc runs the CLI", async () => {
 
 Deno.test("SIGINT ends watch with exit code 0; a second process sees the same store", async () => {
   await using store = await TempStore.create();
-  const web = JSON.parse((await cli([...store.args, "allocate", "app=web;", "--json"])).stdout);
+  const allocated = await cli([...store.args, "allocate", "app=web;", "--json"]);
+  assert.equal(allocated.code, 0, allocated.stderr);
+  const web = JSON.parse(allocated.stdout);
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", "src/cli/main.ts", ...store.args, "watch"],
     cwd: ROOT,

@@ -17,8 +17,12 @@ import {
   castGrpcError,
   type ClusterClient,
   Etcd3,
+  EtcdAuthenticationFailedError,
+  EtcdInvalidAuthTokenError,
   EtcdLeaseInvalidError,
+  EtcdPermissionDeniedError,
   GRPCCancelledError,
+  GRPCUnauthenticatedError,
   type IOptions,
   isRecoverableError,
   type KVClient,
@@ -28,6 +32,7 @@ import {
 } from "etcd3";
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { abortable, sleep } from "../../abort.ts";
+import { StoreAccessDeniedError } from "./errors.ts";
 import type { EtcdSettings } from "./options.ts";
 import type { RateLimiter } from "./rate_limiter.ts";
 
@@ -38,6 +43,55 @@ export class LeaseNotFound extends Error {
     super("etcd lease not found", { cause });
     this.name = "LeaseNotFound";
   }
+}
+
+/**
+ * A response exceeded the client's receive limit (gRPC RESOURCE_EXHAUSTED, "Received message
+ * larger than max"). Internal: a paged read retries with a smaller page; `size` and `max` are the
+ * byte counts grpc-js reported, when it did.
+ */
+export class ResponseTooLarge extends Error {
+  /** The response's size in bytes, if reported. */
+  readonly size: number | undefined;
+  /** The receive limit in bytes, if reported. */
+  readonly max: number | undefined;
+
+  /** @param cause the client's error */
+  constructor(cause: unknown) {
+    super(`etcd response too large: ${describe(cause)}`, { cause });
+    this.name = "ResponseTooLarge";
+    const m = /larger than max \((\d+) vs\.? (\d+)\)/i.exec(describe(cause));
+    this.size = m ? Number(m[1]) : undefined;
+    this.max = m ? Number(m[2]) : undefined;
+  }
+}
+
+/**
+ * The response receive limit: far above any page we ask for (pages aim at a fraction of it, see
+ * `paging.ts`), so that a page that turns out larger than its estimate still arrives.
+ */
+export const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+/** Whether the client refused a response for exceeding its receive limit. */
+function tooLarge(err: unknown): boolean {
+  return err instanceof Error && /larger than max/i.test(err.message);
+}
+
+/**
+ * Whether etcd refused the credentials or the permission. etcd3 maps etcd's messages to classes;
+ * the message test also catches them when they arrive wrapped or as a bare gRPC status (a server
+ * without the token reports "user name is empty").
+ */
+export function accessDenied(err: unknown): boolean {
+  if (
+    err instanceof EtcdAuthenticationFailedError || err instanceof EtcdInvalidAuthTokenError ||
+    err instanceof EtcdPermissionDeniedError || err instanceof GRPCUnauthenticatedError
+  ) {
+    return true;
+  }
+  return err instanceof Error &&
+    /authentication failed|invalid auth token|permission denied|user name is empty|UNAUTHENTICATED|PERMISSION_DENIED/i
+      .test(err.message);
 }
 
 /** A member skipped for a moment after a connection failure (our per-member circuit breaker). */
@@ -66,8 +120,10 @@ function connectionFailure(err: unknown): boolean {
   // "etcdserver: ..." errors come from a reachable member (no leader, leader changed): another
   // member is no better, so those do not trip the breaker. Nor does CANCELLED: grpc-js reports it
   // for a call cancelled on this side, which says nothing about the member.
+  // Nor does a response over our own receive limit (RESOURCE_EXHAUSTED, which etcd3 deems
+  // recoverable): the member answered.
   return err instanceof Error && isRecoverableError(err) && !(err instanceof GRPCCancelledError) &&
-    !err.message.includes("etcdserver:");
+    !err.message.includes("etcdserver:") && !tooLarge(err);
 }
 
 /** The context our policies hand to etcd3 (cockatiel's shape; etcd3 does not read it). */
@@ -168,7 +224,7 @@ export function closeStream(stream: DuplexStream): void {
 /** Whether a failure of a request is worth retrying on (another) member. */
 export function transient(err: unknown): boolean {
   if (err instanceof MemberSkipped) return true;
-  if (!(err instanceof Error)) return false;
+  if (!(err instanceof Error) || tooLarge(err) || accessDenied(err)) return false;
   if (isRecoverableError(err)) return true;
   // Messages etcd3 does not map to a recoverable class but that mean "try again".
   return /UNAVAILABLE|no connection|no hosts|no leader|leader changed|request timed out|too many requests|not capable|Channel closed|Connection dropped|ECONNREFUSED|ECONNRESET/i
@@ -205,6 +261,8 @@ export class EtcdClient {
   readonly #limiter: RateLimiter;
   readonly #requestTimeoutMs: number;
   readonly raw: RawClients;
+  /** The largest response this client accepts, in bytes. */
+  readonly maxResponseBytes: number;
   readonly #operations = new Map<string, number>();
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -212,8 +270,17 @@ export class EtcdClient {
   #healthy = true;
   #lastError: string | undefined;
 
-  /** @param settings validated backend settings; @param limiter the request rate limiter */
-  constructor(settings: EtcdSettings, limiter: RateLimiter) {
+  /**
+   * @param settings validated backend settings
+   * @param limiter the request rate limiter
+   * @param tuning internal knobs (tests shrink the receive limit to exercise paging)
+   */
+  constructor(
+    settings: EtcdSettings,
+    limiter: RateLimiter,
+    tuning: { readonly maxResponseBytes?: number } = {},
+  ) {
+    this.maxResponseBytes = tuning.maxResponseBytes ?? MAX_RESPONSE_BYTES;
     const options: IOptions = {
       hosts: [...settings.endpoints],
       grpcOptions: {
@@ -224,7 +291,7 @@ export class EtcdClient {
         "grpc.max_reconnect_backoff_ms": RECONNECT_MAX_MS,
         // No gRPC keepalive pings: grpc-js leaves their timer running after close(). Dead members
         // show up as failed requests (bounded by the request deadline) and keepalive replies.
-        "grpc.max_receive_message_length": 64 * 1024 * 1024,
+        "grpc.max_receive_message_length": tuning.maxResponseBytes ?? MAX_RESPONSE_BYTES,
       },
       faultHandling: {
         host: () => memberBreaker() as never,
@@ -313,7 +380,9 @@ export class EtcdClient {
   /**
    * Runs one unary request: a rate-limiter token per attempt, transient failures retried on
    * (other) members with a short backoff until `timeoutMs` (default: the request timeout) runs out,
-   * then {@linkcode StoreUnavailableError}. A missing lease surfaces as {@linkcode LeaseNotFound}.
+   * then {@linkcode StoreUnavailableError}. A missing lease surfaces as {@linkcode LeaseNotFound},
+   * refused credentials or permissions as {@linkcode StoreAccessDeniedError}, a response over the
+   * receive limit as {@linkcode ResponseTooLarge} (none of them retried).
    * An aborted `signal` rejects at once with its reason.
    */
   async call<T>(
@@ -342,6 +411,13 @@ export class EtcdClient {
         if (this.#closed) throw new ClosedError("etcd backend", { cause: err });
         if (err instanceof EtcdLeaseInvalidError || /lease not found/i.test(describe(err))) {
           throw new LeaseNotFound(err);
+        }
+        if (tooLarge(err)) throw new ResponseTooLarge(err);
+        if (accessDenied(err)) {
+          this.#lastError = `${what}: ${describe(err)}`;
+          throw new StoreAccessDeniedError(`etcd denied access (${what}): ${describe(err)}`, {
+            cause: err,
+          });
         }
         if (!(err instanceof MemberSkipped) || reported === undefined) reported = err;
         this.#lastError = `${what}: ${describe(reported)}`;

@@ -22,9 +22,9 @@
 import type { IKeyValue, IRequestOp } from "etcd3";
 import type { GcCandidate } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { bytes } from "./client.ts";
 import type { SessionCore } from "./core.ts";
 import { batches, utf8Length } from "./limits.ts";
+import { rangePages } from "./paging.ts";
 import {
   absent,
   del,
@@ -42,8 +42,6 @@ import {
 // Corrupt entries are reported under the backend's own category, as the watch skips them too.
 const log = idallocLogger("etcd");
 
-/** Masters per page of the list. */
-export const LIST_PAGE = 256;
 /** Reference ranges read per transaction. */
 const REFS_PER_TXN = 100;
 
@@ -80,17 +78,11 @@ export async function* gcList(
   signal: AbortSignal,
 ): AsyncGenerator<GcCandidate> {
   const { client, layout } = core;
-  const all = prefixRange(layout.masterRange);
-  let start = all.key;
-  for (;;) {
-    const page = await client.call("gc list", signal, (o) =>
-      client.raw.kv.range({
-        key: start,
-        range_end: all.range_end,
-        limit: LIST_PAGE,
-        sort_order: "Ascend",
-        sort_target: "Key",
-      }, o));
+  // Pinned pages; a compacted pin resumes at a newer revision: every delete is guarded anyway.
+  const pages = rangePages(client, "gc list", prefixRange(layout.masterRange), signal, {
+    onCompacted: "resume",
+  });
+  for await (const page of pages) {
     const masters: MasterEntry[] = [];
     for (const kv of page.kvs) {
       const m = parseMaster(core, kv);
@@ -116,9 +108,6 @@ export async function* gcList(
         };
       }
     }
-    if (!page.more || page.kvs.length === 0) return;
-    const last = page.kvs[page.kvs.length - 1].key;
-    start = bytes(text(last) + "\0");
   }
 }
 

@@ -34,6 +34,9 @@ export {
   type EtcdBackendOptions,
   type EtcdTlsOptions,
 } from "./options.ts";
+export { StoreAccessDeniedError } from "./errors.ts";
+// The base class of StoreAccessDeniedError, so that this entrypoint's docs are complete.
+export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
 export type { LimiterStats } from "./rate_limiter.ts";
 export type {

@@ -15,10 +15,11 @@
 import type { IWatchResponse } from "etcd3";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { bytes, closeStream, type DuplexStream } from "./client.ts";
+import { closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
 import type { SessionCore } from "./core.ts";
-import { LIST_PAGE, type MasterEntry, parseMaster } from "./gc.ts";
+import { type MasterEntry, parseMaster } from "./gc.ts";
+import { rangePages, RevisionCompacted } from "./paging.ts";
 import { prefixRange, text } from "./txn.ts";
 
 const log = idallocLogger("etcd");
@@ -35,7 +36,7 @@ class Compacted extends Error {
   }
 }
 
-/** Lists every master at one revision, {@linkcode LIST_PAGE} per request. */
+/** Lists every master at one revision (the first page's; a compacted one starts over). */
 async function listMasters(
   core: SessionCore,
   signal: AbortSignal,
@@ -44,30 +45,19 @@ async function listMasters(
   const all = prefixRange(layout.masterRange);
   for (;;) {
     const entries: MasterEntry[] = [];
-    let revision: string | undefined;
-    let start = all.key;
+    let revision = "0";
     try {
-      for (;;) {
-        const page = await client.call("list masters", signal, (o) =>
-          client.raw.kv.range({
-            key: start,
-            range_end: all.range_end,
-            limit: LIST_PAGE,
-            revision: revision ?? 0,
-            sort_order: "Ascend",
-            sort_target: "Key",
-          }, o));
-        revision ??= String(page.header.revision);
+      for await (const page of rangePages(client, "list masters", all, signal)) {
+        revision = page.revision;
         for (const kv of page.kvs) {
           const m = parseMaster(core, kv);
           if (m) entries.push(m);
         }
-        if (!page.more || page.kvs.length === 0) return { entries, revision };
-        start = bytes(text(page.kvs[page.kvs.length - 1].key) + "\0");
       }
+      return { entries, revision };
     } catch (err) {
       // The list's revision was compacted between two pages: start over at a newer one.
-      if (err instanceof Error && /compacted/i.test(err.message)) continue;
+      if (err instanceof RevisionCompacted) continue;
       throw err;
     }
   }

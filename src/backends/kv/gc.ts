@@ -8,14 +8,19 @@
  * so a reference created after the read is caught through the touch counter, which every writer
  * of a reference also changes.
  *
+ * A writable session's `gcList` also sweeps dead node state as it goes (`sweep.ts`): the dead
+ * references of keys that stay in use, from the references and lease records it reads anyway,
+ * and after a complete pass the expired lease records of nodes without references left.
+ *
  * @module
  */
 import type { GcCandidate } from "../../allocator/backend.ts";
 import { appendLog, commit, get, getMany, type KvContext, type KvStats, list } from "./io.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
-import { isLive, type LeaseRecord, readLeases } from "./liveness.ts";
-import { corrupt, decode, type RefValue } from "./schema.ts";
+import { isLive, type LeaseRecord, readLeases, type Reference } from "./liveness.ts";
+import { corrupt, decode } from "./schema.ts";
+import { sweepLeases, sweepRefs } from "./sweep.ts";
 
 /** Masters judged per batch of reads in `gcList`. */
 const GC_LIST_CHUNK = 100;
@@ -28,22 +33,30 @@ interface Master {
   readonly versionstamp: string;
 }
 
-interface Reference {
-  readonly key: string;
-  readonly node: string;
-  readonly value: RefValue;
-  readonly versionstamp: string;
+/** What one `gcList` pass carries from chunk to chunk. */
+interface Pass {
+  /** Whether to sweep dead node state (writable sessions only). */
+  readonly sweep: boolean;
+  /** Lease records read so far. */
+  readonly leases: Map<string, LeaseRecord>;
+  /** Nodes with references the pass saw and did not delete. */
+  readonly referenced: Set<string>;
 }
 
-/** Every master with `min <= id <= max`, with its GC version and whether it is in use now. */
+/**
+ * Every master with `min <= id <= max`, with its GC version and whether it is in use now. With
+ * `sweep`, also deletes dead references of keys in use and, once the listing completed, expired
+ * lease records of nodes without references left (see `sweep.ts`).
+ */
 export async function* gcList(
   ctx: KvContext,
   stats: KvStats,
   range: { min: number; max: number },
   signal: AbortSignal,
+  options: { readonly sweep: boolean },
 ): AsyncGenerator<GcCandidate> {
   const { layout } = ctx;
-  const leases = new Map<string, LeaseRecord>();
+  const pass: Pass = { sweep: options.sweep, leases: new Map(), referenced: new Set() };
   let chunk: Master[] = [];
   const selector = { start: layout.id(range.min), end: layout.id(range.max + 1) };
   for await (const entry of list(ctx, stats, selector, signal, LIST_BATCH)) {
@@ -56,34 +69,50 @@ export async function* gcList(
     if (value === undefined) continue;
     chunk.push({ id, key: value.key, versionstamp: entry.versionstamp });
     if (chunk.length >= GC_LIST_CHUNK) {
-      yield* judge(ctx, stats, chunk, leases, signal);
+      yield* judge(ctx, stats, chunk, pass, signal);
       chunk = [];
     }
   }
-  yield* judge(ctx, stats, chunk, leases, signal);
+  yield* judge(ctx, stats, chunk, pass, signal);
+  // Only after a complete pass is `referenced` complete for the range (a consumer that stops
+  // early ends the generator before this point).
+  if (pass.sweep) await sweepLeases(ctx, stats, pass.referenced, signal);
 }
 
 async function* judge(
   ctx: KvContext,
   stats: KvStats,
   masters: readonly Master[],
-  leases: Map<string, LeaseRecord>,
+  pass: Pass,
   signal: AbortSignal,
 ): AsyncGenerator<GcCandidate> {
   if (masters.length === 0) return;
+  const { leases, referenced } = pass;
   const touches = await getMany(ctx, stats, masters.map((m) => ctx.layout.touch(m.key)), signal);
   const refs: Reference[][] = [];
   for (const m of masters) refs.push(await listRefs(ctx, stats, m.key, signal));
   await readLeases(ctx, stats, refs.flat().map((r) => r.node), signal, leases);
   const now = ctx.settings.now();
+  const candidates: GcCandidate[] = [];
+  // Dead references of keys in use: nothing else deletes them, as their master is not collected.
+  // Those of unused keys go with their master in `gcDelete`.
+  const dead: Reference[] = [];
   for (const [i, m] of masters.entries()) {
-    yield {
+    const alive = refs[i].map((r) => live(ctx, r, leases, now));
+    const inUse = alive.includes(true);
+    candidates.push({
       id: m.id,
       key: m.key,
       version: gcVersion(m.versionstamp, touches[i].versionstamp),
-      inUse: refs[i].some((r) => live(ctx, r, leases, now)),
-    };
+      inUse,
+    });
+    refs[i].forEach((r, j) => {
+      if (pass.sweep && inUse && !alive[j]) dead.push(r);
+      else referenced.add(r.node);
+    });
   }
+  for (const r of await sweepRefs(ctx, stats, dead, leases, signal)) referenced.add(r.node);
+  yield* candidates;
 }
 
 /**

@@ -89,6 +89,11 @@ export class KvLayout {
     return [...this.prefix, "lease", node];
   }
 
+  /** Prefix of all lease records. */
+  leases(): Deno.KvKey {
+    return [...this.prefix, "lease"];
+  }
+
   /** One change-feed entry. */
   log(ms: number, node: string, nonce: string): Deno.KvKey {
     return [...this.prefix, "log", ms, node, nonce];
@@ -124,6 +129,14 @@ export class KvLayout {
       return undefined;
     }
     return { key: k, node };
+  }
+
+  /** The node of a lease record key, or `undefined` if `key` is not `[...P, "lease", node]`. */
+  parseLease(key: Deno.KvKey): string | undefined {
+    const n = this.prefix.length;
+    if (key.length !== n + 2 || key[n] !== "lease") return undefined;
+    const node = key[n + 1];
+    return typeof node === "string" && node !== "" ? node : undefined;
   }
 
   /** Whether `key` has the shape `[...P, "log", ms, node, nonce]`. */

@@ -8,6 +8,14 @@
 import { getMany, type KvContext, type KvStats } from "./io.ts";
 import { decode, type LeaseValue, type RefValue } from "./schema.ts";
 
+/** One reference `[...P, "ref", key, node]` as read. */
+export interface Reference {
+  readonly key: string;
+  readonly node: string;
+  readonly value: RefValue;
+  readonly versionstamp: string;
+}
+
 /** A node's lease record as read: its decoded value (if valid) and its versionstamp. */
 export interface LeaseRecord {
   readonly value: LeaseValue | undefined;
@@ -26,7 +34,15 @@ export function isLive(
   maxClockSkewMs: number,
 ): boolean {
   const v = lease?.value;
-  return v !== undefined && v.lease === ref.lease && v.expiresAt + maxClockSkewMs > now;
+  return v !== undefined && v.lease === ref.lease && !isExpired(v, now, maxClockSkewMs);
+}
+
+/**
+ * Whether a lease is past `expiresAt` by more than the skew margin: then no reference of it is
+ * live for any observer, and its node never renews it (it takes a new lease id instead).
+ */
+export function isExpired(lease: LeaseValue, now: number, maxClockSkewMs: number): boolean {
+  return lease.expiresAt + maxClockSkewMs <= now;
 }
 
 /** Reads the lease records of `nodes` (batched), reusing and filling `cache` when given. */

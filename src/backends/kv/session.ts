@@ -124,7 +124,8 @@ export class DenoKvSession implements BackendSession {
 
   gcList(range: { min: number; max: number }, signal: AbortSignal): AsyncIterable<GcCandidate> {
     this.#open();
-    return gcList(this.#ctx, this.stats, range, signal);
+    // A read-only session lists without sweeping: it must not write.
+    return gcList(this.#ctx, this.stats, range, signal, { sweep: this.#lease !== undefined });
   }
 
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {

@@ -3,7 +3,8 @@
  */
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
-import { EtcdBackend } from "../../../src/backends/etcd/mod.ts";
+import { Range } from "etcd3";
+import { EtcdBackend, StoreAccessDeniedError } from "../../../src/backends/etcd/mod.ts";
 import { IdallocError } from "../../../src/errors.ts";
 import { startEtcd } from "../../_support/etcd.ts";
 import { rawClient } from "../../_support/etcd_fixture.ts";
@@ -178,7 +179,8 @@ etcdTest(
 );
 
 etcdTest(
-  "user/password authentication: right password allocates, wrong one is refused",
+  "user/password authentication: right password allocates, wrong one and missing permissions " +
+    "are StoreAccessDeniedError",
   async () => {
     await using etcd = await startEtcd();
     const raw = rawClient(etcd.endpoints);
@@ -186,6 +188,11 @@ etcdTest(
       await raw.role("root").create();
       await raw.user("root").create("s3cret");
       await raw.user("root").addRole("root");
+      // A user who may only read the "auth" prefix.
+      await raw.role("reader").create();
+      await raw.role("reader").grant({ permission: "Read", range: Range.prefix("auth/") });
+      await raw.user("reader").create("r3ad");
+      await raw.user("reader").addRole("reader");
       await raw.auth.authEnable();
     } finally {
       raw.close();
@@ -198,7 +205,17 @@ etcdTest(
       password: "s3cret",
     });
     await using alloc = await Allocator.open(backend, { min: 1, max: 100, leaseTtlMs: 2_000 });
-    assert.ok((await alloc.allocate("k;")).id > 0);
+    const { id } = await alloc.allocate("k;");
+    assert.ok(id > 0);
+
+    const denied = (e: unknown) => {
+      assert.ok(e instanceof StoreAccessDeniedError, String(e));
+      assert.ok(e instanceof IdallocError);
+      assert.equal(e.name, "StoreAccessDeniedError");
+      assert.equal(e.retryable, false);
+      return true;
+    };
+    // A wrong password is refused at once, not retried until the dial timeout as if etcd were down.
     await assert.rejects(
       EtcdBackend.connect({
         endpoints: [...etcd.endpoints],
@@ -207,7 +224,63 @@ etcdTest(
         password: "wrong",
         dialTimeoutMs: 1_000,
       }),
-      (e) => e instanceof IdallocError && /auth/i.test(e.message),
+      (e) => denied(e) && /authentication failed/i.test((e as Error).message),
     );
+    await assert.rejects(
+      EtcdBackend.connect({
+        endpoints: [...etcd.endpoints],
+        node: "b",
+        user: "nobody",
+        password: "x",
+        dialTimeoutMs: 1_000,
+      }),
+      denied,
+    );
+
+    // The reader lists the prefix but may not write to it.
+    await using reader = await EtcdBackend.connect({
+      endpoints: [...etcd.endpoints],
+      prefix: "auth",
+      node: "r",
+      user: "reader",
+      password: "r3ad",
+    });
+    await using ro = await Allocator.open(reader, { min: 1, max: 100, readOnly: true });
+    assert.equal(await ro.getById(id), "k;");
+    const session = await reader.openSession({
+      leaseTtlMs: 2_000,
+      readOnly: false,
+      onLeaseReplaced: () => {},
+    });
+    try {
+      await assert.rejects(
+        session.acquire({
+          key: "other;",
+          pickCandidate: (exclude) => exclude.has(50) ? undefined : 50,
+          signal: AbortSignal.timeout(10_000),
+        }),
+        (e) => denied(e) && /permission denied/i.test((e as Error).message),
+      );
+    } finally {
+      await session.close();
+    }
+    // Outside its prefix, not even reading is allowed.
+    await using elsewhere = await EtcdBackend.connect({
+      endpoints: [...etcd.endpoints],
+      prefix: "other",
+      node: "r",
+      user: "reader",
+      password: "r3ad",
+    });
+    const other = await elsewhere.openSession({
+      leaseTtlMs: 2_000,
+      readOnly: true,
+      onLeaseReplaced: () => {},
+    });
+    try {
+      await assert.rejects(other.getById(1, AbortSignal.timeout(10_000)), denied);
+    } finally {
+      await other.close();
+    }
   },
 );

@@ -1,11 +1,10 @@
 /**
- * List-and-watch of the masters: paginated list at one revision, `synced` once, live events,
+ * List-and-watch of the masters (paging itself: paging.test.ts): list at one revision, `synced` once, live events,
  * corrupt entries skipped, re-list with deletes after compaction.
  */
 import assert from "node:assert/strict";
 import { configure, type LogRecord, reset } from "@logtape/logtape";
 import type { BackendEvent } from "../../../src/allocator/backend.ts";
-import { LIST_PAGE } from "../../../src/backends/etcd/gc.ts";
 import { startEtcd } from "../../_support/etcd.ts";
 import { deadline, etcdTest, namespace, openSession, picker, plain } from "./_helpers.ts";
 
@@ -73,33 +72,6 @@ etcdTest("list, synced once, then live upserts and deletes; corrupt entries skip
     ac.abort();
     await it.return?.();
   }
-});
-
-etcdTest(`the initial list is paginated (${LIST_PAGE} masters per request)`, async () => {
-  await using ns = await namespace();
-  const total = 2 * LIST_PAGE + 17;
-  for (let start = 0; start < total; start += 100) {
-    const txn = ns.raw.if(ns.layout.masterKey(0), "Version", "==", 0);
-    const ops = [];
-    for (let i = start; i < Math.min(total, start + 100); i++) {
-      ops.push(ns.raw.put(ns.layout.masterKey(i + 1)).value(`k${i + 1};`));
-    }
-    await txn.then(...ops).commit();
-  }
-  const a = await ns.backend("a");
-  await using sa = await openSession(a, { readOnly: true });
-  const before = a.requestStats().operations["list masters"] ?? 0;
-  const ac = new AbortController();
-  const seen = new Set<number>();
-  for await (const ev of sa.watch(ac.signal)) {
-    if (ev.type === "upsert") {
-      assert.equal(ev.key, `k${ev.id};`);
-      seen.add(ev.id);
-    }
-    if (ev.type === "synced") break;
-  }
-  assert.equal(seen.size, total);
-  assert.equal((a.requestStats().operations["list masters"] ?? 0) - before, 3, "three pages");
 });
 
 etcdTest("compaction while away: re-list reports what vanished and what appeared", async () => {

@@ -150,3 +150,32 @@ export async function collectUntil<T>(
 export function held(key: string, id: number): HeldKey {
   return { key, id };
 }
+
+/**
+ * A real Kv whose next commit first runs `hook.before` (fault injection at the commit point: another
+ * node writes just before the commit is sent; the store itself is real). The hook is cleared before
+ * it runs, so it may set the hook for the commit after.
+ */
+export function hooked(kv: Deno.Kv): { kv: Deno.Kv; hook: { before?: () => Promise<void> } } {
+  const hook: { before?: () => Promise<void> } = {};
+  const proxy = new Proxy(kv, {
+    get(target, prop) {
+      if (prop === "atomic") {
+        return () => {
+          const op = target.atomic();
+          const commit = op.commit.bind(op);
+          op.commit = async () => {
+            const before = hook.before;
+            hook.before = undefined;
+            await before?.();
+            return await commit();
+          };
+          return op;
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { kv: proxy, hook };
+}

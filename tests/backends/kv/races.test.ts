@@ -6,34 +6,9 @@ import assert from "node:assert/strict";
 import type { GcCandidate } from "../../../src/allocator/backend.ts";
 import { DenoKvBackend } from "../../../src/backends/kv/mod.ts";
 import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { Clock, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import { Clock, hooked, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
-
-/** A real Kv whose next commit first runs `hook.before`. */
-function hooked(kv: Deno.Kv): { kv: Deno.Kv; hook: { before?: () => Promise<void> } } {
-  const hook: { before?: () => Promise<void> } = {};
-  const proxy = new Proxy(kv, {
-    get(target, prop) {
-      if (prop === "atomic") {
-        return () => {
-          const op = target.atomic();
-          const commit = op.commit.bind(op);
-          op.commit = async () => {
-            const before = hook.before;
-            hook.before = undefined;
-            await before?.();
-            return await commit();
-          };
-          return op;
-        };
-      }
-      const value = Reflect.get(target, prop, target);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-  return { kv: proxy, hook };
-}
 
 async function gcPass(s: DenoKvSession): Promise<GcCandidate[]> {
   const out: GcCandidate[] = [];
