@@ -3,6 +3,7 @@
  * exit code 0 after everything it printed.
  */
 import assert from "node:assert/strict";
+import { ChildOutput } from "../_support/child_output.ts";
 import { cli, TempStore } from "./_run.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -29,38 +30,20 @@ Deno.test("SIGINT ends watch with exit code 0; a second process sees the same st
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let out = "";
+  const output = new ChildOutput(child, "watch");
   try {
-    while (!out.includes('"synced"')) {
-      const { value, done } = await reader.read();
-      if (done) throw new Error(`watch exited early: ${await stderr}`);
-      out += value;
-    }
+    await output.until('"synced"');
     await cli([...store.args, "allocate", "app=db;"]);
-    while (!out.includes("app=db;")) {
-      const { value, done } = await reader.read();
-      if (done) throw new Error(`watch exited early: ${await stderr}`);
-      out += value;
-    }
+    await output.until("app=db;");
     child.kill("SIGINT");
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      out += value;
-    }
+    await output.toEnd();
   } finally {
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // already exited
-    }
+    output.kill();
   }
   const status = await child.status;
-  assert.equal(status.code, 0, await stderr);
-  assert.equal(await stderr, "");
-  const lines = out.trim().split("\n").map((l) => JSON.parse(l));
+  assert.equal(status.code, 0, await output.stderr);
+  assert.equal(await output.stderr, "");
+  const lines = output.text.trim().split("\n").map((l) => JSON.parse(l));
   assert.deepEqual(lines[0], { type: "upsert", id: web.id, key: "app=web;" });
   assert.deepEqual(lines[1], { type: "synced" });
   assert.equal(lines[2].key, "app=db;");

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { Allocator, type AllocatorOptions } from "../../mod.ts";
 import type { StoreFixture } from "../_support/fixture.ts";
 
+export { eventually } from "../_support/eventually.ts";
+
 /** Short timings so lease expiry and periodic work happen within a test. */
 export const FAST: Partial<AllocatorOptions> = {
   leaseTtlMs: 2_000,
@@ -17,20 +19,6 @@ export async function openNode(
 ): Promise<Allocator> {
   const backend = await fx.backend(node, { fast: true });
   return await Allocator.open(backend, { ...FAST, ...options });
-}
-
-/** Polls `check` until it returns true (or throws the last assertion after `timeoutMs`). */
-export async function eventually(
-  check: () => boolean | Promise<boolean>,
-  message: string,
-  timeoutMs = 15_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (true) {
-    if (await check()) return;
-    if (Date.now() > deadline) assert.fail(`timed out waiting until ${message}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 /**

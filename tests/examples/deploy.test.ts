@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { main as cli } from "../../src/cli/main.ts";
 import { createHandler, IdentityService } from "../../examples/deploy/main.ts";
+import { ChildOutput } from "../_support/child_output.ts";
 import { freePort } from "../_support/etcd.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -253,15 +254,9 @@ Deno.test("deploy: `deno task deploy:dev` serves on loopback and stops on SIGTER
       stdout: "piped",
       stderr: "piped",
     }).spawn();
-    const stderr = new Response(child.stderr).text();
-    const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-    let out = "";
+    const output = new ChildOutput(child, "deploy:dev");
     try {
-      while (!out.includes(`http://127.0.0.1:${port}/`)) {
-        const { value, done } = await reader.read();
-        if (done) throw new Error(`deploy:dev exited: ${out}\n${await stderr}`);
-        out += value;
-      }
+      await output.until(`http://127.0.0.1:${port}/`);
       const res = await fetch(`http://127.0.0.1:${port}/v1/identities`, {
         method: "POST",
         headers: JSON_TYPE,
@@ -276,19 +271,11 @@ Deno.test("deploy: `deno task deploy:dev` serves on loopback and stops on SIGTER
       assert.equal(got.status, 200);
       await got.body?.cancel();
       child.kill("SIGTERM");
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        out += value;
-      }
+      await output.toEnd();
     } finally {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // exited
-      }
+      output.kill();
     }
     const { code } = await child.status;
-    assert.equal(code, 0, await stderr);
-    assert.match(out, /stopped/);
+    assert.equal(code, 0, await output.stderr);
+    assert.match(output.text, /stopped/);
   }));

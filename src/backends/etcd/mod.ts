@@ -39,15 +39,4 @@ export { StoreAccessDeniedError } from "./errors.ts";
 export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
 export type { LimiterStats } from "./rate_limiter.ts";
-export type {
-  AcquireRequest,
-  AcquireResult,
-  Backend,
-  BackendEvent,
-  BackendSession,
-  EnsureReport,
-  GcCandidate,
-  HeldKey,
-  SessionOptions,
-  SessionStatus,
-} from "../../allocator/backend.ts";
+export type * from "../../allocator/backend.ts";

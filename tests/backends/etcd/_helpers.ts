@@ -2,7 +2,6 @@
  * Helpers of the etcd backend tests: an isolated namespace on the shared private etcd (or a
  * given cluster), sessions with short leases, deterministic candidate pickers.
  */
-import assert from "node:assert/strict";
 import type { Etcd3 } from "etcd3";
 import type {
   BackendEvent,
@@ -13,6 +12,8 @@ import { EtcdBackend, type EtcdBackendOptions } from "../../../src/backends/etcd
 import { EtcdLayout } from "../../../src/backends/etcd/paths.ts";
 import { type EtcdCluster, etcdUnavailable } from "../../_support/etcd.ts";
 import { dump, rawClient, sharedEtcd } from "../../_support/etcd_fixture.ts";
+
+export { eventually } from "../../_support/eventually.ts";
 
 /** Registers an etcd test; skipped (loudly) when etcd is missing, unless CI is set. */
 export function etcdTest(name: string, fn: (t: Deno.TestContext) => Promise<void>): void {
@@ -27,19 +28,6 @@ export function picker(...ids: number[]): (exclude: ReadonlySet<number>) => numb
 /** A generous deadline for one call in a test. */
 export function deadline(ms = 10_000): AbortSignal {
   return AbortSignal.timeout(ms);
-}
-
-/** Polls `check` until it holds, failing with `message` after `timeoutMs`. */
-export async function eventually(
-  check: () => boolean | Promise<boolean>,
-  message: string,
-  timeoutMs = 15_000,
-): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) assert.fail(`timed out waiting until ${message}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** An isolated prefix on a private etcd, with a raw client; disposing deletes the prefix. */
@@ -97,6 +85,67 @@ export function openSession(
     onLeaseReplaced: () => {},
     ...options,
   });
+}
+
+/** Node "a" (backend and session) on a fresh namespace, with a deadline for the test's calls. */
+export interface OneNode extends AsyncDisposable {
+  readonly ns: Namespace;
+  readonly a: EtcdBackend;
+  readonly sa: BackendSession;
+  readonly signal: AbortSignal;
+}
+
+/** Nodes "a" and "c" (backends and sessions) on a fresh namespace. */
+export interface TwoNodes extends OneNode {
+  readonly c: EtcdBackend;
+  readonly sc: BackendSession;
+}
+
+/** Opens node "a", its session with {@linkcode openSession}`(a, options)`; disposal: sa, ns. */
+export async function oneNode(options: Partial<SessionOptions> = {}): Promise<OneNode> {
+  await using stack = new AsyncDisposableStack();
+  const ns = stack.use(await namespace());
+  const a = await ns.backend("a");
+  const sa = stack.use(await openSession(a, options));
+  const owned = stack.move();
+  return { ns, a, sa, signal: deadline(), [Symbol.asyncDispose]: () => owned.disposeAsync() };
+}
+
+/** Opens nodes "a" and "c", each with a 2 s-lease session; disposal: sc, sa, ns. */
+export async function twoNodes(): Promise<TwoNodes> {
+  await using stack = new AsyncDisposableStack();
+  const ns = stack.use(await namespace());
+  const a = await ns.backend("a");
+  const c = await ns.backend("c");
+  const sa = stack.use(await openSession(a));
+  const sc = stack.use(await openSession(c));
+  const owned = stack.move();
+  return {
+    ns,
+    a,
+    c,
+    sa,
+    sc,
+    signal: deadline(),
+    [Symbol.asyncDispose]: () => owned.disposeAsync(),
+  };
+}
+
+/**
+ * Runs `fn` with a lease `raw` grants for `ttlSeconds` (to write references as another writer
+ * would), revoking it afterwards.
+ */
+export async function withLease<T>(
+  raw: Etcd3,
+  ttlSeconds: number,
+  fn: (lease: string) => Promise<T>,
+): Promise<T> {
+  const lease = String((await raw.leaseClient.leaseGrant({ TTL: ttlSeconds })).ID);
+  try {
+    return await fn(lease);
+  } finally {
+    await raw.leaseClient.leaseRevoke({ ID: lease });
+  }
 }
 
 /** Requests of operation `op` (default: `acquire` transactions) `backend` sent while `fn` ran. */

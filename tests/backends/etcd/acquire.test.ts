@@ -11,15 +11,21 @@ import {
 } from "../../../src/errors.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/etcd/mod.ts";
 import { b } from "../../_support/etcd_fixture.ts";
-import { deadline, etcdTest, namespace, openSession, picker, requestsDuring } from "./_helpers.ts";
+import {
+  deadline,
+  etcdTest,
+  namespace,
+  oneNode,
+  openSession,
+  picker,
+  requestsDuring,
+  twoNodes,
+  withLease,
+} from "./_helpers.ts";
 
 etcdTest("new key: one transaction; existing key with a hint: one; without: two", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  const c = await ns.backend("c");
-  await using sa = await openSession(a);
-  await using sc = await openSession(c);
-  const signal = deadline();
+  await using setup = await twoNodes();
+  const { ns, a, c, sa, sc, signal } = setup;
 
   const created = await requestsDuring(
     a,
@@ -56,10 +62,8 @@ etcdTest("new key: one transaction; existing key with a hint: one; without: two"
 });
 
 etcdTest("an existing key with no references is re-joined in one transaction", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
+  await using setup = await oneNode();
+  const { a, sa, signal } = setup;
   const first = await sa.acquire({ key: "k;", pickCandidate: picker(5), signal });
   await sa.release("k;", 5, signal);
   // The range is empty now: the ladder's "no reference" step applies.
@@ -114,12 +118,8 @@ etcdTest(
 etcdTest(
   "the '/' trap: references of 'a;/b;' neither false-match 'a;' nor livelock it",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    const c = await ns.backend("c");
-    await using sa = await openSession(a);
-    await using sc = await openSession(c);
-    const signal = deadline();
+    await using setup = await twoNodes();
+    const { ns, a, c, sa, sc, signal } = setup;
 
     const long = await sa.acquire({ key: "a;/b;", pickCandidate: picker(20), signal });
     assert.equal(long.id, 20);
@@ -161,10 +161,8 @@ etcdTest(
 );
 
 etcdTest("the '/' trap in the other order, and a range kept busy by the other key", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
+  await using setup = await oneNode();
+  const { ns, sa, signal } = setup;
   const short = await sa.acquire({ key: "a;", pickCandidate: picker(30), signal });
   const long = await sa.acquire({ key: "a;/b;", pickCandidate: picker(30, 31), signal });
   assert.deepEqual([short.id, long.id], [30, 31]);
@@ -189,12 +187,8 @@ etcdTest("the '/' trap in the other order, and a range kept busy by the other ke
 });
 
 etcdTest("a stale cache hint never gives a key a second live ID", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  const c = await ns.backend("c");
-  await using sa = await openSession(a);
-  await using sc = await openSession(c);
-  const signal = deadline();
+  await using setup = await twoNodes();
+  const { ns, sa, sc, signal } = setup;
   // K had ID 40, every node released it: master id/40 = K with no reference.
   const old = await sa.acquire({ key: "K;", pickCandidate: picker(40), signal });
   await sa.release("K;", 40, signal);
@@ -216,10 +210,8 @@ etcdTest("a stale cache hint never gives a key a second live ID", async () => {
 etcdTest(
   "an unreferenced master of the key is reused when the create attempt finds it",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    await using sa = await openSession(a);
-    const signal = deadline();
+    await using setup = await oneNode();
+    const { ns, sa, signal } = setup;
     await ns.raw.put(ns.layout.masterKey(50)).value("K;");
     // The candidate is that very master (same key → same first candidate on every node).
     const r = await sa.acquire({ key: "K;", pickCandidate: picker(50, 51), signal });
@@ -235,12 +227,8 @@ etcdTest(
 etcdTest(
   "references whose master vanished: the master is re-created, not a second ID",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    const c = await ns.backend("c");
-    await using sa = await openSession(a);
-    await using sc = await openSession(c);
-    const signal = deadline();
+    await using setup = await twoNodes();
+    const { ns, sa, sc, signal } = setup;
     await sa.acquire({ key: "K;", pickCandidate: picker(70), signal });
     await ns.raw.delete().key(ns.layout.masterKey(70));
     const r = await sc.acquire({ key: "K;", pickCandidate: picker(71), signal });
@@ -253,12 +241,8 @@ etcdTest(
 etcdTest(
   "pool exhaustion: typed error, but only after the store says the key is not live",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    const c = await ns.backend("c");
-    await using sa = await openSession(a);
-    await using sc = await openSession(c);
-    const signal = deadline();
+    await using setup = await twoNodes();
+    const { ns, sa, sc, signal } = setup;
     await sa.acquire({ key: "K;", pickCandidate: picker(80), signal });
     // c's pool is empty, but K is live: joining it needs no new ID.
     const joined = await sc.acquire({ key: "K;", pickCandidate: () => undefined, signal });
@@ -273,8 +257,7 @@ etcdTest(
 
 etcdTest("references that disagree (a broken store) are refused with ConflictError", async () => {
   await using ns = await namespace();
-  const lease = String((await ns.raw.leaseClient.leaseGrant({ TTL: 60 })).ID);
-  try {
+  await withLease(ns.raw, 60, async (lease) => {
     await ns.raw.kv.put({ key: b(ns.layout.refKey("K;", "x")), value: b("1"), lease });
     await ns.raw.kv.put({ key: b(ns.layout.refKey("K;", "y")), value: b("2"), lease });
     const a = await ns.backend("a");
@@ -288,9 +271,7 @@ etcdTest("references that disagree (a broken store) are refused with ConflictErr
       0,
       "nothing added",
     );
-  } finally {
-    await ns.raw.leaseClient.leaseRevoke({ ID: lease });
-  }
+  });
 });
 
 etcdTest(
@@ -333,12 +314,8 @@ etcdTest(
 etcdTest(
   "release deletes only this node's reference; read-only sessions write nothing",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    const c = await ns.backend("c");
-    await using sa = await openSession(a);
-    await using sc = await openSession(c);
-    const signal = deadline();
+    await using setup = await twoNodes();
+    const { ns, sa, sc, signal } = setup;
     await sa.acquire({ key: "K;", pickCandidate: picker(5), signal });
     await sc.acquire({ key: "K;", pickCandidate: picker(5), signal });
     await sa.release("K;", 5, signal);
@@ -359,9 +336,8 @@ etcdTest(
 );
 
 etcdTest("an aborted signal rejects with its own reason, before or during the call", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
+  await using setup = await oneNode();
+  const { sa } = setup;
   const pre = new AbortController();
   pre.abort(new DOMException("gone", "AbortError"));
   await assert.rejects(

@@ -17,6 +17,7 @@ import {
   picker,
   plain,
   requestsDuring,
+  withLease,
 } from "./_helpers.ts";
 import type { Etcd3 } from "etcd3";
 
@@ -59,8 +60,7 @@ etcdTest("a store written by Cilium's Go allocator is read correctly", async () 
   await using ns = await namespace(etcd, CILIUM_IDENTITIES_PREFIX);
   const base = "cilium/state/identities/v1";
   const { raw } = ns;
-  const lease = String((await raw.leaseClient.leaseGrant({ TTL: 600 })).ID);
-  try {
+  await withLease(raw, 600, async (lease) => {
     // What kvstoreBackend.AllocateID + AcquireReference write (master: no lease; slave: leased).
     await raw.kv.put({ key: b(`${base}/id/40905`), value: b(FOO) });
     await raw.kv.put({ key: b(`${base}/value/${FOO}/172.0.124.60`), value: b("40905"), lease });
@@ -108,9 +108,7 @@ etcdTest("a store written by Cilium's Go allocator is read correctly", async () 
     const gc = [];
     for await (const c of session.gcList({ min: 1, max: 65535 }, signal)) gc.push(c);
     assert.deepEqual(gc.map((c) => [c.id, c.inUse]), [[40905, true], [40906, true], [40907, true]]);
-  } finally {
-    await raw.leaseClient.leaseRevoke({ ID: lease });
-  }
+  });
 });
 
 etcdTest("what the session writes is byte for byte what Cilium reads", async () => {
@@ -162,8 +160,7 @@ etcdTest("what the session writes is byte for byte what Cilium reads", async () 
 etcdTest("Cilium and idalloc nodes share keys both ways", async () => {
   await using ns = await namespace();
   const base = ns.prefix;
-  const lease = String((await ns.raw.leaseClient.leaseGrant({ TTL: 600 })).ID);
-  try {
+  await withLease(ns.raw, 600, async (lease) => {
     const backend = await ns.backend("10.0.0.2");
     await using session = await openSession(backend);
     const signal = deadline();
@@ -184,7 +181,5 @@ etcdTest("Cilium and idalloc nodes share keys both ways", async () => {
     assert.deepEqual({ id: short.id, created: short.created }, { id: 301, created: true });
     assert.equal(await ciliumGet(ns.raw, base, SHORT), 301);
     assert.equal(await ciliumGet(ns.raw, base, LONG), 300);
-  } finally {
-    await ns.raw.leaseClient.leaseRevoke({ ID: lease });
-  }
+  });
 });

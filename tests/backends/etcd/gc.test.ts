@@ -5,7 +5,15 @@
 import assert from "node:assert/strict";
 import type { BackendSession, GcCandidate } from "../../../src/allocator/backend.ts";
 import { b } from "../../_support/etcd_fixture.ts";
-import { deadline, etcdTest, namespace, openSession, picker, requestsDuring } from "./_helpers.ts";
+import {
+  deadline,
+  etcdTest,
+  oneNode,
+  picker,
+  requestsDuring,
+  twoNodes,
+  withLease,
+} from "./_helpers.ts";
 
 async function list(s: BackendSession, min = 1, max = 1_000_000): Promise<GcCandidate[]> {
   const out: GcCandidate[] = [];
@@ -16,12 +24,8 @@ async function list(s: BackendSession, min = 1, max = 1_000_000): Promise<GcCand
 etcdTest(
   "gcList: range filter, liveness, and a version that moves when a node acquires",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    const c = await ns.backend("c");
-    await using sa = await openSession(a);
-    await using sc = await openSession(c);
-    const signal = deadline();
+    await using setup = await twoNodes();
+    const { sa, sc, signal } = setup;
     await sa.acquire({ key: "used;", pickCandidate: picker(10), signal });
     await sa.acquire({ key: "idle;", pickCandidate: picker(11), signal });
     await sa.acquire({ key: "far;", pickCandidate: picker(500), signal });
@@ -42,10 +46,8 @@ etcdTest(
 );
 
 etcdTest("gcDelete: deletes an unchanged idle master in one transaction", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
+  await using setup = await oneNode();
+  const { ns, a, sa, signal } = setup;
   await sa.acquire({ key: "idle;", pickCandidate: picker(11), signal });
   await sa.release("idle;", 11, signal);
   const [cand] = await list(sa);
@@ -60,12 +62,8 @@ etcdTest("gcDelete: deletes an unchanged idle master in one transaction", async 
 });
 
 etcdTest("gcDelete never deletes an ID a node referenced after the listing", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  const c = await ns.backend("c");
-  await using sa = await openSession(a);
-  await using sc = await openSession(c);
-  const signal = deadline();
+  await using setup = await twoNodes();
+  const { ns, sa, sc, signal } = setup;
   const r = await sa.acquire({ key: "K;", pickCandidate: picker(11), signal });
   await sa.release("K;", 11, signal);
   const [cand] = await list(sa);
@@ -87,10 +85,8 @@ etcdTest("gcDelete never deletes an ID a node referenced after the listing", asy
 });
 
 etcdTest("gcDelete with the '/' trap: other keys' references do not keep 'a;' alive", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
+  await using setup = await oneNode();
+  const { ns, sa, signal } = setup;
   await sa.acquire({ key: "a;/b;", pickCandidate: picker(20), signal });
   await sa.acquire({ key: "a;", pickCandidate: picker(21), signal });
   await sa.release("a;", 21, signal);
@@ -109,14 +105,11 @@ etcdTest("gcDelete with the '/' trap: other keys' references do not keep 'a;' al
 etcdTest(
   "gcDelete when the hidden range holds the same ID: re-read, then guarded delete",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    await using sa = await openSession(a);
-    const signal = deadline();
+    await using setup = await oneNode();
+    const { ns, a, sa, signal } = setup;
     await sa.acquire({ key: "a;", pickCandidate: picker(21), signal });
     await sa.release("a;", 21, signal);
-    const lease = String((await ns.raw.leaseClient.leaseGrant({ TTL: 60 })).ID);
-    try {
+    await withLease(ns.raw, 60, async (lease) => {
       // A reference of the key "a;/b;" that happens to say 21 (a broken or foreign writer).
       await ns.raw.kv.put({ key: b(ns.layout.refKey("a;/b;", "x")), value: b("21"), lease });
       const [cand] = (await list(sa)).filter((x) => x.key === "a;");
@@ -127,19 +120,15 @@ etcdTest(
         "gc delete",
       );
       assert.deepEqual([result, requests], [true, 2]);
-    } finally {
-      await ns.raw.leaseClient.leaseRevoke({ ID: lease });
-    }
+    });
   },
 );
 
 etcdTest(
   "a stale duplicate master is collected while its key lives on under another ID",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
-    await using sa = await openSession(a);
-    const signal = deadline();
+    await using setup = await oneNode();
+    const { ns, sa, signal } = setup;
     await ns.raw.put(ns.layout.masterKey(40)).value("K;"); // stale: no reference names 40
     await sa.acquire({ key: "K;", pickCandidate: picker(41), signal });
     const cands = await list(sa);

@@ -6,13 +6,20 @@ import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { b } from "../../_support/etcd_fixture.ts";
 import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/leases.ts";
-import { deadline, etcdTest, eventually, namespace, openSession, picker } from "./_helpers.ts";
+import {
+  deadline,
+  etcdTest,
+  eventually,
+  namespace,
+  oneNode,
+  picker,
+  twoNodes,
+  withLease,
+} from "./_helpers.ts";
 
 etcdTest("references share one lease, which outlives several TTLs while kept alive", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a, { leaseTtlMs: 2_000 });
-  const signal = deadline();
+  await using setup = await oneNode({ leaseTtlMs: 2_000 });
+  const { ns, sa, signal } = setup;
   for (let i = 0; i < 20; i++) {
     await sa.acquire({ key: `k${i};`, pickCandidate: picker(i + 1), signal });
   }
@@ -32,9 +39,8 @@ etcdTest("references share one lease, which outlives several TTLs while kept ali
 });
 
 etcdTest(`at most ${MAX_KEYS_PER_LEASE} references per lease`, async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a, { leaseTtlMs: 30_000 });
+  await using setup = await oneNode({ leaseTtlMs: 30_000 });
+  const { ns, sa } = setup;
   const held = Array.from(
     { length: MAX_KEYS_PER_LEASE + 5 },
     (_, i) => ({ key: `k${i};`, id: i + 1 }),
@@ -53,11 +59,9 @@ etcdTest(`at most ${MAX_KEYS_PER_LEASE} references per lease`, async () => {
 etcdTest(
   "a revoked lease is replaced at once; ensure puts the references back on the new one",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
     let replaced = 0;
-    await using sa = await openSession(a, { leaseTtlMs: 2_000, onLeaseReplaced: () => replaced++ });
-    const signal = deadline();
+    await using setup = await oneNode({ leaseTtlMs: 2_000, onLeaseReplaced: () => replaced++ });
+    const { ns, sa, signal } = setup;
     const held = [];
     for (let i = 0; i < 5; i++) {
       const r = await sa.acquire({ key: `k${i};`, pickCandidate: picker(i + 1), signal });
@@ -81,15 +85,10 @@ etcdTest(
 etcdTest(
   "a write refused with 'lease not found' takes a new lease and still succeeds",
   async () => {
-    await using ns = await namespace();
-    const a = await ns.backend("a");
     let replaced = 0;
     // A long TTL: the keepalive (every 10 s) will not notice before the write does.
-    await using sa = await openSession(a, {
-      leaseTtlMs: 30_000,
-      onLeaseReplaced: () => replaced++,
-    });
-    const signal = deadline();
+    await using setup = await oneNode({ leaseTtlMs: 30_000, onLeaseReplaced: () => replaced++ });
+    const { ns, sa, signal } = setup;
     await sa.acquire({ key: "k0;", pickCandidate: picker(1), signal });
     const old = (await ns.dump()).find((kv) => kv.key.includes("/value/"))!.lease;
     await ns.raw.leaseClient.leaseRevoke({ ID: old });
@@ -102,13 +101,10 @@ etcdTest(
 );
 
 etcdTest("ensure moves a surviving reference off a lease that is not the session's", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
+  await using setup = await oneNode();
+  const { ns, sa, signal } = setup;
   await sa.acquire({ key: "K;", pickCandidate: picker(3), signal });
-  const foreign = String((await ns.raw.leaseClient.leaseGrant({ TTL: 60 })).ID);
-  try {
+  await withLease(ns.raw, 60, async (foreign) => {
     // Same value, wrong lease (e.g. left over from a lease this node has replaced).
     await ns.raw.kv.put({ key: b(ns.layout.refKey("K;", "a")), value: b("3"), lease: foreign });
     const [report] = await sa.ensure([{ key: "K;", id: 3 }], signal);
@@ -117,18 +113,12 @@ etcdTest("ensure moves a surviving reference off a lease that is not the session
     assert.notEqual(ref.lease, foreign);
     const [again] = await sa.ensure([{ key: "K;", id: 3 }], signal);
     assert.deepEqual(again, { key: "K;", id: 3, master: "ok", reference: "ok" });
-  } finally {
-    await ns.raw.leaseClient.leaseRevoke({ ID: foreign });
-  }
+  });
 });
 
 etcdTest("ensure: missing master re-created, conflicts left alone and reported", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  const c = await ns.backend("c");
-  await using sa = await openSession(a);
-  await using sc = await openSession(c);
-  const signal = deadline();
+  await using setup = await twoNodes();
+  const { ns, sa, sc, signal } = setup;
   await sa.acquire({ key: "A;", pickCandidate: picker(1), signal });
   await sa.acquire({ key: "B;", pickCandidate: picker(2), signal });
   await ns.raw.delete().key(ns.layout.masterKey(1));

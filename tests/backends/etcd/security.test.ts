@@ -4,98 +4,32 @@
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { Range } from "etcd3";
-import { EtcdBackend, StoreAccessDeniedError } from "../../../src/backends/etcd/mod.ts";
+import {
+  EtcdBackend,
+  type EtcdBackendOptions,
+  StoreAccessDeniedError,
+} from "../../../src/backends/etcd/mod.ts";
 import { IdallocError } from "../../../src/errors.ts";
-import { startEtcd } from "../../_support/etcd.ts";
-import { rawClient } from "../../_support/etcd_fixture.ts";
+import { type EtcdCluster, startEtcd } from "../../_support/etcd.ts";
+import { enableAuth } from "../../_support/etcd_auth.ts";
+import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../../_support/tls.ts";
 import { etcdTest } from "./_helpers.ts";
 
-/** The DNS name in the test server certificate (Deno's TLS refuses an IP address as SNI). */
-const SERVER_NAME = "etcd.idalloc.test";
-
-function hasOpenssl(): boolean {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
-    try {
-      if (dir && Deno.statSync(`${dir}/openssl`).isFile) return true;
-    } catch {
-      // not here
-    }
-  }
-  return false;
+/** A backend for `node` on `etcd`. */
+function connect(
+  etcd: EtcdCluster,
+  node: string,
+  options: Partial<EtcdBackendOptions>,
+): Promise<EtcdBackend> {
+  return EtcdBackend.connect({ endpoints: [...etcd.endpoints], node, ...options });
 }
 
-async function openssl(dir: string, ...args: string[]): Promise<void> {
-  const out = await new Deno.Command("openssl", { args, cwd: dir, stdout: "null", stderr: "piped" })
-    .output();
-  if (!out.success) throw new Error(`openssl ${args[0]}: ${new TextDecoder().decode(out.stderr)}`);
-}
-
-/** P-256 keys: generated in milliseconds, unlike RSA. */
-const EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-
-/** A private CA, a server certificate for 127.0.0.1 and a client certificate, as files. */
-async function makeCerts(
-  dir: string,
-): Promise<Record<"ca" | "cert" | "key" | "clientCert" | "clientKey", string>> {
-  await Deno.writeTextFile(
-    `${dir}/server.ext`,
-    "subjectAltName=IP:127.0.0.1,DNS:etcd.idalloc.test\nextendedKeyUsage=serverAuth\n",
-  );
-  await Deno.writeTextFile(`${dir}/client.ext`, "extendedKeyUsage=clientAuth\n");
-  await openssl(
-    dir,
-    "req",
-    "-x509",
-    ...EC_KEY,
-    "-nodes",
-    "-keyout",
-    "ca.key",
-    "-out",
-    "ca.crt",
-    "-days",
-    "1",
-    "-subj",
-    "/CN=idalloc test CA",
-  );
-  for (const [name, cn] of [["server", "127.0.0.1"], ["client", "idalloc"]]) {
-    await openssl(
-      dir,
-      "req",
-      ...EC_KEY,
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.csr`,
-      "-subj",
-      `/CN=${cn}`,
-    );
-    await openssl(
-      dir,
-      "x509",
-      "-req",
-      "-in",
-      `${name}.csr`,
-      "-CA",
-      "ca.crt",
-      "-CAkey",
-      "ca.key",
-      "-CAcreateserial",
-      "-out",
-      `${name}.crt`,
-      "-days",
-      "1",
-      "-extfile",
-      `${name}.ext`,
-    );
-  }
-  return {
-    ca: `${dir}/ca.crt`,
-    cert: `${dir}/server.crt`,
-    key: `${dir}/server.key`,
-    clientCert: `${dir}/client.crt`,
-    clientKey: `${dir}/client.key`,
-  };
+/** Node "b" connecting with `options`; gives up after 1 s (for connections that must fail). */
+function connectOther(
+  etcd: EtcdCluster,
+  options: Partial<EtcdBackendOptions>,
+): Promise<EtcdBackend> {
+  return connect(etcd, "b", { dialTimeoutMs: 1_000, ...options });
 }
 
 etcdTest(
@@ -105,53 +39,31 @@ etcdTest(
       console.error("!!! openssl not found: skipping the TLS test");
       return;
     }
-    const dir = await Deno.makeTempDir({ prefix: "idalloc-tls-" });
-    try {
-      const files = await makeCerts(dir);
+    await withCerts("idalloc-tls-", async (files) => {
       const ca = await Deno.readTextFile(files.ca);
       await t.step("server TLS", async () => {
-        await using etcd = await startEtcd({
-          tls: { ca: files.ca, cert: files.cert, key: files.key },
-        });
+        await using etcd = await startEtcd({ tls: etcdTls(files) });
         assert.ok(etcd.endpoints[0].startsWith("https://"));
-        await using backend = await EtcdBackend.connect({
-          endpoints: [...etcd.endpoints],
+        await using backend = await connect(etcd, "a", {
           prefix: "tls",
-          node: "a",
           tls: { ca, serverName: SERVER_NAME },
         });
         await using alloc = await Allocator.open(backend, { min: 1, max: 100, leaseTtlMs: 2_000 });
         assert.equal((await alloc.allocate("k;")).id > 0, true);
         // A CA that did not sign the server's certificate is refused.
-        const otherDir = await Deno.makeTempDir({ prefix: "idalloc-tls-other-" });
-        try {
-          const other = await makeCerts(otherDir);
+        await withCerts("idalloc-tls-other-", async (other) => {
           await assert.rejects(
-            EtcdBackend.connect({
-              endpoints: [...etcd.endpoints],
-              node: "b",
+            connectOther(etcd, {
               tls: { ca: await Deno.readTextFile(other.ca), serverName: SERVER_NAME },
-              dialTimeoutMs: 1_000,
             }),
             IdallocError,
           );
-        } finally {
-          await Deno.remove(otherDir, { recursive: true });
-        }
+        });
       });
       await t.step("mutual TLS", async () => {
-        await using etcd = await startEtcd({
-          tls: {
-            ca: files.ca,
-            cert: files.cert,
-            key: files.key,
-            client: { cert: files.clientCert, key: files.clientKey },
-          },
-        });
-        await using backend = await EtcdBackend.connect({
-          endpoints: [...etcd.endpoints],
+        await using etcd = await startEtcd({ tls: etcdTls(files, { mutual: true }) });
+        await using backend = await connect(etcd, "a", {
           prefix: "mtls",
-          node: "a",
           tls: {
             ca,
             cert: await Deno.readTextFile(files.clientCert),
@@ -163,18 +75,11 @@ etcdTest(
         assert.equal((await alloc.allocate("k;")).id > 0, true);
         // Without a client certificate the server refuses the connection.
         await assert.rejects(
-          EtcdBackend.connect({
-            endpoints: [...etcd.endpoints],
-            node: "b",
-            tls: { ca, serverName: SERVER_NAME },
-            dialTimeoutMs: 1_000,
-          }),
+          connectOther(etcd, { tls: { ca, serverName: SERVER_NAME } }),
           IdallocError,
         );
       });
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+    });
   },
 );
 
@@ -183,24 +88,15 @@ etcdTest(
     "are StoreAccessDeniedError",
   async () => {
     await using etcd = await startEtcd();
-    const raw = rawClient(etcd.endpoints);
-    try {
-      await raw.role("root").create();
-      await raw.user("root").create("s3cret");
-      await raw.user("root").addRole("root");
+    await enableAuth(etcd.endpoints, "s3cret", async (raw) => {
       // A user who may only read the "auth" prefix.
       await raw.role("reader").create();
       await raw.role("reader").grant({ permission: "Read", range: Range.prefix("auth/") });
       await raw.user("reader").create("r3ad");
       await raw.user("reader").addRole("reader");
-      await raw.auth.authEnable();
-    } finally {
-      raw.close();
-    }
-    await using backend = await EtcdBackend.connect({
-      endpoints: [...etcd.endpoints],
+    });
+    await using backend = await connect(etcd, "a", {
       prefix: "auth",
-      node: "a",
       user: "root",
       password: "s3cret",
     });
@@ -217,31 +113,14 @@ etcdTest(
     };
     // A wrong password is refused at once, not retried until the dial timeout as if etcd were down.
     await assert.rejects(
-      EtcdBackend.connect({
-        endpoints: [...etcd.endpoints],
-        node: "b",
-        user: "root",
-        password: "wrong",
-        dialTimeoutMs: 1_000,
-      }),
+      connectOther(etcd, { user: "root", password: "wrong" }),
       (e) => denied(e) && /authentication failed/i.test((e as Error).message),
     );
-    await assert.rejects(
-      EtcdBackend.connect({
-        endpoints: [...etcd.endpoints],
-        node: "b",
-        user: "nobody",
-        password: "x",
-        dialTimeoutMs: 1_000,
-      }),
-      denied,
-    );
+    await assert.rejects(connectOther(etcd, { user: "nobody", password: "x" }), denied);
 
     // The reader lists the prefix but may not write to it.
-    await using reader = await EtcdBackend.connect({
-      endpoints: [...etcd.endpoints],
+    await using reader = await connect(etcd, "r", {
       prefix: "auth",
-      node: "r",
       user: "reader",
       password: "r3ad",
     });
@@ -265,10 +144,8 @@ etcdTest(
       await session.close();
     }
     // Outside its prefix, not even reading is allowed.
-    await using elsewhere = await EtcdBackend.connect({
-      endpoints: [...etcd.endpoints],
+    await using elsewhere = await connect(etcd, "r", {
       prefix: "other",
-      node: "r",
       user: "reader",
       password: "r3ad",
     });

@@ -4,7 +4,12 @@
  *
  * @module
  */
-import type { AcquireRequest, HeldKey } from "../../../src/allocator/backend.ts";
+import type {
+  AcquireRequest,
+  BackendSession,
+  GcCandidate,
+  HeldKey,
+} from "../../../src/allocator/backend.ts";
 import { DenoKvBackend, type DenoKvBackendOptions } from "../../../src/backends/kv/mod.ts";
 import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
 import { KV_FIXTURE_PREFIX, KvStoreFixture } from "../../_support/kv_fixture.ts";
@@ -85,6 +90,23 @@ export class TestStore implements AsyncDisposable {
     return session as DenoKvSession;
   }
 
+  /**
+   * A session for `node` whose handle runs `hook.before` ahead of its next commit (see
+   * {@linkcode hooked}). The backend gets `options` as given, without the fast timings of
+   * {@linkcode TestStore.backend}; lease TTL 60 s unless given.
+   */
+  async hookedSession(
+    node: string,
+    setup: SessionSetup = {},
+  ): Promise<{ session: DenoKvSession; hook: { before?: () => Promise<void> } }> {
+    const { leaseTtlMs = 60_000, readOnly = false, onLeaseReplaced = () => {}, ...options } = setup;
+    const { kv, hook } = hooked(await this.handle());
+    const backend = new DenoKvBackend(kv, { prefix: KV_FIXTURE_PREFIX, node, ...options });
+    const session = await backend.openSession({ leaseTtlMs, readOnly, onLeaseReplaced });
+    this.#sessions.push(session as DenoKvSession);
+    return { session: session as DenoKvSession, hook };
+  }
+
   /** Every entry under the prefix, keys without the prefix. */
   async dump(): Promise<{ key: Deno.KvKey; value: unknown; versionstamp: string }[]> {
     const out = [];
@@ -131,6 +153,17 @@ export function request(
 
 /** A never-aborted signal. */
 export const never: AbortSignal = new AbortController().signal;
+
+/** One full `gcList` of `session` over `[min, max]`. */
+export async function gcPass(
+  session: BackendSession,
+  min = 1,
+  max = 1_000,
+): Promise<GcCandidate[]> {
+  const out: GcCandidate[] = [];
+  for await (const c of session.gcList({ min, max }, never)) out.push(c);
+  return out;
+}
 
 /** Collects events from an async iterator until `until` returns true. */
 export async function collectUntil<T>(

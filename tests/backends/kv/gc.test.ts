@@ -1,15 +1,7 @@
 import assert from "node:assert/strict";
-import type { GcCandidate } from "../../../src/allocator/backend.ts";
-import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { held, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import { gcPass, held, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
-
-async function gcPass(s: DenoKvSession, max = 1_000): Promise<GcCandidate[]> {
-  const out: GcCandidate[] = [];
-  for await (const c of s.gcList({ min: 1, max }, never)) out.push(c);
-  return out;
-}
 
 Deno.test("kv gc: candidates carry master:touch versions and in-use flags, within range", async () => {
   await using store = await TestStore.create();
@@ -19,7 +11,7 @@ Deno.test("kv gc: candidates carry master:touch versions and in-use flags, withi
   await a.acquire(request("k3", { first: 30 }));
   await a.release("k2", 2, never);
   const touch = await store.kv.get([...P, "touch", "k1"]);
-  const list = await gcPass(a, 10);
+  const list = await gcPass(a, 1, 10);
   assert.deepEqual(list.map((c) => [c.id, c.key, c.inUse]), [[1, "k1", true], [2, "k2", false]]);
   assert.equal(list[0].version, `${r1.version}:${touch.versionstamp}`);
 });
@@ -96,7 +88,7 @@ Deno.test("kv gc: corrupt masters and references are skipped and left alone", as
   await store.fixture.plantCorruptEntries();
   await a.acquire(request("k1", { first: 1 }));
   await a.release("k1", 1, never);
-  const list = await gcPass(a, 100_000);
+  const list = await gcPass(a, 1, 100_000);
   assert.deepEqual(list.map((c) => c.id), [1]);
   assert.equal(await a.gcDelete(list[0], never), true);
   assert.deepEqual((await store.kv.get([...P, "id", 9_999])).value, "not an object");

@@ -1,8 +1,15 @@
 import assert from "node:assert/strict";
 import { InvalidOptionsError } from "../../../src/errors.ts";
-import type { GcCandidate } from "../../../src/allocator/backend.ts";
-import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { Clock, held, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import {
+  Clock,
+  gcPass,
+  held,
+  KV_FIXTURE_PREFIX,
+  never,
+  request,
+  type SessionSetup,
+  TestStore,
+} from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
 const TTL = 10_000;
@@ -12,22 +19,25 @@ async function leaseRecord(store: TestStore, node: string) {
   return await store.kv.get<{ lease: string; expiresAt: number }>([...P, "lease", node]);
 }
 
-async function gcPass(s: DenoKvSession): Promise<GcCandidate[]> {
-  const out: GcCandidate[] = [];
-  for await (const c of s.gcList({ min: 0, max: 1_000 }, never)) out.push(c);
-  return out;
+/** Session options on `clock`, with this file's lease TTL and clock skew. */
+function onClock(clock: Clock): SessionSetup {
+  return { now: clock.now, maxClockSkewMs: SKEW, leaseTtlMs: TTL };
+}
+
+/** Node "a" on a fresh clock (see {@linkcode onClock}), counting its lease replacements. */
+async function clockedNode(store: TestStore) {
+  const clock = new Clock();
+  const counter = { replaced: 0 };
+  const a = await store.session("a", {
+    ...onClock(clock),
+    onLeaseReplaced: () => counter.replaced++,
+  });
+  return { clock, a, counter };
 }
 
 Deno.test("kv lease: renewal keeps the lease id and moves expiresAt", async () => {
   await using store = await TestStore.create();
-  const clock = new Clock();
-  let replaced = 0;
-  const a = await store.session("a", {
-    now: clock.now,
-    maxClockSkewMs: SKEW,
-    leaseTtlMs: TTL,
-    onLeaseReplaced: () => replaced++,
-  });
+  const { clock, a, counter } = await clockedNode(store);
   const first = (await leaseRecord(store, "a")).value!;
   assert.equal(first.expiresAt, clock.ms + TTL);
   clock.advance(TTL / 3);
@@ -35,26 +45,19 @@ Deno.test("kv lease: renewal keeps the lease id and moves expiresAt", async () =
   const second = (await leaseRecord(store, "a")).value!;
   assert.equal(second.lease, first.lease);
   assert.equal(second.expiresAt, clock.ms + TTL);
-  assert.equal(replaced, 0);
+  assert.equal(counter.replaced, 0);
 });
 
 Deno.test("kv lease: a lease too close to expiry is replaced, never renewed", async () => {
   await using store = await TestStore.create();
-  const clock = new Clock();
-  let replaced = 0;
-  const a = await store.session("a", {
-    now: clock.now,
-    maxClockSkewMs: SKEW,
-    leaseTtlMs: TTL,
-    onLeaseReplaced: () => replaced++,
-  });
+  const { clock, a, counter } = await clockedNode(store);
   const first = (await leaseRecord(store, "a")).value!;
   await a.acquire(request("k1", { first: 1 }));
   clock.advance(TTL - SKEW); // within the skew margin of expiresAt
   await a.lease!.renewNow();
   const second = (await leaseRecord(store, "a")).value!;
   assert.notEqual(second.lease, first.lease);
-  assert.equal(replaced, 1);
+  assert.equal(counter.replaced, 1);
   assert.equal(a.lease!.replacements, 1);
   // The old reference is now dead; ensure re-writes it under the new lease.
   assert.deepEqual((await store.fixture.references()).map((r) => r.live), [false]);
@@ -82,22 +85,15 @@ Deno.test("kv lease: a deleted or overwritten lease record is replaced", async (
 
 Deno.test("kv lease: acquire under an expired lease replaces it first", async () => {
   await using store = await TestStore.create();
-  const clock = new Clock();
-  let replaced = 0;
-  const a = await store.session("a", {
-    now: clock.now,
-    maxClockSkewMs: SKEW,
-    leaseTtlMs: TTL,
-    onLeaseReplaced: () => replaced++,
-  });
+  const { clock, a, counter } = await clockedNode(store);
   clock.advance(TTL * 2); // as if the process had been suspended: no renewal ran
   await a.acquire(request("k1"));
-  assert.equal(replaced, 1);
+  assert.equal(counter.replaced, 1);
   const lease = (await leaseRecord(store, "a")).value!;
   assert.equal(lease.expiresAt, clock.ms + TTL);
   // Judged on the same clock, the new reference is live.
-  const b = await store.session("b", { now: clock.now, maxClockSkewMs: SKEW, leaseTtlMs: TTL });
-  const [c] = await gcPass(b);
+  const b = await store.session("b", onClock(clock));
+  const [c] = await gcPass(b, 0);
   assert.equal(c.inUse, true);
 });
 
@@ -105,10 +101,10 @@ Deno.test("kv lease: an expired but still present lease record makes its referen
   await using store = await TestStore.create();
   const clock = new Clock();
   // Node a dies: its session is closed (no renewal), its lease record stays in the store.
-  const a = await store.session("a", { now: clock.now, maxClockSkewMs: SKEW, leaseTtlMs: TTL });
+  const a = await store.session("a", onClock(clock));
   await a.acquire(request("dead-key", { first: 1 }));
   await a.close();
-  const gc = await store.session("gc", { now: clock.now, maxClockSkewMs: SKEW, leaseTtlMs: TTL });
+  const gc = await store.session("gc", onClock(clock));
   const live = await gc.acquire(request("live-key", { first: 2 }));
 
   // gc keeps renewing in time; a's expiresAt is reached but still within the skew margin.
@@ -117,14 +113,14 @@ Deno.test("kv lease: an expired but still present lease record makes its referen
     await gc.lease!.renewNow();
   }
   assert.equal(gc.lease!.replacements, 0);
-  assert.deepEqual((await gcPass(gc)).map((c) => [c.id, c.inUse]), [[1, true], [2, true]]);
+  assert.deepEqual((await gcPass(gc, 0)).map((c) => [c.id, c.inUse]), [[1, true], [2, true]]);
 
   clock.advance(SKEW + 1);
   await gc.lease!.renewNow();
   assert.notEqual((await leaseRecord(store, "a")).versionstamp, null, "record still present");
-  const pass1 = await gcPass(gc);
+  const pass1 = await gcPass(gc, 0);
   assert.deepEqual(pass1.map((c) => [c.id, c.inUse]), [[1, false], [2, true]]);
-  const pass2 = await gcPass(gc);
+  const pass2 = await gcPass(gc, 0);
   assert.deepEqual(pass2[0], pass1[0], "unchanged between the two passes");
   assert.equal(await gc.gcDelete(pass2[0], never), true);
 

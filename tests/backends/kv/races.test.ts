@@ -3,32 +3,17 @@
  * a session's next commit is sent (fault injection; the store itself is real).
  */
 import assert from "node:assert/strict";
-import type { GcCandidate } from "../../../src/allocator/backend.ts";
-import { DenoKvBackend } from "../../../src/backends/kv/mod.ts";
-import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { Clock, hooked, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import { Clock, gcPass, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
 
-async function gcPass(s: DenoKvSession): Promise<GcCandidate[]> {
-  const out: GcCandidate[] = [];
-  for await (const c of s.gcList({ min: 1, max: 1_000 }, never)) out.push(c);
-  return out;
-}
-
 Deno.test("kv race: an acquire landing between GC's reads and its commit stops the delete", async () => {
   await using store = await TestStore.create();
-  const { kv, hook } = hooked(await store.handle());
-  const backend = new DenoKvBackend(kv, { prefix: P, node: "gc" });
-  await using gc = await backend.openSession({
-    leaseTtlMs: 60_000,
-    readOnly: false,
-    onLeaseReplaced: () => {},
-  });
+  const { session: gc, hook } = await store.hookedSession("gc");
   const b = await store.session("b");
   const r = await b.acquire(request("k1", { first: 1 }));
   await b.release("k1", 1, never);
-  const [c] = await gcPass(gc as DenoKvSession);
+  const [c] = await gcPass(gc);
   assert.equal(c.inUse, false);
   // GC has read the touch counter and the (empty) references when b re-acquires the key.
   hook.before = async () => {
@@ -42,19 +27,13 @@ Deno.test("kv race: an acquire landing between GC's reads and its commit stops t
 Deno.test("kv race: a lease replaced while an acquire's commit is in flight is followed", async () => {
   await using store = await TestStore.create();
   const clock = new Clock();
-  const { kv, hook } = hooked(await store.handle());
-  const backend = new DenoKvBackend(kv, {
-    prefix: P,
-    node: "a",
+  let replaced = 0;
+  const { session: a, hook } = await store.hookedSession("a", {
     now: clock.now,
     maxClockSkewMs: 1_000,
-  });
-  let replaced = 0;
-  await using a = await backend.openSession({
     leaseTtlMs: 10_000,
-    readOnly: false,
     onLeaseReplaced: () => replaced++,
-  }) as DenoKvSession;
+  });
   const old = a.lease!.id;
   hook.before = async () => {
     clock.advance(20_000);
@@ -70,13 +49,7 @@ Deno.test("kv race: a lease replaced while an acquire's commit is in flight is f
 
 Deno.test("kv race: GC deletes the master between an acquire's hint and its commit", async () => {
   await using store = await TestStore.create();
-  const { kv, hook } = hooked(await store.handle());
-  const backend = new DenoKvBackend(kv, { prefix: P, node: "a" });
-  await using a = await backend.openSession({
-    leaseTtlMs: 60_000,
-    readOnly: false,
-    onLeaseReplaced: () => {},
-  });
+  const { session: a, hook } = await store.hookedSession("a");
   const gc = await store.session("gc");
   const r = await gc.acquire(request("k1", { first: 1 }));
   await gc.release("k1", 1, never);

@@ -4,19 +4,11 @@
  * commit point with the commit-interposing proxy.
  */
 import assert from "node:assert/strict";
-import type { GcCandidate } from "../../../src/allocator/backend.ts";
 import { GarbageCollector, RateLimiter } from "../../../src/allocator/gc.ts";
-import { DenoKvBackend } from "../../../src/backends/kv/mod.ts";
 import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { Clock, hooked, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import { Clock, gcPass, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
-
-async function gcPass(s: DenoKvSession): Promise<GcCandidate[]> {
-  const out: GcCandidate[] = [];
-  for await (const c of s.gcList({ min: 1, max: 1_000 }, never)) out.push(c);
-  return out;
-}
 
 function collector(s: DenoKvSession): GarbageCollector {
   return new GarbageCollector(s, { min: 1, max: 1_000 }, new RateLimiter(1_000, 1_000));
@@ -115,18 +107,11 @@ Deno.test("kv sweep: a node renewing between GC's read and commit keeps record a
   // GC's clock runs far beyond the skew bound, so it judges the renewing nodes expired: only the
   // versionstamp guards stand between them and the sweep.
   const gcClock = new Clock(nodeClock.ms);
-  const { kv, hook } = hooked(await store.handle());
-  const backend = new DenoKvBackend(kv, {
-    prefix: P,
-    node: "gc",
+  const { session: gc, hook } = await store.hookedSession("gc", {
     now: gcClock.now,
     maxClockSkewMs: 50,
-  });
-  await using gc = await backend.openSession({
     leaseTtlMs: 10_000_000,
-    readOnly: false,
-    onLeaseReplaced: () => {},
-  }) as DenoKvSession;
+  });
   const a = await store.session("a", { now: nodeClock.now });
   const idle = await store.session("idle", { now: nodeClock.now });
   const r = await gc.acquire(request("k1", { first: 1 }));
@@ -161,13 +146,7 @@ Deno.test("kv sweep: a node renewing between GC's read and commit keeps record a
 
 Deno.test("kv sweep: a reference re-acquired between GC's read and commit is kept", async () => {
   await using store = await TestStore.create();
-  const { kv, hook } = hooked(await store.handle());
-  const backend = new DenoKvBackend(kv, { prefix: P, node: "gc" });
-  await using gc = await backend.openSession({
-    leaseTtlMs: 60_000,
-    readOnly: false,
-    onLeaseReplaced: () => {},
-  }) as DenoKvSession;
+  const { session: gc, hook } = await store.hookedSession("gc");
   const x = await store.session("x");
   const r = await gc.acquire(request("k1", { first: 1 }));
   // x's record is live, but its reference names an older lease: dead.
