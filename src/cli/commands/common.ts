@@ -102,6 +102,25 @@ export async function listMasters(
   return rows;
 }
 
+/**
+ * What `list` and `identity list` start with: the store (which must hold something under the
+ * prefix), then every master through a read-only session, sorted by ID.
+ */
+export async function listStore(
+  ctx: RunContext,
+  noun = "IDs",
+): Promise<{ store: Store; rows: Array<[number, string]>; progress: Progress }> {
+  const store = await ctx.store();
+  await requireNamespace(ctx, store);
+  // --timeout bounds reaching the store; a long list runs on (each store request has its own
+  // deadline) until it is done or interrupted.
+  ctx.untimed();
+  const session = await store.reader(ctx.signal);
+  const progress = ctx.progress();
+  const rows = await listMasters(ctx, session, progress, noun);
+  return { store, rows, progress };
+}
+
 /** Resolves when `signal` aborts. */
 export function aborted(signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.resolve();

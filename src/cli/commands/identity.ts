@@ -21,14 +21,7 @@ import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
-import {
-  aborted,
-  deadline,
-  listMasters,
-  noteNewNamespace,
-  printable,
-  requireNamespace,
-} from "./common.ts";
+import { aborted, deadline, listStore, noteNewNamespace, printable } from "./common.ts";
 
 /** Options of `identity allocate`. */
 export interface IdentityAllocateOptions {
@@ -116,12 +109,7 @@ export async function identityListCommand(
   options: IdentityListOptions,
 ): Promise<number> {
   const { output } = ctx;
-  const store = await ctx.store();
-  await requireNamespace(ctx, store);
-  ctx.untimed();
-  const session = await store.reader(ctx.signal);
-  const progress = ctx.progress();
-  const masters = await listMasters(ctx, session, progress, "identities");
+  const { store, rows: masters, progress } = await listStore(ctx, "identities");
   const rows: Array<[number, Labels | string]> = [];
   let foreign = 0;
   if (options.reserved) {

@@ -7,19 +7,12 @@
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
-import { listMasters, printable, requireNamespace } from "./common.ts";
+import { listStore, printable } from "./common.ts";
 
 /** `list [--json]`. */
 export async function listCommand(ctx: RunContext): Promise<number> {
   const { output } = ctx;
-  const store = await ctx.store();
-  await requireNamespace(ctx, store);
-  // --timeout bounds reaching the store; a long list runs on (each store request has its own
-  // deadline) until it is done or interrupted.
-  ctx.untimed();
-  const session = await store.reader(ctx.signal);
-  const progress = ctx.progress();
-  const rows = await listMasters(ctx, session, progress);
+  const { store, rows, progress } = await listStore(ctx);
   progress.done(`listed ${rows.length} IDs`);
   if (ctx.options.json) {
     output.out.write("[");
