@@ -138,6 +138,60 @@ export class AllocationFailedError extends IdallocError {
   }
 }
 
+/**
+ * The store's references of one key name different IDs: a split that another writer made (for
+ * example a Cilium node racing a writer that ignored its lock). idalloc never adds a reference to
+ * either side; an operator must remove the wrong references (`idalloc status` lists such keys).
+ */
+export class SplitKeyError extends IdallocError {
+  /** The encoded key. */
+  readonly key: string;
+  /** The IDs its references name, ascending. */
+  readonly ids: readonly number[];
+
+  /**
+   * Creates the error.
+   *
+   * @param key the encoded key
+   * @param ids the IDs its references name
+   * @param options the `cause`
+   */
+  constructor(key: string, ids: readonly number[], options?: IdallocErrorOptions) {
+    const sorted = [...new Set(ids)].sort((a, b) => a - b);
+    super(
+      `references of key '${key}' name different IDs (${sorted.join(", ")}); ` +
+        "refusing to add one: remove the wrong references",
+      options,
+    );
+    this.name = "SplitKeyError";
+    this.key = key;
+    this.ids = sorted;
+  }
+}
+
+/**
+ * Another writer holds a lock on the key or ID (a Cilium node's etcd mutex under
+ * `<prefix>/locks/`). Retrying is safe: the allocator waits with backoff until the lock is released
+ * or its holder's lease lapses, bounded by the caller's signal.
+ */
+export class KeyLockedError extends IdallocError {
+  /** The lock keys found, as stored. */
+  readonly locks: readonly string[];
+
+  /**
+   * Creates the error.
+   *
+   * @param what the key or ID that is locked
+   * @param locks the lock keys found
+   * @param options the `cause`
+   */
+  constructor(what: string, locks: readonly string[], options?: IdallocErrorOptions) {
+    super(`${what} is locked by another writer (${locks.join(", ")})`, options, true);
+    this.name = "KeyLockedError";
+    this.locks = [...locks];
+  }
+}
+
 /** `release` of a key this allocator does not hold (Cilium: "unable to find key in local cache"). */
 export class KeyNotHeldError extends IdallocError {
   /**

@@ -17,7 +17,7 @@
  *
  * @module
  */
-import type { Backend, BackendEvent, BackendSession, HeldKey } from "./backend.ts";
+import type { Backend, BackendEvent, BackendSession, HeldKey, IdRange } from "./backend.ts";
 import { backoffDelay } from "./backoff.ts";
 import { abortable, sleep } from "../abort.ts";
 import { type CacheChange, IdCache } from "./cache.ts";
@@ -86,6 +86,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #mutex = new KeyedMutex();
   readonly #subscribers = new Set<EventQueue<AllocatorEvent<K>>>();
   readonly #gc: GarbageCollector;
+  /** The stored IDs (mask applied) of this allocator's range. */
+  readonly #gcRange: IdRange;
   readonly #closing = new AbortController();
   readonly #tasks = new Set<Promise<unknown>>();
   /** Keys whose last release could not delete the reference; the sync retries them. */
@@ -103,12 +105,13 @@ export class Allocator<K = string> implements AsyncDisposable {
     this.#session = session;
     this.#settings = settings;
     this.#pool = new IdPool(settings.min, settings.max);
+    this.#gcRange = {
+      min: applyMask(settings.min, settings.prefixMask),
+      max: applyMask(settings.max, settings.prefixMask),
+    };
     this.#gc = new GarbageCollector(
       session,
-      {
-        min: applyMask(settings.min, settings.prefixMask),
-        max: applyMask(settings.max, settings.prefixMask),
-      },
+      this.#gcRange,
       new RateLimiter(settings.gcRateLimit.intervalMs, settings.gcRateLimit.burst),
     );
     // Nobody may be left waiting on a sync that will never come.
@@ -375,6 +378,7 @@ export class Allocator<K = string> implements AsyncDisposable {
             leased.push(unmasked);
             return applyMask(unmasked, this.#settings.prefixMask);
           },
+          range: this.#gcRange,
           signal,
         });
         const id = this.#validId(result.id, k);

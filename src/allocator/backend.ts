@@ -67,8 +67,22 @@ export interface AcquireRequest {
    * node with the same cache, so racing nodes collide on one ID instead of burning two.
    */
   readonly pickCandidate: (exclude: ReadonlySet<number>) => number | undefined;
+  /**
+   * The stored IDs (prefix mask applied) this allocator may hand out. An ID outside it, found in
+   * the store (a reference or an index written by someone else), never becomes the key's ID. When
+   * absent, any positive safe integer is accepted.
+   */
+  readonly range?: IdRange;
   /** Aborts the attempt; the session rejects with `signal.reason`. */
   readonly signal: AbortSignal;
+}
+
+/** An inclusive range of stored IDs. */
+export interface IdRange {
+  /** Lowest ID. */
+  readonly min: number;
+  /** Highest ID. */
+  readonly max: number;
 }
 
 /** The result of a successful {@linkcode BackendSession.acquire}. */

@@ -118,6 +118,20 @@ export type AllocatorEvent<K = string> =
     readonly key: K;
   }
   | {
+    /**
+     * A key this node holds lost its ID while the node could not prove its claim (its lease lapsed
+     * or was replaced, or the store gave the ID to another key), and was re-acquired under a new
+     * ID. Every local use of the key now has `newId`; `oldId` must no longer be used for it.
+     */
+    readonly type: "reassigned";
+    /** The key. */
+    readonly key: K;
+    /** The ID the key had here before. */
+    readonly oldId: number;
+    /** The ID the key has now, the same on every node. */
+    readonly newId: number;
+  }
+  | {
     /** The replay of the cache is complete; live changes follow. */
     readonly type: "synced";
   };

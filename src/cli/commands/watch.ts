@@ -36,7 +36,7 @@ export async function watchCommand(ctx: RunContext, options: WatchCommandOptions
       live = true;
       output.out.line(JSON.stringify({ type: "synced" }));
     } else if (live || options.replay) {
-      output.out.line(JSON.stringify({ type: event.type, id: event.id, key: event.key }));
+      output.out.line(JSON.stringify(event));
     }
     // The replay is written in large chunks; live events go out one by one, as they happen.
     if (live) await output.out.flush();
