@@ -24,6 +24,7 @@
  * @module
  */
 export { Allocator, type AllocatorStatus } from "./src/allocator/allocator.ts";
+export type { FenceReason, FenceStatus } from "./src/allocator/fence.ts";
 export {
   type AllocateResult,
   type AllocatorEvent,

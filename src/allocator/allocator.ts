@@ -22,11 +22,13 @@ import { backoffDelay } from "./backoff.ts";
 import { abortable, sleep } from "../abort.ts";
 import { type CacheChange, IdCache } from "./cache.ts";
 import { EventQueue } from "./event_queue.ts";
+import { Fence, type FenceStatus } from "./fence.ts";
 import { GarbageCollector, RateLimiter } from "./gc.ts";
 import { IdPool } from "./id_pool.ts";
 import { KeyedMutex } from "./keyed_mutex.ts";
 import { LocalKeys } from "./local_keys.ts";
 import { type AllocatorSettings, applyMask, resolveOptions } from "./options.ts";
+import type { AcquireResult } from "./backend.ts";
 import type {
   AllocateResult,
   AllocatorEvent,
@@ -41,6 +43,7 @@ import {
   IdallocError,
   InvalidIdError,
   InvalidKeyError,
+  KeyLockedError,
   KeyNotHeldError,
   PoolExhaustedError,
   ReadOnlyError,
@@ -66,6 +69,13 @@ export interface AllocatorStatus {
   readonly availableIds: number;
   /** Events waiting in subscribers' queues (a slow consumer shows here). */
   readonly queuedEvents: number;
+  /**
+   * Whether the node reaches the store and can prove its claims: the session is healthy, its
+   * lease is confirmed (see {@linkcode BackendSession.claimValidUntil}) and no held key is fenced.
+   */
+  readonly healthy: boolean;
+  /** The fence: held keys under re-check after a lease lapse, replacement or conflict. */
+  readonly fence: FenceStatus;
   /** The backend session's status. */
   readonly session: ReturnType<BackendSession["status"]>;
 }
@@ -94,6 +104,12 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #pendingReleases = new Map<string, number>();
   /** IDs whose master is being re-created by master-key protection. */
   readonly #protecting = new Set<number>();
+  /** Held keys this node may not answer from memory until the store is re-checked. */
+  readonly #fence = new Fence();
+  /** Fires when the session's claim runs out, unless a renewal pushed it further. */
+  #claimTimer: ReturnType<typeof setTimeout> | undefined;
+  /** A loop re-checking held keys until the fence is down is running. */
+  #resolving = false;
   #synced = false;
   #syncedSignal = Promise.withResolvers<void>();
   #syncRunning: Promise<void> | undefined;
@@ -135,8 +151,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       leaseTtlMs: settings.leaseTtlMs,
       readOnly: settings.readOnly,
       onLeaseReplaced: () => {
-        const allocator = opened.allocator;
-        if (allocator) void allocator.#requestSync("lease replaced").catch(() => {});
+        if (opened.allocator) opened.allocator.#onLeaseReplaced();
       },
       signal: callOptions?.signal,
     });
@@ -160,6 +175,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     const signal = this.#closing.signal;
     this.#spawn(this.#watchLoop(signal));
     if (!this.#settings.readOnly) {
+      this.#armClaimTimer();
       this.#spawn(this.#every(this.#settings.syncIntervalMs, signal, () => this.#requestSync()));
       if (this.#settings.gcIntervalMs !== undefined) {
         this.#spawn(this.#every(this.#settings.gcIntervalMs, signal, async () => {
@@ -244,6 +260,10 @@ export class Allocator<K = string> implements AsyncDisposable {
     }
     this.#pool.remove(this.#unmask(event.id));
     this.#publish(this.#cache.upsert(event.id, event.key, value, event.version));
+    const holder = this.#local.keyOf(event.id);
+    if (holder !== undefined && holder !== event.key) {
+      this.#conflict(holder, `ID ${event.id} now belongs to '${event.key}'`);
+    }
   }
 
   #onDelete(id: number): void {
@@ -284,17 +304,18 @@ export class Allocator<K = string> implements AsyncDisposable {
             using _lock = await this.#mutex.lock(key, signal);
             if (this.#local.get(key)?.id !== id) return; // released meanwhile: nothing to protect
             const [report] = await this.#session.ensure([{ key, id }], signal);
-            if (report.master !== "conflict") {
+            if (report.master === "conflict") {
+              // Someone else has the ID or the key now: the key moves to a new ID.
+              this.#conflict(key, `master of ID ${id} cannot be re-created`);
+              return;
+            }
+            if (report.master !== "busy") {
               log.warning("re-created deleted master key of ID {id} ({key}), still in use here", {
                 id,
                 key,
               });
               return;
             }
-            log.error("cannot re-create master of ID {id} for {key}: the ID or key is taken", {
-              id,
-              key,
-            });
           } catch (err) {
             if (signal.aborted) return;
             log.warning("re-creating master of ID {id} failed: {err}", { id, err });
@@ -303,6 +324,75 @@ export class Allocator<K = string> implements AsyncDisposable {
         }
       } finally {
         this.#protecting.delete(id);
+      }
+    })());
+  }
+
+  // ---------------------------------------------------------------- fencing
+
+  #onLeaseReplaced(): void {
+    if (this.#closing.signal.aborted) return;
+    // Every reference of the old lease is gone: nothing held may be answered until re-checked.
+    this.#fence.raiseAll("lease replaced");
+    log.warning("lease replaced: re-checking {n} held keys before answering them", {
+      n: this.#local.size,
+    });
+    this.#resolveFence();
+  }
+
+  /**
+   * Arms a timer for the moment the session's claim runs out. Timers that are due run before I/O
+   * callbacks when a stopped process resumes, so a stall past the claim fences the node before it
+   * handles new requests; `get()` also reads the clock itself.
+   */
+  #armClaimTimer(): void {
+    clearTimeout(this.#claimTimer);
+    this.#claimTimer = undefined;
+    const until = this.#session.claimValidUntil();
+    if (this.#closing.signal.aborted || this.#resolving || !Number.isFinite(until)) return;
+    const delay = Math.min(Math.max(0, until - Date.now()), 2 ** 31 - 1);
+    this.#claimTimer = setTimeout(() => {
+      this.#claimTimer = undefined;
+      if (Date.now() >= this.#session.claimValidUntil()) this.#lapsed();
+      else this.#armClaimTimer();
+    }, delay);
+  }
+
+  /** The claim ran out before the lease could be renewed (a stall, an unreachable store). */
+  #lapsed(): void {
+    if (this.#closing.signal.aborted || this.#fence.status().all) return;
+    this.#fence.raiseAll("lease lapsed");
+    log.warning("lease of {node} lapsed before renewal: fencing {n} held keys until re-checked", {
+      node: this.#backend.node,
+      n: this.#local.size,
+    });
+    this.#resolveFence();
+  }
+
+  /** The store shows held `key`'s ID under another key, or the key under another ID. */
+  #conflict(key: string, why: string): void {
+    if (this.#closing.signal.aborted || this.#fence.isSuspect(key)) return;
+    this.#fence.raise(key);
+    log.warning("held key {key} conflicts with the store ({why}): re-checking it", { key, why });
+    this.#resolveFence();
+  }
+
+  /** Re-checks held keys (re-acquiring those whose ID was taken) until the fence is down. */
+  #resolveFence(): void {
+    if (this.#resolving || this.#settings.readOnly || this.#closing.signal.aborted) return;
+    this.#resolving = true;
+    clearTimeout(this.#claimTimer);
+    this.#claimTimer = undefined;
+    const signal = this.#closing.signal;
+    this.#spawn((async () => {
+      try {
+        for (let attempt = 0; this.#fence.active && !signal.aborted; attempt++) {
+          if (attempt > 0) await sleep(backoffDelay(this.#settings.backoff, attempt - 1), signal);
+          await this.#requestSync("fence");
+        }
+      } finally {
+        this.#resolving = false;
+        this.#armClaimTimer();
       }
     })());
   }
@@ -349,22 +439,44 @@ export class Allocator<K = string> implements AsyncDisposable {
     this.#checkWritable("allocate");
     const k = this.#encode(key);
     const held = this.#local.get(k);
-    if (held) {
+    if (held && !this.#fence.active) {
       held.refcnt++;
       return { id: held.id, isNew: false, firstUse: false };
     }
     this.#backend.checkKey(k);
     const signal = this.#signal(options);
     await this.waitForInitialSync({ signal });
-    using _lock = await this.#mutex.lock(k, signal);
-    const again = this.#local.get(k);
-    if (again) {
-      again.refcnt++;
-      return { id: again.id, isNew: false, firstUse: false };
+    for (;;) {
+      // Never wait on the fence while holding the key's lock: the re-check needs that lock.
+      if (this.#local.get(k) && this.#fence.isSuspect(k)) await this.#fence.until(k, signal);
+      using _lock = await this.#mutex.lock(k, signal);
+      const again = this.#local.get(k);
+      if (again) {
+        if (this.#fence.isSuspect(k)) continue;
+        again.refcnt++;
+        return { id: again.id, isNew: false, firstUse: false };
+      }
+      const result = await this.#acquire(k, signal);
+      this.#local.add(k, result.id);
+      this.#pendingReleases.delete(k);
+      return { id: result.id, isNew: result.created, firstUse: true };
     }
+  }
+
+  /**
+   * Acquires `k` in the store (the caller holds its lock), retrying retryable failures with
+   * backoff: at most `maxAttempts` attempts, plus waits for other writers' locks (a Cilium mutex)
+   * of up to `lockWaitMs` in all, which do not count as attempts. Records the ID in the pool and
+   * the cache; the caller records the local hold.
+   */
+  async #acquire(k: string, signal: AbortSignal): Promise<AcquireResult> {
     let lastError: unknown;
-    for (let attempt = 0; attempt < this.#settings.maxAttempts; attempt++) {
-      if (attempt > 0) await sleep(backoffDelay(this.#settings.backoff, attempt - 1), signal);
+    let lockWaitUntil: number | undefined;
+    let waits = 0;
+    for (let attempt = 0; attempt < this.#settings.maxAttempts;) {
+      if (attempt + waits > 0) {
+        await sleep(backoffDelay(this.#settings.backoff, attempt + waits - 1), signal);
+      }
       signal.throwIfAborted();
       const leased: number[] = [];
       try {
@@ -382,11 +494,9 @@ export class Allocator<K = string> implements AsyncDisposable {
           signal,
         });
         const id = this.#validId(result.id, k);
-        this.#local.add(k, id);
-        this.#pendingReleases.delete(k);
         this.#pool.remove(this.#unmask(id));
         this.#cache.insertLocal(k, id, result.version);
-        return { id, isNew: result.created, firstUse: true };
+        return { ...result, id };
       } catch (err) {
         if (signal.aborted) {
           // The write may have landed before the abort: make sure no reference outlives the call.
@@ -398,6 +508,17 @@ export class Allocator<K = string> implements AsyncDisposable {
         lastError = err instanceof PoolExhaustedError
           ? new PoolExhaustedError(this.#settings.min, this.#settings.max, { cause: err })
           : err;
+        if (err instanceof KeyLockedError) {
+          // Another writer is between the steps of its own allocation: wait for it to finish (or
+          // for its lease to lapse if it died), as a Cilium node would wait for the mutex.
+          lockWaitUntil ??= Date.now() + this.#settings.lockWaitMs;
+          if (Date.now() < lockWaitUntil) {
+            waits = Math.min(waits + 1, 8);
+            log.debug("key {key} is locked by another writer; waiting: {err}", { key: k, err });
+            continue;
+          }
+        }
+        attempt++;
         log.debug("allocation attempt {attempt} for {key} failed: {err}", { attempt, key: k, err });
       } finally {
         for (const id of leased) this.#pool.release(id);
@@ -423,8 +544,11 @@ export class Allocator<K = string> implements AsyncDisposable {
   }
 
   #validId(id: number, key: string): number {
-    if (!Number.isSafeInteger(id) || id <= 0) {
-      throw new InvalidIdError(`store returned invalid ID ${id} for key '${key}'`);
+    const { min, max } = this.#gcRange;
+    if (!Number.isSafeInteger(id) || id < min || id > max) {
+      throw new InvalidIdError(
+        `store returned ID ${id} for key '${key}', outside this allocator's range [${min}, ${max}]`,
+      );
     }
     return id;
   }
@@ -443,6 +567,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     const entry = this.#local.get(k);
     if (!entry) throw new KeyNotHeldError(k);
     if (!this.#local.release(k)) return { lastUse: false };
+    this.#fence.forget(k);
     try {
       await this.#session.release(k, entry.id, signal);
     } catch (err) {
@@ -454,11 +579,27 @@ export class Allocator<K = string> implements AsyncDisposable {
     return { lastUse: true };
   }
 
-  /** The ID of `key` from the cache, else from the store; `undefined` if it has none. */
+  /**
+   * The ID of `key` from the cache, else from the store; `undefined` if it has none.
+   *
+   * While the node is fenced (its lease lapsed or was replaced, or the store contradicted a held
+   * key), a held key's ID is answered only once the key has been re-checked — this waits for
+   * that, bounded by `signal` — and other keys are read from the store.
+   */
   async get(key: K, options?: CallOptions): Promise<number | undefined> {
     this.#checkOpen();
     const k = this.#encode(key);
-    const cached = this.#local.get(k)?.id ?? this.#cache.lookup(k)?.id;
+    const held = this.#local.get(k);
+    if (held) {
+      // The clock, not only the claim timer: after a stall, a caller may run before the timer.
+      if (!this.#fence.active && Date.now() < this.#session.claimValidUntil()) return held.id;
+      if (!this.#fence.active) this.#lapsed();
+      await this.#fence.until(k, this.#signal(options));
+      const now = this.#local.get(k);
+      if (now) return now.id;
+    }
+    if (this.#fence.active) return await this.#session.get(k, this.#signal(options));
+    const cached = this.#cache.lookup(k)?.id;
     if (cached !== undefined) return cached;
     return await this.#session.get(k, this.#signal(options));
   }
@@ -487,10 +628,15 @@ export class Allocator<K = string> implements AsyncDisposable {
     }
   }
 
-  /** The cached ID of `key` (no store access). */
+  /**
+   * The cached ID of `key` (no store access). `undefined` for a held key that is fenced and not
+   * re-checked yet (see {@linkcode Allocator.get}).
+   */
   cachedId(key: K): number | undefined {
     const k = this.#encode(key);
-    return this.#local.get(k)?.id ?? this.#cache.lookup(k)?.id;
+    const held = this.#local.get(k);
+    if (held) return this.#fence.active && this.#fence.isSuspect(k) ? undefined : held.id;
+    return this.#cache.lookup(k)?.id;
   }
 
   /** The cached key of `id` (no store access). */
@@ -498,9 +644,18 @@ export class Allocator<K = string> implements AsyncDisposable {
     return this.#cache.entry(id)?.value;
   }
 
-  /** Every cached `[id, key]` mapping (Cilium's `ForeachCache`). */
+  /**
+   * Every cached `[id, key]` mapping (Cilium's `ForeachCache`), leaving out the IDs of held keys
+   * that are fenced and not re-checked yet.
+   */
   *entries(): IterableIterator<[number, K]> {
-    for (const [id, entry] of this.#cache.entries()) yield [id, entry.value];
+    for (const [id, entry] of this.#cache.entries()) {
+      if (this.#fence.active) {
+        const holder = this.#local.keyOf(id);
+        if (holder !== undefined && this.#fence.isSuspect(holder)) continue;
+      }
+      yield [id, entry.value];
+    }
   }
 
   /**
@@ -509,11 +664,16 @@ export class Allocator<K = string> implements AsyncDisposable {
    *
    * Each call has its own unbounded queue: a slow consumer never blocks allocation or other
    * consumers, and loses no event; its queue (see `status().queuedEvents`) grows instead.
+   *
+   * A held key that lost its ID while the node could not prove its claim, and was re-acquired,
+   * is reported as `reassigned`. A stream started while the node is fenced waits for the
+   * re-check before its replay.
    */
   async *watch(options?: CallOptions): AsyncGenerator<AllocatorEvent<K>> {
     this.#checkOpen();
     const signal = this.#signal(options);
     await this.waitForInitialSync({ signal });
+    if (this.#fence.active) await this.#fence.until(undefined, signal);
     const queue = new EventQueue<AllocatorEvent<K>>();
     // Replay and subscription happen in one synchronous step, so no change falls between them.
     for (const [id, entry] of this.#cache.entries()) {
@@ -580,6 +740,11 @@ export class Allocator<K = string> implements AsyncDisposable {
 
   async #syncHeld(reason: string): Promise<void> {
     const signal = this.#closing.signal;
+    // A fenced node proves its lease first (renewing it, or replacing a lapsed one), so that what
+    // this pass re-checks is held under a lease that is alive.
+    if (this.#fence.active) await this.#session.renew(signal);
+    const gen = this.#fence.generation;
+    let complete = true;
     for (const [key, id] of [...this.#pendingReleases]) {
       using _lock = await this.#mutex.lock(key, signal);
       if (this.#local.get(key) || this.#pendingReleases.get(key) !== id) continue;
@@ -597,6 +762,15 @@ export class Allocator<K = string> implements AsyncDisposable {
         const still: HeldKey[] = batch.filter(({ key, id }) => this.#local.get(key)?.id === id);
         if (still.length === 0) continue;
         for (const report of await this.#session.ensure(still, signal)) {
+          if (report.master === "conflict") {
+            complete = await this.#reassign(report.key, report.id, gen, signal) && complete;
+            continue;
+          }
+          if (report.master === "busy") {
+            complete = false;
+            continue;
+          }
+          this.#fence.verified(report.key, gen);
           if (report.master === "recreated" || report.reference === "recreated") {
             log.warning("re-created missing {what} of {key} (ID {id}) [{reason}]", {
               what: report.master === "recreated" ? "master and reference" : "reference",
@@ -604,27 +778,75 @@ export class Allocator<K = string> implements AsyncDisposable {
               id: report.id,
               reason,
             });
-          } else if (report.master === "conflict") {
-            log.error("held key {key} (ID {id}) conflicts with the store", { ...report });
           }
         }
       } finally {
         for (const lock of locks) lock[Symbol.dispose]();
       }
     }
+    if (complete && Date.now() < this.#session.claimValidUntil()) this.#fence.passCompleted(gen);
+  }
+
+  /**
+   * Moves held `key` off `oldId`, which the store shows belonging to something else, to the ID
+   * the store gives it now (the caller holds the key's lock). Returns whether it succeeded; on
+   * failure the key stays fenced and the next pass tries again.
+   */
+  async #reassign(key: string, oldId: number, gen: number, signal: AbortSignal): Promise<boolean> {
+    this.#fence.raise(key);
+    try {
+      // Our own reference may still name the old ID; it must not hold the key there.
+      await this.#session.release(key, oldId, signal);
+      const { id, version } = await this.#acquire(key, signal);
+      this.#local.rekey(key, id);
+      this.#fence.verified(key, gen);
+      if (id === oldId) return true;
+      this.#fence.reassigned();
+      this.#cache.insertLocal(key, id, version);
+      await this.#forgetIfGone(oldId, key, signal);
+      const value = this.#settings.codec.decode(key);
+      log.warning("held key {key} lost ID {oldId} while fenced; re-acquired as {newId}", {
+        key,
+        oldId,
+        newId: id,
+      });
+      for (const queue of this.#subscribers) {
+        queue.push({ type: "reassigned", key: value, oldId, newId: id });
+      }
+      return true;
+    } catch (err) {
+      if (!signal.aborted) log.error("re-acquiring {key} failed: {err}", { key, err });
+      return false;
+    }
+  }
+
+  /**
+   * After `key` left `oldId`: a master deletion that protection kept from the cache is applied
+   * now if the store has no master for `oldId` any more (when another key has it, the watch
+   * reports that).
+   */
+  async #forgetIfGone(oldId: number, key: string, signal: AbortSignal): Promise<void> {
+    if (this.#cache.entry(oldId)?.key !== key) return;
+    if (await this.#session.getById(oldId, signal) !== undefined) return;
+    this.#pool.insert(this.#unmask(oldId));
+    this.#publish(this.#cache.delete(oldId));
   }
 
   /** Counters and the session's health. */
   status(): AllocatorStatus {
     let queued = 0;
     for (const queue of this.#subscribers) queued += queue.length;
+    const session = this.#session.status();
     return {
       heldKeys: this.#local.size,
       cachedIds: this.#cache.size,
       synced: this.#synced,
       availableIds: this.#pool.available,
       queuedEvents: queued,
-      session: this.#session.status(),
+      healthy: session.healthy && !this.#fence.active &&
+        Date.now() < this.#session.claimValidUntil(),
+      fence: this.#fence.status(),
+      session,
     };
   }
 
@@ -636,6 +858,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#closing.abort(new ClosedError("allocator"));
+      clearTimeout(this.#claimTimer);
+      this.#claimTimer = undefined;
       this.#syncedSignal.reject(new ClosedError("allocator"));
       await Promise.allSettled([...this.#tasks]);
       await this.#session.close();

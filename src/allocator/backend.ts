@@ -112,9 +112,10 @@ export interface EnsureReport {
   /**
    * `ok`: the master maps `id` → `key`. `recreated`: it was missing and was written again.
    * `conflict`: the master or the key now belongs to something else; nothing was written (the
-   * allocator logs it; the node keeps its local hold).
+   * allocator re-acquires the key under a new ID). `busy`: another writer holds a lock on the key
+   * or the ID (a Cilium mutex); nothing was written and the allocator tries again later.
    */
-  readonly master: "ok" | "recreated" | "conflict";
+  readonly master: "ok" | "recreated" | "conflict" | "busy";
   /** `ok`: this node's live reference exists. `recreated`: it was missing or dead and was written. */
   readonly reference: "ok" | "recreated" | "skipped";
 }
@@ -240,6 +241,22 @@ export interface BackendSession extends AsyncDisposable {
    * deleted. GC can therefore never delete an ID a node has just (re)acquired.
    */
   gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean>;
+
+  /**
+   * The time (ms since the epoch, own clock) until which every reference this session wrote is
+   * certainly alive for every observer, so that no other node may collect its ID: the lease's
+   * last confirmed renewal plus its TTL, less the clock-skew margin where liveness is judged on
+   * wall clocks. `Infinity` for a read-only session. Past it, the allocator fences the node: it
+   * stops answering from memory until it has re-checked its keys.
+   */
+  claimValidUntil(): number;
+
+  /**
+   * Renews the node's lease now and waits for the store's confirmation, replacing the lease if
+   * it lapsed (then `onLeaseReplaced` runs). Resolves even when renewal failed; the caller reads
+   * {@linkcode BackendSession.claimValidUntil} afterwards.
+   */
+  renew(signal: AbortSignal): Promise<void>;
 
   /** Health and bookkeeping. */
   status(): SessionStatus;

@@ -39,6 +39,15 @@ export class LocalKeys {
     this.#byId.set(id, key);
   }
 
+  /** Moves held `key` to ID `id`, keeping its uses (the key was re-acquired under a new ID). */
+  rekey(key: string, id: number): void {
+    const entry = this.#byKey.get(key);
+    if (!entry) return;
+    if (this.#byId.get(entry.id) === key) this.#byId.delete(entry.id);
+    this.#byKey.set(key, { id, refcnt: entry.refcnt });
+    this.#byId.set(id, key);
+  }
+
   /** Drops one use; returns true when it was the last and the entry is gone. */
   release(key: string): boolean {
     const entry = this.#byKey.get(key);

@@ -19,6 +19,7 @@ const optionsSchema = z.object({
   leaseTtlMs: safeInt.min(500).max(86_400_000).default(60_000),
   syncIntervalMs: safeInt.min(10).default(60_000),
   maxAttempts: safeInt.min(1).max(10_000).default(16),
+  lockWaitMs: safeInt.min(0).max(3_600_000).default(60_000),
   backoff: z.object({
     initialMs: z.number().min(0).default(20),
     maxMs: z.number().min(0).default(2_000),
@@ -46,6 +47,7 @@ export interface AllocatorSettings<K> {
   readonly leaseTtlMs: number;
   readonly syncIntervalMs: number;
   readonly maxAttempts: number;
+  readonly lockWaitMs: number;
   readonly backoff: Backoff;
   readonly gcIntervalMs?: number;
   readonly gcRateLimit: { intervalMs: number; burst: number };

@@ -67,6 +67,14 @@ export interface AllocatorOptions<K = string> {
   readonly maxAttempts?: number;
   /** Backoff between attempts. */
   readonly backoff?: BackoffOptions;
+  /**
+   * How long one `allocate` waits in all, in ms, while another writer holds a lock on the key or
+   * its ID (a Cilium node's etcd mutex: it is between the steps of its own allocation or GC).
+   * These waits do not count as attempts. Cilium's own lock wait is one minute, and a dead
+   * holder's mutex lapses with its 25 s lock lease. The call's `signal` may end it sooner.
+   * @default {60000}
+   */
+  readonly lockWaitMs?: number;
   /** Run a GC pass every this many ms (two passes collect an ID). Off when unset. */
   readonly gcIntervalMs?: number;
   /** Rate limit for GC deletions. */

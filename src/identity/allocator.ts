@@ -259,10 +259,26 @@ export class IdentityAllocator implements AsyncDisposable {
       for await (const event of this.#main.watch({ signal })) {
         if (event.type === "upsert") this.#hub.add(event.id, event.key);
         else if (event.type === "delete") this.#hub.delete(event.id);
+        else if (event.type === "reassigned") {
+          this.#onReassigned(event.key, event.oldId, event.newId);
+        }
       }
     } catch (err) {
       if (!this.#closing.signal.aborted) log.error("identity watch failed: {err}", { err });
     }
+  }
+
+  /**
+   * A held identity lost its ID while this node was fenced and now has `newId`: consumers see
+   * the old identity deleted and the new one added. The delete is left out when the old ID
+   * already belongs to other labels (their add has replaced it).
+   */
+  #onReassigned(labels: Labels, oldId: number, newId: number): void {
+    if (this.#held.get(oldId)?.equals(labels)) this.#held.delete(oldId);
+    this.#held.set(newId, labels);
+    const owner = this.#main.cachedKey(oldId);
+    if (owner === undefined || owner.equals(labels)) this.#hub.delete(oldId);
+    this.#hub.add(newId, labels);
   }
 
   #checkOpen(): void {

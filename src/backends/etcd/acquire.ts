@@ -9,6 +9,12 @@
  * - **Hidden range** (`value/<K>/` also holds references of keys `K/…`): the read is matched
  *   exactly, and the next round's guard becomes "nothing in the range changed since that read",
  *   which the other keys' references cannot fail forever.
+ * - **Cilium's mutexes**: every write also requires that no Cilium node holds the allocation
+ *   mutex of the key or the GC mutex of the ID (see {@linkcode MutexGuard}); a held one ends the
+ *   call with a retryable {@linkcode KeyLockedError}, and the allocator waits.
+ *
+ * Only well-formed references on a lease, naming an ID in the allocator's range, say which ID a
+ * key has: a reference written without a lease (by hand, by a broken tool) never dictates one.
  *
  * @example One acquisition through a session (the allocator normally does this)
  * ```ts ignore
@@ -21,9 +27,16 @@
  *
  * @module
  */
-import type { IResponseOp, ITxnResponse } from "etcd3";
-import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
-import { ConflictError, PoolExhaustedError } from "../../errors.ts";
+import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
+import type { AcquireRequest, AcquireResult, IdRange } from "../../allocator/backend.ts";
+import {
+  ConflictError,
+  CorruptEntryError,
+  InvalidIdError,
+  KeyLockedError,
+  PoolExhaustedError,
+  SplitKeyError,
+} from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { SessionCore } from "./core.ts";
@@ -33,12 +46,13 @@ import {
   type ByteRange,
   kvsAt,
   ladderOutcome,
+  modIs,
+  MutexGuard,
   prefixRange,
   put,
   read,
   type RefSnapshot,
   snapshotOf,
-  text,
   unchangedSince,
   valueIs,
 } from "./txn.ts";
@@ -48,14 +62,21 @@ const log = idallocLogger("etcd", "acquire");
 /** Transactions one `acquire` may spend before giving up with a {@linkcode ConflictError}. */
 export const MAX_ACQUIRE_ROUNDS = 3;
 
-/** A master as last read: absent (`null`) or its value and mod revision. */
-type MasterState = { readonly value: string; readonly mod: string } | null;
+/**
+ * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
+ * that cannot be any key (empty, or not UTF-8): it names nobody, so it may be repaired.
+ */
+type MasterState =
+  | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
+  | null;
 
 type Plan =
   | { readonly kind: "read" }
   | { readonly kind: "new"; readonly id: number }
   | { readonly kind: "existing"; readonly id: number }
-  | { readonly kind: "recreate"; readonly id: number };
+  | { readonly kind: "recreate"; readonly id: number }
+  /** Rewrite a corrupt master of the ID the key's live references name. */
+  | { readonly kind: "repair"; readonly id: number; readonly mod: string };
 
 /** Per-call knowledge gathered from failed rounds. */
 interface Knowledge {
@@ -66,25 +87,58 @@ interface Knowledge {
   hint?: { readonly id: number; readonly version?: string };
 }
 
-function agreedId(snapshot: RefSnapshot, key: string): number | undefined {
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * The ID the key's references agree on, if any. Throws {@linkcode SplitKeyError} when they name
+ * different IDs, and {@linkcode InvalidIdError} when they name one outside `range`.
+ */
+export function agreedId(
+  snapshot: RefSnapshot,
+  key: string,
+  range: IdRange | undefined,
+): number | undefined {
   const ids = new Set<number>();
-  for (const ref of snapshot.exact) if (ref.id !== undefined) ids.add(ref.id);
+  for (const ref of snapshot.exact) {
+    if (ref.id === undefined) {
+      log.warning("ignoring corrupt reference {ref}: {value} is not an ID", {
+        ref: ref.etcdKey,
+        value: ref.value,
+      });
+    } else if (ref.lease === "0") {
+      // Every node writes its references on its lease; one without is garbage or forged.
+      log.warning("ignoring reference {ref} without a lease", { ref: ref.etcdKey });
+    } else {
+      ids.add(ref.id);
+    }
+  }
   if (ids.size > 1) {
-    log.error("references of key {key} disagree: {ids}", { key, ids: [...ids] });
-    throw new ConflictError(
-      `references of key '${key}' name different IDs (${[...ids].join(", ")}); refusing to add one`,
+    const err = new SplitKeyError(key, [...ids]);
+    log.error("{message}", { message: err.message });
+    throw err;
+  }
+  const [id] = ids;
+  if (id !== undefined && range !== undefined && (id < range.min || id > range.max)) {
+    throw new InvalidIdError(
+      `key '${key}' is held in the store under ID ${id}, outside this allocator's range ` +
+        `[${range.min}, ${range.max}]`,
     );
   }
-  return ids.size === 1 ? [...ids][0] : undefined;
+  return id;
 }
 
 function plan(k: Knowledge, key: string, req: AcquireRequest): Plan {
-  const agreed = k.snapshot ? agreedId(k.snapshot, key) : undefined;
+  const agreed = k.snapshot ? agreedId(k.snapshot, key, req.range) : undefined;
   if (agreed !== undefined) {
     // The key is live under `agreed`: join it; re-create its master only if it is gone.
-    return k.masters.get(agreed) === null
-      ? { kind: "recreate", id: agreed }
-      : { kind: "existing", id: agreed };
+    const m = k.masters.get(agreed);
+    if (m === null) return { kind: "recreate", id: agreed };
+    if (m === undefined || m.value === key) return { kind: "existing", id: agreed };
+    if (m.corrupt) return { kind: "repair", id: agreed, mod: m.mod };
+    throw new CorruptEntryError(
+      `key '${key}' is referenced under ID ${agreed}, whose master names '${m.value}': the ` +
+        "store is inconsistent; remove the wrong references",
+    );
   }
   const hint = k.hint;
   if (hint !== undefined) {
@@ -118,6 +172,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     excluded: new Set(),
     hint: req.hint ? { id: req.hint.id, version: req.hint.version } : undefined,
   };
+  const mutexes = mutexGuards(core, key);
   let leaseRetries = 1;
 
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
@@ -135,33 +190,36 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     const masterKey = layout.masterKey(p.id);
     const lease = await core.leases.leaseFor(refKey, signal);
     const putRef = put(refKey, String(p.id), lease);
-    let txn;
+    const guards = mutexes(p.id);
+    let compare: ICompare[];
+    let success: IRequestOp[];
     switch (p.kind) {
       case "new":
-        txn = {
-          compare: [
-            absent(masterKey),
-            k.snapshot ? unchangedSince(range, k.snapshot.revision) : absent(range),
-          ],
-          success: [put(masterKey, key), putRef],
-          failure: [read(range), read(masterKey)],
-        };
+        compare = [
+          absent(masterKey),
+          k.snapshot ? unchangedSince(range, k.snapshot.revision) : absent(range),
+        ];
+        success = [put(masterKey, key), putRef];
         break;
       case "recreate":
-        txn = {
-          compare: [absent(masterKey), unchangedSince(range, k.snapshot!.revision)],
-          success: [put(masterKey, key), putRef],
-          failure: [read(range), read(masterKey)],
-        };
+        compare = [absent(masterKey), unchangedSince(range, k.snapshot!.revision)];
+        success = [put(masterKey, key), putRef];
+        break;
+      case "repair":
+        // The references agree on this ID and nothing changed since: the master is theirs.
+        compare = [modIs(masterKey, p.mod), unchangedSince(range, k.snapshot!.revision)];
+        success = [put(masterKey, key), putRef];
         break;
       case "existing":
-        txn = {
-          compare: [valueIs(masterKey, key)],
-          success: [agreementLadder(range, p.id, [putRef], k.snapshot)],
-          failure: [read(range), read(masterKey)],
-        };
+        compare = [valueIs(masterKey, key)];
+        success = [agreementLadder(range, p.id, [putRef], k.snapshot)];
         break;
     }
+    const txn = {
+      compare: [...compare, ...guards.map((g) => g.compare())],
+      success,
+      failure: [read(range), read(masterKey), ...guards.map((g) => g.read())],
+    };
     let res: ITxnResponse;
     try {
       res = await client.call("acquire", signal, (o) => client.raw.kv.txn(txn, o));
@@ -176,7 +234,13 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     const revision = String(res.header.revision);
 
     if (res.succeeded && p.kind !== "existing") {
-      return { id: p.id, created: p.kind === "new" || p.kind === "recreate", version: revision };
+      if (p.kind === "repair") {
+        log.warning("repaired corrupt master of ID {id} for {key} from its live references", {
+          id: p.id,
+          key,
+        });
+      }
+      return { id: p.id, created: p.kind !== "repair", version: revision };
     }
     if (res.succeeded) {
       const outcome = ladderOutcome(res.responses[0]);
@@ -189,6 +253,8 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
       continue;
     }
     learn(k, refPrefix, p.id, key, res.responses, revision);
+    const held = guards.flatMap((g, i) => g.learn(kvsAt(res.responses, 2 + i), revision));
+    if (held.length > 0) throw new KeyLockedError(`key '${key}' (ID ${p.id})`, held);
     // A candidate that is still free lost only to the reference guard: it stays a good pick.
     if (p.kind === "new" && k.masters.get(p.id) !== null) k.excluded.add(p.id);
   }
@@ -197,7 +263,23 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
   );
 }
 
-/** Records what a failure branch `[read(range), read(id/<id>)]` returned. */
+/**
+ * The Cilium mutexes a write of `key` with some ID must find free: the key's allocation mutex and
+ * the ID's GC mutex (none when the backend was told no Cilium node writes here). One guard per
+ * path for the whole call, so that what a failed round learned carries over.
+ */
+export function mutexGuards(core: SessionCore, key: string): (id: number) => MutexGuard[] {
+  if (!core.ciliumLocks) return () => [];
+  const keyGuard = new MutexGuard(core.layout.keyLockPath(key));
+  const idGuards = new Map<number, MutexGuard>();
+  return (id) => {
+    let idGuard = idGuards.get(id);
+    if (!idGuard) idGuards.set(id, idGuard = new MutexGuard(core.layout.idLockPath(id)));
+    return [keyGuard, idGuard];
+  };
+}
+
+/** Records what a failure branch `[read(range), read(id/<id>), …]` returned. */
 function learn(
   k: Knowledge,
   refPrefix: string,
@@ -208,10 +290,17 @@ function learn(
 ): void {
   k.snapshot = snapshotOf(refPrefix, kvsAt(responses, 0), revision);
   const master = kvsAt(responses, 1)[0];
-  const state: MasterState = master
-    ? { value: text(master.value), mod: String(master.mod_revision) }
-    : null;
+  const state: MasterState = master ? masterState(master.value, String(master.mod_revision)) : null;
   k.masters.set(id, state);
   // A master of this very key that lost nothing but a race is the one to reuse.
   if (state !== null && state.value === key) k.hint = { id, version: state.mod };
+}
+
+function masterState(bytes: Uint8Array, mod: string): NonNullable<MasterState> {
+  try {
+    const value = strictUtf8.decode(bytes);
+    return { value, mod, corrupt: value === "" };
+  } catch {
+    return { value: "", mod, corrupt: true };
+  }
 }

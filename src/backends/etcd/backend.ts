@@ -142,6 +142,7 @@ export class EtcdBackend implements Backend, AsyncDisposable {
       layout: this.#layout,
       node: this.node,
       endpoints: this.#settings.endpoints,
+      ciliumLocks: this.#settings.honorCiliumLocks,
       onClose: (s) => this.#sessions.delete(s),
     }, options);
     this.#sessions.add(session);

@@ -22,4 +22,6 @@ export interface SessionCore {
   readonly node: string;
   /** The session's leases (absent work for read-only sessions). */
   readonly leases: LeaseManager;
+  /** Whether writes also require Cilium's mutexes under `<prefix>/locks/` to be free. */
+  readonly ciliumLocks: boolean;
 }

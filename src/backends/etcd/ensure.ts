@@ -18,6 +18,7 @@
 import type { IRequestOp } from "etcd3";
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
+import { mutexGuards } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { SessionCore } from "./core.ts";
 import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
@@ -26,6 +27,7 @@ import {
   agreementLadder,
   kvsAt,
   ladderOutcome,
+  type MutexGuard,
   nested,
   prefixRange,
   put,
@@ -46,6 +48,8 @@ const ENSURE_PASSES = 2;
 interface Pending {
   readonly index: number;
   readonly held: HeldKey;
+  /** The Cilium mutexes its writes must find free (kept across passes: see `MutexGuard`). */
+  readonly guards: MutexGuard[];
 }
 
 /** Runs `ensure` for `held` (see the module doc); one report per key, in order. */
@@ -55,7 +59,11 @@ export async function ensure(
   signal: AbortSignal,
 ): Promise<EnsureReport[]> {
   const reports: EnsureReport[] = new Array(held.length);
-  const all: Pending[] = held.map((h, index) => ({ index, held: h }));
+  const all: Pending[] = held.map((h, index) => ({
+    index,
+    held: h,
+    guards: mutexGuards(core, h.key)(h.id),
+  }));
   // Each key's write carries its bytes about as often as an acquire does.
   const weight = (p: Pending) => KEY_COPIES_PER_TXN * utf8Length(p.held.key) + 512;
   for (const batch of batches(all, ENSURE_BATCH, weight)) {
@@ -108,7 +116,10 @@ async function ensurePass(
     const refs = snapshotOf(refPrefix, kvsAt(snap.responses, 2 * i + 1), revision);
 
     const masterState = !masterKv ? "missing" : text(masterKv.value) === key ? "ok" : "conflict";
-    const disagreeing = refs.exact.filter((r) => r.id !== undefined && r.id !== id);
+    // A reference without a lease is garbage and says nothing (see `agreedId`).
+    const disagreeing = refs.exact.filter((r) =>
+      r.id !== undefined && r.id !== id && r.lease !== "0"
+    );
     if (masterState === "conflict" || disagreeing.length > 0) {
       log.warning("held key {key} (ID {id}) now belongs elsewhere; not re-creating it", {
         key,
@@ -127,16 +138,22 @@ async function ensurePass(
       continue;
     }
     const ops = refOk ? [] : [put(refKey, String(id), lease)];
+    const guarded = p.guards.map((g) => g.compare());
+    const guardReads = p.guards.map((g) => g.read());
     if (masterState === "missing") {
       // Re-create only if the ID is still free and no reference of the key appeared meanwhile.
       writes.push(nested(
-        [absent(masterKey), unchangedSince(range, revision)],
+        [absent(masterKey), unchangedSince(range, revision), ...guarded],
         [put(masterKey, key), ...ops],
-        [],
+        guardReads,
       ));
       planned.push({ p, master: "recreated", ref: !refOk, lease });
     } else {
-      writes.push(nested([valueIs(masterKey, key)], [agreementLadder(range, id, ops, refs)], []));
+      writes.push(nested(
+        [valueIs(masterKey, key), ...guarded],
+        [agreementLadder(range, id, ops, refs)],
+        guardReads,
+      ));
       planned.push({ p, master: "ok", ref: true, lease });
     }
   }
@@ -159,7 +176,17 @@ async function ensurePass(
     const txn = res.responses[i]?.response_txn;
     const applied = txn?.succeeded === true &&
       (pl.master === "recreated" || ladderOutcome(txn.responses[0]).applied);
-    if (applied) {
+    const locks = txn?.succeeded === false
+      ? pl.p.guards.flatMap((g, j) => g.learn(kvsAt(txn.responses, j), String(res.header.revision)))
+      : [];
+    if (locks.length > 0) {
+      log.info("held key {key} (ID {id}) is locked by a Cilium node; not re-checked now", {
+        key,
+        id,
+        locks,
+      });
+      reports[pl.p.index] = { key, id, master: "busy", reference: "skipped" };
+    } else if (applied) {
       if (pl.master === "recreated") {
         log.warning("re-created missing master key of {key} (ID {id})", { key, id });
       }

@@ -19,7 +19,8 @@
  *
  * @module
  */
-import type { IKeyValue, IRequestOp } from "etcd3";
+import type { ICompare, IKeyValue, IRequestOp } from "etcd3";
+import { mutexGuards } from "./acquire.ts";
 import type { GcCandidate } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import type { SessionCore } from "./core.ts";
@@ -28,6 +29,7 @@ import { rangePages } from "./paging.ts";
 import {
   absent,
   del,
+  kvsAt,
   ladderOutcome,
   modIs,
   nested,
@@ -112,10 +114,11 @@ export async function* gcList(
 }
 
 /**
- * Deletes `candidate`'s master only if its mod revision is the listed one and, at the commit
- * point, no exact reference of its key names its ID. One transaction, or two when the reference
- * range also holds other keys' references naming the same ID (then the second is guarded on
- * "nothing in the range changed since the first").
+ * Deletes `candidate`'s master only if its mod revision is the listed one, no Cilium mutex is held
+ * on its key or ID, and, at the commit point, no exact reference of its key names its ID. One
+ * transaction, or two when the reference range also holds other keys' references naming the same
+ * ID (then the second is guarded on "nothing in the range changed since the first"), or when the
+ * mutex ranges hold only other paths' mutexes.
  */
 export async function gcDelete(
   core: SessionCore,
@@ -129,28 +132,42 @@ export async function gcDelete(
   const refPrefix = layout.refPrefix(candidate.key);
   const range = prefixRange(refPrefix + "/");
   const id = String(candidate.id);
+  const guards = mutexGuards(core, candidate.key)(candidate.id);
 
   const deleteOp: IRequestOp[] = [del(masterKey)];
-  const first = await client.call("gc delete", signal, (o) =>
-    client.raw.kv.txn({
-      compare: [modIs(masterKey, masterMod)],
-      success: [
-        nested([absent(range)], deleteOp, [
-          nested([valueIsNot(range, id)], deleteOp, [read(range)]),
-        ]),
-      ],
-      failure: [],
-    }, o));
-  if (!first.succeeded) return false;
-  const outcome = ladderOutcome(first.responses[0]);
-  if (outcome.applied) return true;
-  const snap = snapshotOf(refPrefix, outcome.kvs ?? [], String(first.header.revision));
-  if (snap.exact.some((r) => r.id === candidate.id)) return false;
-  const second = await client.call("gc delete", signal, (o) =>
-    client.raw.kv.txn({
-      compare: [modIs(masterKey, masterMod), unchangedSince(range, snap.revision)],
-      success: deleteOp,
-      failure: [],
-    }, o));
-  return second.succeeded;
+  const guardedBy = (): ICompare[] => [
+    modIs(masterKey, masterMod),
+    ...guards.map((g) => g.compare()),
+  ];
+  for (let round = 0; round < 2; round++) {
+    const res = await client.call("gc delete", signal, (o) =>
+      client.raw.kv.txn({
+        compare: guardedBy(),
+        success: [
+          nested([absent(range)], deleteOp, [
+            nested([valueIsNot(range, id)], deleteOp, [read(range)]),
+          ]),
+        ],
+        failure: guards.map((g) => g.read()),
+      }, o));
+    const revision = String(res.header.revision);
+    if (!res.succeeded) {
+      // A changed master, or a held mutex: not this pass. Other paths' mutexes: once more.
+      const held = guards.flatMap((g, i) => g.learn(kvsAt(res.responses, i), revision));
+      if (held.length > 0 || guards.length === 0) return false;
+      continue;
+    }
+    const outcome = ladderOutcome(res.responses[0]);
+    if (outcome.applied) return true;
+    const snap = snapshotOf(refPrefix, outcome.kvs ?? [], revision);
+    if (snap.exact.some((r) => r.id === candidate.id)) return false;
+    const compare = [...guardedBy(), unchangedSince(range, snap.revision)];
+    const second = await client.call(
+      "gc delete",
+      signal,
+      (o) => client.raw.kv.txn({ compare, success: deleteOp, failure: [] }, o),
+    );
+    return second.succeeded;
+  }
+  return false;
 }

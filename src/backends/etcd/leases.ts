@@ -20,7 +20,7 @@
 import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "etcd3";
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream, type EtcdClient, LeaseNotFound } from "./client.ts";
-import { abortable } from "../../abort.ts";
+import { abortable, sleep } from "../../abort.ts";
 
 const log = idallocLogger("etcd", "lease");
 
@@ -166,6 +166,30 @@ export class LeaseManager {
         ttl = -1;
       }
       if (!(ttl > 0)) this.lost(id, "lease not found (expired or revoked)");
+    }
+  }
+
+  /**
+   * Renews every lease now and waits (bounded by `signal`) until etcd confirmed each, or a lost
+   * one was replaced. A lease whose local deadline already passed is declared lost, not renewed:
+   * others may have seen its references vanish.
+   */
+  async renewNow(signal: AbortSignal): Promise<void> {
+    const asked = Date.now();
+    await abortable(this.#tick(), signal);
+    // Keepalive answers arrive on the stream; a lease counts as renewed once one sent after
+    // `asked` was acknowledged (its deadline then lies beyond `asked` + TTL − one interval).
+    const renewed = () =>
+      this.#leases.size > 0 &&
+      [...this.#leases.values()].every((l) => l.expiresAt - l.ttlMs >= asked - 1);
+    // Give up after as long as a healthy stream may stay silent; the caller reads the deadline.
+    const giveUpAt = asked + 2 * this.#interval() + 1000;
+    for (let wait = 5; !renewed() && Date.now() < giveUpAt; wait = Math.min(wait * 2, 100)) {
+      if (this.#closing.signal.aborted) return;
+      await sleep(wait, signal);
+      if (this.#leases.size === 0 || this.#replacementPending) {
+        await abortable(this.#tick(), signal);
+      }
     }
   }
 

@@ -4,7 +4,7 @@
  * @example
  * ```ts
  * import { batches, MAX_KEY_BYTES } from "./limits.ts";
- * console.log(MAX_KEY_BYTES); // 97792
+ * console.log(MAX_KEY_BYTES); // 78233
  * console.log(batches([1, 2, 3], 2, () => 1)); // [[1, 2], [3]]
  * ```
  *
@@ -17,9 +17,10 @@ export const ETCD_MAX_REQUEST_BYTES = 1_572_864;
 /**
  * How many times the largest transaction (acquiring an existing key through the full agreement
  * ladder) carries the key's bytes: master value, range bounds of three compares and two reads,
- * and three copies of the reference put.
+ * three copies of the reference put, and the bounds of the Cilium mutex range of the key in a
+ * compare and a read.
  */
-export const KEY_COPIES_PER_TXN = 16;
+export const KEY_COPIES_PER_TXN = 20;
 
 /** The largest encoded key (UTF-8 bytes) whose transactions still fit one etcd request. */
 export const MAX_KEY_BYTES: number = Math.floor(

@@ -51,6 +51,16 @@ export interface EtcdBackendOptions {
    * watch (re)creation included. Unlimited when unset. Cilium uses 20.
    */
   readonly qps?: number;
+  /**
+   * Whether every write also requires that no Cilium node holds its etcd mutex on the key or the
+   * ID (`<prefix>/locks/<key>/…` while Cilium allocates the key, `<prefix>/locks/id/<ID>/…` while
+   * its GC judges the ID). Cilium writes a master and its reference in two steps under that mutex;
+   * a writer that ignored it could land between them and give the key a second ID. Turn it off
+   * only where no Cilium node can ever write to this prefix: it saves two compares per write and
+   * the waits behind Cilium's mutexes.
+   * @default {true}
+   */
+  readonly honorCiliumLocks?: boolean;
   /** Time `connect` waits for etcd to answer. @default {5000} */
   readonly dialTimeoutMs?: number;
   /**
@@ -69,6 +79,7 @@ export interface EtcdSettings {
   readonly user?: string;
   readonly password?: string;
   readonly qps?: number;
+  readonly honorCiliumLocks: boolean;
   readonly dialTimeoutMs: number;
   readonly requestTimeoutMs: number;
 }
@@ -103,6 +114,7 @@ const schema = z.object({
   user: z.string().min(1).optional(),
   password: z.string().optional(),
   qps: z.number().positive().finite().optional(),
+  honorCiliumLocks: z.boolean().default(true),
   dialTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
   requestTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
 }).strict()

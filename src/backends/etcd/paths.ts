@@ -73,12 +73,32 @@ export class EtcdLayout {
   readonly idPrefix: string;
   /** `path.Join(base, "value")`: references live under `${valuePrefix}/`. */
   readonly valuePrefix: string;
+  /** `path.Join(base, "locks")`: Cilium's etcd mutexes live under `${lockPrefix}/`. */
+  readonly lockPrefix: string;
 
   /** @param base Cilium's base path, e.g. `cilium/state/identities/v1` */
   constructor(base: string) {
     this.base = base;
     this.idPrefix = goJoin(base, "id");
     this.valuePrefix = goJoin(base, "value");
+    this.lockPrefix = goJoin(base, "locks");
+  }
+
+  /**
+   * The mutex path a Cilium node locks while it allocates `key` (Cilium's `kvstoreBackend.lock`:
+   * `path.Join(lockPrefix, strings.TrimPrefix(key, basePrefix))`). The mutex's keys are
+   * `<path>/<lease id in hex>`.
+   */
+  keyLockPath(key: string): string {
+    return goJoin(this.lockPrefix, trimPrefix(key, this.base));
+  }
+
+  /**
+   * The mutex path Cilium's GC locks while it judges and deletes master `id` (its `RunGC` locks
+   * the master key itself): `<base>/locks/id/<id>`.
+   */
+  idLockPath(id: number): string {
+    return goJoin(this.lockPrefix, trimPrefix(this.masterKey(id), this.base));
   }
 
   /** `<base>/id/<id>`. */
@@ -118,6 +138,11 @@ export class EtcdLayout {
     if (slash < start.length) return undefined;
     return { key: etcdKey.slice(start.length, slash), node: etcdKey.slice(slash + 1) };
   }
+}
+
+/** Go's `strings.TrimPrefix`. */
+function trimPrefix(s: string, prefix: string): string {
+  return s.startsWith(prefix) ? s.slice(prefix.length) : s;
 }
 
 /** The exclusive end of the range of every key starting with `prefix` (etcd's prefix end). */

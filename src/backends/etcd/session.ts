@@ -64,6 +64,8 @@ export interface SessionContext {
   readonly layout: EtcdLayout;
   readonly node: string;
   readonly endpoints: readonly string[];
+  /** Whether writes honour Cilium's mutexes (see `EtcdBackendOptions.honorCiliumLocks`). */
+  readonly ciliumLocks: boolean;
   /** Called when the session closes, so that the backend forgets it. */
   readonly onClose: (session: EtcdSession) => void;
 }
@@ -93,7 +95,13 @@ export class EtcdSession implements BackendSession {
         }
       },
     );
-    this.#core = { client: ctx.client, layout: ctx.layout, node: ctx.node, leases };
+    this.#core = {
+      client: ctx.client,
+      layout: ctx.layout,
+      node: ctx.node,
+      leases,
+      ciliumLocks: ctx.ciliumLocks,
+    };
   }
 
   /** Opens a session: grants the first lease (unless read-only) and starts renewing it. */
@@ -204,6 +212,18 @@ export class EtcdSession implements BackendSession {
     return await gcDelete(this.#core, candidate, this.#signal(signal));
   }
 
+  /** See {@linkcode BackendSession.claimValidUntil}: the earliest local deadline of a lease. */
+  claimValidUntil(): number {
+    if (this.#readOnly) return Infinity;
+    return this.#core.leases.expiresAt ?? 0;
+  }
+
+  /** See {@linkcode BackendSession.renew}. */
+  async renew(signal: AbortSignal): Promise<void> {
+    this.#assertWritable("renew");
+    await this.#core.leases.renewNow(this.#signal(signal));
+  }
+
   /** See {@linkcode BackendSession.status}. Starts a background refresh of the leader if stale. */
   status(): SessionStatus {
     const { client, leases } = this.#core;
@@ -216,7 +236,8 @@ export class EtcdSession implements BackendSession {
       leases: leases.count,
       leaseExpiresAt: leases.expiresAt,
       lastError: client.lastError,
-      healthy: client.healthy && !client.closed && !this.#closed,
+      healthy: client.healthy && !client.closed && !this.#closed &&
+        Date.now() < this.claimValidUntil(),
     };
   }
 

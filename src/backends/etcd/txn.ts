@@ -105,6 +105,55 @@ export function text(b: Buffer | Uint8Array | undefined): string {
   return b ? decoder.decode(b) : "";
 }
 
+/**
+ * A Cilium mutex that a write must find free: no key `<path>/<lease id in hex>` may exist when it
+ * commits. Cilium writes a master and its reference in separate steps under that mutex
+ * (`lockedAllocate`), and its GC judges and deletes a master under another (`RunGC`); a write
+ * that ignored them could land between the steps.
+ *
+ * The mutex range `<path>/` also holds the mutexes of longer paths (`locks/a;/` covers the lock of
+ * key `a;/b;`). Such a false match costs one retry, never a livelock: after a read that found no
+ * key of this very path, the guard becomes "nothing in the range changed since that read", which
+ * other paths' mutexes that stay put cannot fail, while a new mutex of this path must.
+ */
+export class MutexGuard {
+  /** The mutex path (without the trailing `/`). */
+  readonly path: string;
+  /** The range of its keys, `<path>/`. */
+  readonly range: ByteRange;
+  /** Revision of the last read that found no key of this path (`undefined`: none yet). */
+  #clearAt: string | undefined;
+
+  /** @param path the mutex path, e.g. `EtcdLayout.keyLockPath(key)` */
+  constructor(path: string) {
+    this.path = path;
+    this.range = prefixRange(path + "/");
+  }
+
+  /** The compare that holds only while no key of this mutex exists. */
+  compare(): ICompare {
+    return this.#clearAt === undefined
+      ? absent(this.range)
+      : unchangedSince(this.range, this.#clearAt);
+  }
+
+  /** Reads the mutex range (keys only), for a failure branch. */
+  read(): IRequestOp {
+    return read(this.range, true);
+  }
+
+  /**
+   * Applies a read of the range at `revision`; returns the keys of this very mutex (empty when it
+   * is free). A held mutex switches the guard back to "absent": "unchanged since" would pass while
+   * the holder stays put.
+   */
+  learn(kvs: IKeyValue[], revision: string): string[] {
+    const held = kvs.map((kv) => text(kv.key)).filter((k) => prefixMatchesKey(this.path, k));
+    this.#clearAt = held.length === 0 ? revision : undefined;
+    return held;
+  }
+}
+
 /** A reference as read from etcd. */
 export interface RefEntry {
   readonly etcdKey: string;

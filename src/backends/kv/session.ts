@@ -133,8 +133,24 @@ export class DenoKvSession implements BackendSession {
     return await gcDelete(this.#ctx, this.stats, candidate, signal);
   }
 
+  claimValidUntil(): number {
+    // Others judge the lease dead at `expiresAt + skew` on their clocks; ours may lag theirs by
+    // up to the skew, so our own answers stop `skew` before `expiresAt`.
+    // The lease is judged on the backend's clock (injectable); the contract speaks `Date.now()`.
+    if (!this.#lease) return Infinity;
+    const { now, maxClockSkewMs } = this.#ctx.settings;
+    return Date.now() + (this.#lease.expiresAt - maxClockSkewMs - now());
+  }
+
+  async renew(signal: AbortSignal): Promise<void> {
+    const lease = this.#writable("renew");
+    signal.throwIfAborted();
+    await lease.renewNow();
+  }
+
   status(): SessionStatus {
-    const lastError = this.#lease?.lastError ?? this.#watchError;
+    const lastError = this.#lease?.lastError ?? this.#watchError ??
+      (Date.now() >= this.claimValidUntil() ? "lease lapsed: not renewed in time" : undefined);
     return {
       backend: "deno-kv",
       node: this.#ctx.settings.node,

@@ -8,6 +8,7 @@ import {
   InvalidKeyError,
   PoolExhaustedError,
   ReadOnlyError,
+  SplitKeyError,
 } from "../../../src/errors.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/etcd/mod.ts";
 import { b } from "../../_support/etcd_fixture.ts";
@@ -255,7 +256,7 @@ etcdTest(
   },
 );
 
-etcdTest("references that disagree (a broken store) are refused with ConflictError", async () => {
+etcdTest("references that disagree (a split) are refused at once with SplitKeyError", async () => {
   await using ns = await namespace();
   await withLease(ns.raw, 60, async (lease) => {
     await ns.raw.kv.put({ key: b(ns.layout.refKey("K;", "x")), value: b("1"), lease });
@@ -264,7 +265,9 @@ etcdTest("references that disagree (a broken store) are refused with ConflictErr
     await using sa = await openSession(a);
     await assert.rejects(
       sa.acquire({ key: "K;", pickCandidate: picker(3), signal: deadline() }),
-      (e) => e instanceof ConflictError && e.retryable,
+      (e) =>
+        e instanceof SplitKeyError && !e.retryable && e.key === "K;" &&
+        e.ids.join() === "1,2" && /\(1, 2\)/.test(e.message),
     );
     assert.equal(
       (await ns.dump()).filter((kv) => kv.key.endsWith("/a")).length,

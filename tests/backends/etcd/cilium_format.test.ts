@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { CILIUM_IDENTITIES_PREFIX } from "../../../src/backends/etcd/mod.ts";
+import { KeyLockedError } from "../../../src/errors.ts";
 import { goJoin, prefixMatchesKey } from "../../../src/backends/etcd/paths.ts";
 import { startEtcd } from "../../_support/etcd.ts";
 import { b } from "../../_support/etcd_fixture.ts";
@@ -94,6 +95,14 @@ etcdTest("a store written by Cilium's Go allocator is read correctly", async () 
     assert.equal(await session.getById(40905, signal), FOO);
     assert.equal(await session.getById(40906, signal), SLASHY);
 
+    // While Cilium's mutexes are held, nothing is written; they go away with Cilium's unlock.
+    await assert.rejects(
+      session.acquire({ key: FOO, pickCandidate: picker(100), signal }),
+      (e) =>
+        e instanceof KeyLockedError && e.retryable &&
+        e.locks.join() === `${base}/locks/${FOO}/694d7a1b2c3d4e5f`,
+    );
+    await raw.delete().prefix(`${base}/locks/`);
     // Joining the Cilium-allocated ID without a hint: found through the references.
     const joined = await session.acquire({ key: FOO, pickCandidate: picker(100), signal });
     assert.deepEqual({ id: joined.id, created: joined.created }, { id: 40905, created: false });

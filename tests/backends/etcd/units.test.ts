@@ -4,7 +4,12 @@
  */
 import assert from "node:assert/strict";
 import { InvalidOptionsError } from "../../../src/errors.ts";
-import { BATCH_BYTES, batches, MAX_KEY_BYTES } from "../../../src/backends/etcd/limits.ts";
+import {
+  BATCH_BYTES,
+  batches,
+  KEY_COPIES_PER_TXN,
+  MAX_KEY_BYTES,
+} from "../../../src/backends/etcd/limits.ts";
 import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
 import {
   EtcdLayout,
@@ -253,5 +258,5 @@ Deno.test("batches stay under the request budget and the count", () => {
   assert.deepEqual(small.map((b) => b.length), [50, 50, 20]);
   const heavy = batches([1, 2, 3, 4], 50, () => BATCH_BYTES / 2 + 1);
   assert.deepEqual(heavy.map((b) => b.length), [1, 1, 1, 1]);
-  assert.ok(MAX_KEY_BYTES * 16 < 1_572_864);
+  assert.ok(MAX_KEY_BYTES * KEY_COPIES_PER_TXN < 1_572_864);
 });
