@@ -341,9 +341,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   }
 
   /**
-   * Arms a timer for the moment the session's claim runs out. Timers that are due run before I/O
-   * callbacks when a stopped process resumes, so a stall past the claim fences the node before it
-   * handles new requests; `get()` also reads the clock itself.
+   * Arms a timer for the moment the session's claim runs out, so that a node whose lease could
+   * not be renewed starts re-checking its keys at once, even when nobody asks it anything.
    */
   #armClaimTimer(): void {
     clearTimeout(this.#claimTimer);
@@ -356,6 +355,19 @@ export class Allocator<K = string> implements AsyncDisposable {
       if (Date.now() >= this.#session.claimValidUntil()) this.#lapsed();
       else this.#armClaimTimer();
     }, delay);
+  }
+
+  /**
+   * Whether held keys may be answered from memory: the fence is down and the claim has not run
+   * out. The clock is read on every answer, not left to the claim timer alone: when a stopped
+   * process resumes, a caller's timer that was due earlier runs before ours. A lapse found here
+   * raises the fence at once.
+   */
+  #answersFromMemory(): boolean {
+    if (this.#fence.active) return false;
+    if (Date.now() < this.#session.claimValidUntil()) return true;
+    this.#lapsed();
+    return false;
   }
 
   /** The claim ran out before the lease could be renewed (a stall, an unreachable store). */
@@ -439,7 +451,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     this.#checkWritable("allocate");
     const k = this.#encode(key);
     const held = this.#local.get(k);
-    if (held && !this.#fence.active) {
+    if (held && this.#answersFromMemory()) {
       held.refcnt++;
       return { id: held.id, isNew: false, firstUse: false };
     }
@@ -591,9 +603,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     const k = this.#encode(key);
     const held = this.#local.get(k);
     if (held) {
-      // The clock, not only the claim timer: after a stall, a caller may run before the timer.
-      if (!this.#fence.active && Date.now() < this.#session.claimValidUntil()) return held.id;
-      if (!this.#fence.active) this.#lapsed();
+      if (this.#answersFromMemory()) return held.id;
       await this.#fence.until(k, this.#signal(options));
       const now = this.#local.get(k);
       if (now) return now.id;
@@ -635,7 +645,7 @@ export class Allocator<K = string> implements AsyncDisposable {
   cachedId(key: K): number | undefined {
     const k = this.#encode(key);
     const held = this.#local.get(k);
-    if (held) return this.#fence.active && this.#fence.isSuspect(k) ? undefined : held.id;
+    if (held) return this.#answersFromMemory() || !this.#fence.isSuspect(k) ? held.id : undefined;
     return this.#cache.lookup(k)?.id;
   }
 
@@ -649,8 +659,9 @@ export class Allocator<K = string> implements AsyncDisposable {
    * that are fenced and not re-checked yet.
    */
   *entries(): IterableIterator<[number, K]> {
+    const fenced = this.#local.size > 0 && !this.#answersFromMemory();
     for (const [id, entry] of this.#cache.entries()) {
-      if (this.#fence.active) {
+      if (fenced) {
         const holder = this.#local.keyOf(id);
         if (holder !== undefined && this.#fence.isSuspect(holder)) continue;
       }
@@ -793,13 +804,14 @@ export class Allocator<K = string> implements AsyncDisposable {
    * failure the key stays fenced and the next pass tries again.
    */
   async #reassign(key: string, oldId: number, gen: number, signal: AbortSignal): Promise<boolean> {
-    this.#fence.raise(key);
+    // Suspect until re-acquired: nothing may answer the old ID meanwhile.
+    const raisedAt = this.#fence.raise(key);
     try {
       // Our own reference may still name the old ID; it must not hold the key there.
       await this.#session.release(key, oldId, signal);
       const { id, version } = await this.#acquire(key, signal);
       this.#local.rekey(key, id);
-      this.#fence.verified(key, gen);
+      this.#fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;
       this.#fence.reassigned();
       this.#cache.insertLocal(key, id, version);
@@ -816,6 +828,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       return true;
     } catch (err) {
       if (!signal.aborted) log.error("re-acquiring {key} failed: {err}", { key, err });
+      this.#resolveFence();
       return false;
     }
   }

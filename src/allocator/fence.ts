@@ -92,10 +92,15 @@ export class Fence {
     this.#allAt = this.#raise(reason);
   }
 
-  /** `key` is suspect: the store showed its ID under another key, or it under another ID. */
-  raise(key: string): void {
-    this.#conflicts++;
-    this.#keyAt.set(key, this.#raise("conflict"));
+  /**
+   * `key` is suspect: the store showed its ID under another key, or it under another ID. Returns
+   * the raise's generation (a re-check that proves the key must have started at or after it).
+   */
+  raise(key: string): number {
+    const gen = this.#raise("conflict");
+    if (!this.#keyAt.has(key)) this.#conflicts++;
+    this.#keyAt.set(key, gen);
+    return gen;
   }
 
   #raise(reason: FenceReason): number {

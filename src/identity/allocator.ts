@@ -269,15 +269,13 @@ export class IdentityAllocator implements AsyncDisposable {
   }
 
   /**
-   * A held identity lost its ID while this node was fenced and now has `newId`: consumers see
-   * the old identity deleted and the new one added. The delete is left out when the old ID
-   * already belongs to other labels (their add has replaced it).
+   * A held identity lost its ID while this node was fenced and now has `newId`. Consumers hear of
+   * the new identity now; the old ID reaches them through the allocator's own events (a delete
+   * when its master is gone, an add when other labels have it).
    */
   #onReassigned(labels: Labels, oldId: number, newId: number): void {
     if (this.#held.get(oldId)?.equals(labels)) this.#held.delete(oldId);
     this.#held.set(newId, labels);
-    const owner = this.#main.cachedKey(oldId);
-    if (owner === undefined || owner.equals(labels)) this.#hub.delete(oldId);
     this.#hub.add(newId, labels);
   }
 

@@ -154,6 +154,10 @@ class EtcdStoreFixture implements StoreFixture {
     await this.#raw.delete().key(this.#layout.refKey(key, node));
   }
 
+  async rewriteMaster(id: number, key: string): Promise<void> {
+    await this.#raw.put(this.#layout.masterKey(id)).value(key);
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     await Promise.allSettled(this.#backends.map((b) => b.close()));
     try {

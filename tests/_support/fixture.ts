@@ -40,6 +40,11 @@ export interface StoreFixture extends AsyncDisposable {
   plantCorruptEntries(): Promise<void>;
   /** Deletes master `id` directly (an operator's mistake, store loss). */
   deleteMaster(id: number): Promise<void>;
+  /**
+   * Rewrites master `id` to name `key` directly, as a writer that ignores the protocol could:
+   * from then on the store gives the ID to `key` (watchers see the change).
+   */
+  rewriteMaster(id: number, key: string): Promise<void>;
   /** Deletes node `node`'s reference to `key` directly. */
   deleteReference(key: string, node: string): Promise<void>;
 }

@@ -155,6 +155,21 @@ export class KvStoreFixture implements StoreFixture {
     await this.kv.delete(this.layout.ref(key, node));
   }
 
+  async rewriteMaster(id: number, key: string): Promise<void> {
+    const master = await this.kv.get(this.layout.id(id));
+    const old = master.versionstamp === null
+      ? undefined
+      : decode.master(master as Deno.KvEntry<unknown>)?.key;
+    const op = this.kv.atomic();
+    if (old !== undefined) op.delete(this.layout.key(old));
+    await op.set(this.layout.id(id), { key }).set(this.layout.key(key), { id })
+      .set(this.layout.log(Date.now(), "fixture", crypto.randomUUID()), { id, key }, {
+        expireIn: 600_000,
+      })
+      .sum(this.layout.gen(), 1n)
+      .commit();
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     for (const kv of [...this.#handles.splice(0), this.kv]) closeQuietly(kv);
     await Deno.remove(this.#dir, { recursive: true });

@@ -17,6 +17,7 @@ import {
 import type { StoreFixture } from "../_support/fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { Owner } from "./_owner.ts";
+import { eventually } from "../_support/eventually.ts";
 
 const lbls1 = Labels.parse(["blah=%%//!!", "id=foo", "user=anna"]);
 const lbls2 = Labels.parse(["id=bar", "user=anna"]);
@@ -292,3 +293,29 @@ testEachBackend("remote-node scope and withheld local IDs, as Cilium", async (fa
   assert.equal(identities.lookupById(0x02000001), undefined);
   assert.equal((await fx.masters()).size, 0);
 });
+
+testEachBackend(
+  "a held identity whose ID is given to other labels moves: owners see both",
+  async (factory) => {
+    await using fx = await factory.create();
+    await using identities = await open(fx, "10.0.0.1");
+    await using owner = new Owner(identities);
+    const { identity } = await identities.allocate(lbls1);
+    await owner.has(identity.id, lbls1);
+    // A writer that ignores the protocol gives the identity's ID to other labels.
+    const intruder = Labels.parse(["intruder=1"]);
+    await fx.rewriteMaster(identity.id, intruder.toKvstoreString());
+    await owner.has(identity.id, intruder);
+    await owner.until(
+      () => [...owner.cache].some(([id, l]) => id !== identity.id && l.equals(lbls1)),
+      "the labels under a new ID",
+    );
+    // Lookups answer the new ID once the node has re-acquired it (the store's echo may be first).
+    await eventually(() => (identities.lookup(lbls1)?.id ?? identity.id) !== identity.id, "lookup");
+    const moved = identities.lookup(lbls1)!;
+    assert.ok(identities.lookupById(moved.id)?.labels.equals(lbls1));
+    // The old identity was never reported deleted after the intruder's add replaced it.
+    const last = owner.batches.findLastIndex((b) => b.added.get(identity.id)?.equals(intruder));
+    assert.ok(owner.batches.slice(last).every((b) => !b.deleted.has(identity.id)));
+  },
+);

@@ -57,6 +57,8 @@ export class LeaseManager {
   #replacementPending = false;
   /** When the keepalive stream last answered (or was opened). */
   #streamSeen = 0;
+  /** The earliest `expiresAt` of a held lease. */
+  #earliest: number | undefined;
 
   /**
    * @param client the connection
@@ -78,13 +80,20 @@ export class LeaseManager {
     return this.#leases.size;
   }
 
-  /** The earliest local deadline of a held lease. */
+  /**
+   * The earliest local deadline of a held lease (`undefined` with no lease). Kept up to date as
+   * leases are granted, renewed and lost: the allocator reads it on every answer.
+   */
   get expiresAt(): number | undefined {
+    return this.#earliest;
+  }
+
+  #updateEarliest(): void {
     let min: number | undefined;
     for (const l of this.#leases.values()) {
       min = min === undefined ? l.expiresAt : Math.min(min, l.expiresAt);
     }
-    return min;
+    this.#earliest = min;
   }
 
   /** Whether `leaseId` is one of this session's live leases. */
@@ -135,6 +144,7 @@ export class LeaseManager {
     const lease = this.#leases.get(leaseId);
     if (!lease || this.#closing.signal.aborted) return;
     this.#leases.delete(leaseId);
+    this.#updateEarliest();
     for (const [key, id] of this.#bindings) if (id === leaseId) this.#bindings.delete(key);
     if (this.#current === leaseId) this.#current = undefined;
     log.warning("lease {lease} lost ({reason}); granting a new one", { lease: leaseId, reason });
@@ -235,6 +245,7 @@ export class LeaseManager {
       const ttlMs = Math.max(1, Number(res.TTL)) * 1000;
       const id = String(res.ID);
       this.#leases.set(id, { id, ttlMs, keys: 0, expiresAt: sentAt + ttlMs, sentAt });
+      this.#updateEarliest();
       this.#current = id;
       return id;
     })();
@@ -327,6 +338,7 @@ export class LeaseManager {
     }
     this.#client.noteHealthy();
     lease.expiresAt = Math.max(lease.expiresAt, lease.sentAt + ttl * 1000);
+    this.#updateEarliest();
   }
 
   #dropStream(): void {

@@ -25,6 +25,8 @@ export class LeaseKeeper {
   readonly #signal: AbortSignal;
   #id = "";
   #expiresAt = 0;
+  /** `expiresAt` less the skew margin, on `Date.now()`'s scale: read on every answer. */
+  #claimUntil = 0;
   #versionstamp: string | null = null;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #chain: Promise<unknown> = Promise.resolve();
@@ -62,6 +64,15 @@ export class LeaseKeeper {
   /** When the current lease expires (ms, own clock). */
   get expiresAt(): number {
     return this.#expiresAt;
+  }
+
+  /**
+   * Until when (`Date.now()` scale) this node's references are certainly alive for every observer:
+   * others judge the lease dead at `expiresAt + skew` on their clocks, which may run ahead of ours
+   * by the skew. Precomputed at each renewal, because the allocator reads it on every answer.
+   */
+  get claimValidUntil(): number {
+    return this.#claimUntil;
   }
 
   /** How often the lease was replaced since the session opened. */
@@ -125,7 +136,7 @@ export class LeaseKeeper {
       this.#set(op, this.#id, expiresAt);
       const res = await commit(this.#stats, op, this.#signal);
       if (!res.ok) return await this.#replace("record changed by someone else", this.#signal);
-      this.#expiresAt = expiresAt;
+      this.#setExpiry(expiresAt);
       this.#versionstamp = res.versionstamp;
       this.lastError = undefined;
     } catch (err) {
@@ -161,9 +172,16 @@ export class LeaseKeeper {
     const res = await commit(this.#stats, op, signal);
     if (!res.ok) throw new StoreUnavailableError("unguarded lease write was refused");
     this.#id = id;
-    this.#expiresAt = expiresAt;
+    this.#setExpiry(expiresAt);
     this.#versionstamp = res.versionstamp;
     this.lastError = undefined;
+  }
+
+  #setExpiry(expiresAt: number): void {
+    const { now, maxClockSkewMs } = this.#ctx.settings;
+    this.#expiresAt = expiresAt;
+    // The backend's clock is injectable (tests); the claim is kept on Date.now()'s scale.
+    this.#claimUntil = Date.now() + (expiresAt - maxClockSkewMs - now());
   }
 
   #set(op: Deno.AtomicOperation, id: string, expiresAt: number): Deno.AtomicOperation {

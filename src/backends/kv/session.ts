@@ -134,12 +134,7 @@ export class DenoKvSession implements BackendSession {
   }
 
   claimValidUntil(): number {
-    // Others judge the lease dead at `expiresAt + skew` on their clocks; ours may lag theirs by
-    // up to the skew, so our own answers stop `skew` before `expiresAt`.
-    // The lease is judged on the backend's clock (injectable); the contract speaks `Date.now()`.
-    if (!this.#lease) return Infinity;
-    const { now, maxClockSkewMs } = this.#ctx.settings;
-    return Date.now() + (this.#lease.expiresAt - maxClockSkewMs - now());
+    return this.#lease ? this.#lease.claimValidUntil : Infinity;
   }
 
   async renew(signal: AbortSignal): Promise<void> {

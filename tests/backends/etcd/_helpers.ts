@@ -2,6 +2,7 @@
  * Helpers of the etcd backend tests: an isolated namespace on the shared private etcd (or a
  * given cluster), sessions with short leases, deterministic candidate pickers.
  */
+import assert from "node:assert/strict";
 import type { Etcd3 } from "etcd3";
 import type {
   BackendEvent,
@@ -178,4 +179,49 @@ export async function listUntilSynced(
     if (ev.type === "synced") break;
   }
   return out;
+}
+
+/** What the store says, read directly: masters by ID, and the IDs each key's references name. */
+export interface StoreView {
+  readonly masters: ReadonlyMap<number, string>;
+  readonly refIds: ReadonlyMap<string, ReadonlySet<number>>;
+}
+
+/** Reads every master and reference under the namespace. */
+export async function storeView(ns: Namespace): Promise<StoreView> {
+  const masters = new Map<number, string>();
+  const refIds = new Map<string, Set<number>>();
+  for (const kv of await ns.dump()) {
+    const id = ns.layout.idOfMasterKey(kv.key);
+    if (id !== undefined) masters.set(id, kv.value);
+    const ref = ns.layout.splitRefKey(kv.key);
+    if (ref) refIds.set(ref.key, (refIds.get(ref.key) ?? new Set()).add(Number(kv.value)));
+  }
+  return { masters, refIds };
+}
+
+/**
+ * Asserts the invariants from the store itself: every referenced key's references name one ID,
+ * whose master names the key, and — unless `staleMasters` (unreferenced masters waiting for GC
+ * are expected) — no key has a second master. Returns key → ID.
+ */
+export async function assertOneIdPerKey(
+  ns: Namespace,
+  { staleMasters = false } = {},
+): Promise<Map<string, number>> {
+  const { masters, refIds } = await storeView(ns);
+  const ids = new Map<string, number>();
+  for (const [key, set] of refIds) {
+    assert.equal(set.size, 1, `${key} has references to ${[...set].join(", ")}`);
+    const [id] = set;
+    assert.equal(masters.get(id), key, `master of ${id} names ${key}`);
+    ids.set(key, id);
+  }
+  if (staleMasters) return ids;
+  const byKey = new Map<string, number[]>();
+  for (const [id, key] of masters) byKey.set(key, [...byKey.get(key) ?? [], id]);
+  for (const [key, list] of byKey) {
+    assert.equal(list.length, 1, `${key} has masters ${list.join(", ")}`);
+  }
+  return ids;
 }
