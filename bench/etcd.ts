@@ -117,6 +117,30 @@ export async function benchEtcd(): Promise<BenchRow[]> {
     name: `etcd new-key allocations, ${IN_FLIGHT} in flight`,
     value: `${perSecond(newPar)} (${(newPar / rawPar).toFixed(2)}× raw)`,
   });
+  // The same without the Cilium-mutex guard (two range compares per write): what it costs.
+  {
+    await using unguarded = await EtcdBackend.connect({
+      endpoints,
+      prefix: `${prefix}-unguarded`,
+      node: "node-u",
+      honorCiliumLocks: false,
+    });
+    await using allocU = await Allocator.open(unguarded, options);
+    await allocU.waitForInitialSync();
+    await rate(1_000, IN_FLIGHT, (i) => allocU.allocate(`warm;k=${i};`));
+    const uSeq = await best((r) => rate(SEQUENTIAL, 1, (i) => allocU.allocate(`s${r};k=${i};`)));
+    const uPar = await best((r) =>
+      rate(PARALLEL, IN_FLIGHT, (i) => allocU.allocate(`p${r};k=${i};`))
+    );
+    rows.push({
+      name: "etcd new-key allocations without the Cilium-mutex guard, sequential",
+      value: `${perSecond(uSeq)} (guard costs ${((1 - newSeq / uSeq) * 100).toFixed(1)}%)`,
+    });
+    rows.push({
+      name: `etcd new-key allocations without the Cilium-mutex guard, ${IN_FLIGHT} in flight`,
+      value: `${perSecond(uPar)} (guard costs ${((1 - newPar / uPar) * 100).toFixed(1)}%)`,
+    });
+  }
   // Node B (opened only now, so that it did not share the CPU above) lists every key into its
   // cache: one guarded transaction per acquisition.
   await using backendB = await EtcdBackend.connect({ endpoints, prefix, node: "node-b" });

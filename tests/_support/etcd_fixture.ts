@@ -154,6 +154,12 @@ class EtcdStoreFixture implements StoreFixture {
     await this.#raw.delete().key(this.#layout.refKey(key, node));
   }
 
+  async dropLease(node: string): Promise<void> {
+    const refs = await dump(this.#raw, this.#layout.valuePrefix + "/");
+    const leases = new Set(refs.filter((kv) => kv.key.endsWith(`/${node}`)).map((kv) => kv.lease));
+    for (const lease of leases) await this.#raw.leaseClient.leaseRevoke({ ID: lease });
+  }
+
   async rewriteMaster(id: number, key: string): Promise<void> {
     await this.#raw.put(this.#layout.masterKey(id)).value(key);
   }

@@ -45,6 +45,11 @@ export interface StoreFixture extends AsyncDisposable {
    * from then on the store gives the ID to `key` (watchers see the change).
    */
   rewriteMaster(id: number, key: string): Promise<void>;
+  /**
+   * Makes node `node`'s lease vanish, as an expiry the node missed or an operator's revoke would:
+   * its references are dead from then on.
+   */
+  dropLease(node: string): Promise<void>;
   /** Deletes node `node`'s reference to `key` directly. */
   deleteReference(key: string, node: string): Promise<void>;
 }

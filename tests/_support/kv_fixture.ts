@@ -155,6 +155,10 @@ export class KvStoreFixture implements StoreFixture {
     await this.kv.delete(this.layout.ref(key, node));
   }
 
+  async dropLease(node: string): Promise<void> {
+    await this.kv.delete(this.layout.lease(node));
+  }
+
   async rewriteMaster(id: number, key: string): Promise<void> {
     const master = await this.kv.get(this.layout.id(id));
     const old = master.versionstamp === null

@@ -126,3 +126,28 @@ testEachBackend(
     await watching;
   },
 );
+
+testEachBackend(
+  "a lost lease fences every held key until its references are back",
+  async (factory) => {
+    await using fx = await factory.create();
+    const backend = await fx.backend("node-a", { fast: true });
+    await using a = await Allocator.open(backend, {
+      max: 100,
+      leaseTtlMs: 2_000,
+      syncIntervalMs: 600_000,
+    });
+    const held = new Map<string, number>();
+    for (let i = 0; i < 5; i++) held.set(`k8s:lost=${i};`, (await a.allocate(`k8s:lost=${i};`)).id);
+    await fx.dropLease("node-a");
+    // The node notices at its next renewal, re-checks every held key and puts its references back.
+    await eventually(() => a.status().fence.replacements === 1, "the lease was replaced");
+    await eventually(
+      async () => (await fx.references()).filter((r) => r.node === "node-a" && r.live).length === 5,
+      "every reference is back under a live lease",
+    );
+    await eventually(() => a.status().healthy, "the fence is down");
+    for (const [key, id] of held) assert.equal(await a.get(key), id, "same IDs: nothing was taken");
+    assert.equal(a.status().fence.reassigned, 0);
+  },
+);

@@ -81,9 +81,9 @@ etcdTest("join of an unreferenced master waits for a Cilium allocation of the ke
     const { id: old } = await a.allocate(K);
     await a.release(K);
     await eventually(() => c.cachedId(K) === old, "node c's cache knows the old master");
-    // Cilium finds no reference and creates a new master; c joins the old one in between.
+    // Cilium found no reference and is about to create a new master; c joins the old one.
     const steps = cilium.allocateSteps(K, () => 40_000);
-    await runUntil(steps, "master-created");
+    await runUntil(steps, "checked");
     const joined = c.allocate(K, { signal: deadline() });
     if (honor) await new Promise((r) => setTimeout(r, 100));
     else await joined;
