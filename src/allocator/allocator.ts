@@ -755,6 +755,8 @@ export class Allocator<K = string> implements AsyncDisposable {
     // this pass re-checks is held under a lease that is alive.
     if (this.#fence.active) await this.#session.renew(signal);
     const gen = this.#fence.generation;
+    // Only some keys in doubt (conflicts): re-check those; the lease itself is not in question.
+    const onlySuspects = reason === "fence" && this.#fence.active && !this.#fence.status().all;
     let complete = true;
     for (const [key, id] of [...this.#pendingReleases]) {
       using _lock = await this.#mutex.lock(key, signal);
@@ -762,7 +764,9 @@ export class Allocator<K = string> implements AsyncDisposable {
       await this.#session.release(key, id, signal);
       this.#pendingReleases.delete(key);
     }
-    const held = this.#local.snapshot().sort((a, b) => (a.key < b.key ? -1 : 1));
+    const held = this.#local.snapshot()
+      .filter(({ key }) => !onlySuspects || this.#fence.isSuspect(key))
+      .sort((a, b) => (a.key < b.key ? -1 : 1));
     for (let i = 0; i < held.length; i += SYNC_BATCH) {
       const batch = held.slice(i, i + SYNC_BATCH);
       // Locks in key order: one consistent order, so no deadlock with single-key holders.
@@ -795,7 +799,9 @@ export class Allocator<K = string> implements AsyncDisposable {
         for (const lock of locks) lock[Symbol.dispose]();
       }
     }
-    if (complete && Date.now() < this.#session.claimValidUntil()) this.#fence.passCompleted(gen);
+    if (complete && !onlySuspects && Date.now() < this.#session.claimValidUntil()) {
+      this.#fence.passCompleted(gen);
+    }
   }
 
   /**
