@@ -264,6 +264,11 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (holder !== undefined && holder !== event.key) {
       this.#conflict(holder, `ID ${event.id} now belongs to '${event.key}'`);
     }
+    // A second master of a held key: on etcd possibly a leftover, but worth one re-check.
+    const held = this.#local.get(event.key);
+    if (held !== undefined && held.id !== event.id) {
+      this.#conflict(event.key, `the store also maps it to ID ${event.id}`);
+    }
   }
 
   #onDelete(id: number): void {
