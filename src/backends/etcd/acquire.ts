@@ -14,7 +14,10 @@
  *   call with a retryable {@linkcode KeyLockedError}, and the allocator waits.
  *
  * Only well-formed references on a lease, naming an ID in the allocator's range, say which ID a
- * key has: a reference written without a lease (by hand, by a broken tool) never dictates one.
+ * key has: a reference written without a lease (by hand, by a broken tool) never dictates one. When
+ * they agree on an ID whose master is corrupt, or names a key that holds no live reference to it,
+ * the master is repaired from them (as master-key protection would) instead of giving the key a
+ * second ID.
  *
  * @example One acquisition through a session (the allocator normally does this)
  * ```ts ignore
@@ -40,6 +43,7 @@ import {
 import { idallocLogger } from "../../log.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { SessionCore } from "./core.ts";
+import type { EtcdLayout } from "./paths.ts";
 import {
   absent,
   agreementLadder,
@@ -75,8 +79,18 @@ type Plan =
   | { readonly kind: "new"; readonly id: number }
   | { readonly kind: "existing"; readonly id: number }
   | { readonly kind: "recreate"; readonly id: number }
-  /** Rewrite a corrupt master of the ID the key's live references name. */
-  | { readonly kind: "repair"; readonly id: number; readonly mod: string };
+  /**
+   * Rewrite the master of the ID the key's live references name: its value is corrupt, or names a
+   * key that no live reference holds with that ID (`owner`, whose range must stay unchanged).
+   */
+  | {
+    readonly kind: "repair";
+    readonly id: number;
+    readonly mod: string;
+    readonly owner?: { readonly range: ByteRange; readonly revision: string };
+  }
+  /** Read the references of the key the master names, before deciding whose the ID is. */
+  | { readonly kind: "readOwner"; readonly id: number; readonly owner: string };
 
 /** Per-call knowledge gathered from failed rounds. */
 interface Knowledge {
@@ -85,6 +99,8 @@ interface Knowledge {
   /** IDs that cannot be this key's new master (taken by another key, or lost a race). */
   readonly excluded: Set<number>;
   hint?: { readonly id: number; readonly version?: string };
+  /** Reads of the references of keys that masters named: key → snapshot. */
+  readonly owners: Map<string, RefSnapshot>;
 }
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
@@ -127,7 +143,7 @@ export function agreedId(
   return id;
 }
 
-function plan(k: Knowledge, key: string, req: AcquireRequest): Plan {
+function plan(k: Knowledge, key: string, req: AcquireRequest, layout: EtcdLayout): Plan {
   const agreed = k.snapshot ? agreedId(k.snapshot, key, req.range) : undefined;
   if (agreed !== undefined) {
     // The key is live under `agreed`: join it; re-create its master only if it is gone.
@@ -135,10 +151,17 @@ function plan(k: Knowledge, key: string, req: AcquireRequest): Plan {
     if (m === null) return { kind: "recreate", id: agreed };
     if (m === undefined || m.value === key) return { kind: "existing", id: agreed };
     if (m.corrupt) return { kind: "repair", id: agreed, mod: m.mod };
-    throw new CorruptEntryError(
-      `key '${key}' is referenced under ID ${agreed}, whose master names '${m.value}': the ` +
-        "store is inconsistent; remove the wrong references",
-    );
+    // The master names another key: it is that key's only if a live reference of it agrees.
+    const owner = k.owners.get(m.value);
+    if (owner === undefined) return { kind: "readOwner", id: agreed, owner: m.value };
+    if (owner.exact.some((r) => r.id === agreed && r.lease !== "0")) {
+      throw new CorruptEntryError(
+        `key '${key}' is referenced under ID ${agreed}, whose master names '${m.value}', which ` +
+          "holds it too: the store is inconsistent; remove the wrong references",
+      );
+    }
+    const range = prefixRange(layout.refPrefix(m.value) + "/");
+    return { kind: "repair", id: agreed, mod: m.mod, owner: { range, revision: owner.revision } };
   }
   const hint = k.hint;
   if (hint !== undefined) {
@@ -170,6 +193,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
   const k: Knowledge = {
     masters: new Map(),
     excluded: new Set(),
+    owners: new Map(),
     hint: req.hint ? { id: req.hint.id, version: req.hint.version } : undefined,
   };
   const mutexes = mutexGuards(core, key);
@@ -177,14 +201,20 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
 
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     signal.throwIfAborted();
-    const p = plan(k, key, req);
-    if (p.kind === "read") {
+    const p = plan(k, key, req, layout);
+    if (p.kind === "read" || p.kind === "readOwner") {
+      const of = p.kind === "read" ? key : p.owner;
+      const prefix = layout.refPrefix(of);
       const res = await client.call(
         "read references",
         signal,
-        (o) => client.raw.kv.range({ ...range }, o),
+        (o) => client.raw.kv.range({ ...prefixRange(prefix + "/") }, o),
       );
-      k.snapshot = snapshotOf(refPrefix, res.kvs, String(res.header.revision));
+      const snapshot = snapshotOf(prefix, res.kvs, String(res.header.revision));
+      if (p.kind === "read") k.snapshot = snapshot;
+      else k.owners.set(p.owner, snapshot);
+      // Reads are bounded on their own (one per key read); only transactions count as rounds.
+      round--;
       continue;
     }
     const masterKey = layout.masterKey(p.id);
@@ -208,6 +238,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
       case "repair":
         // The references agree on this ID and nothing changed since: the master is theirs.
         compare = [modIs(masterKey, p.mod), unchangedSince(range, k.snapshot!.revision)];
+        if (p.owner) compare.push(unchangedSince(p.owner.range, p.owner.revision));
         success = [put(masterKey, key), putRef];
         break;
       case "existing":
@@ -235,7 +266,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
 
     if (res.succeeded && p.kind !== "existing") {
       if (p.kind === "repair") {
-        log.warning("repaired corrupt master of ID {id} for {key} from its live references", {
+        log.warning("repaired the master of ID {id} for {key} from its live references", {
           id: p.id,
           key,
         });
