@@ -483,10 +483,15 @@ export class Allocator<K = string> implements AsyncDisposable {
   /**
    * Acquires `k` in the store (the caller holds its lock), retrying retryable failures with
    * backoff: at most `maxAttempts` attempts, plus waits for other writers' locks (a Cilium mutex)
-   * of up to `lockWaitMs` in all, which do not count as attempts. Records the ID in the pool and
-   * the cache; the caller records the local hold.
+   * of up to `lockWaitMs` in all, which do not count as attempts (`lockWaitMs` 0: a held lock
+   * fails the call at once). Records the ID in the pool and the cache; the caller records the local
+   * hold.
    */
-  async #acquire(k: string, signal: AbortSignal): Promise<AcquireResult> {
+  async #acquire(
+    k: string,
+    signal: AbortSignal,
+    lockWaitMs = this.#settings.lockWaitMs,
+  ): Promise<AcquireResult> {
     let lastError: unknown;
     let lockWaitUntil: number | undefined;
     let waits = 0;
@@ -528,7 +533,8 @@ export class Allocator<K = string> implements AsyncDisposable {
         if (err instanceof KeyLockedError) {
           // Another writer is between the steps of its own allocation: wait for it to finish (or
           // for its lease to lapse if it died), as a Cilium node would wait for the mutex.
-          lockWaitUntil ??= Date.now() + this.#settings.lockWaitMs;
+          if (lockWaitMs === 0) throw err;
+          lockWaitUntil ??= Date.now() + lockWaitMs;
           if (Date.now() < lockWaitUntil) {
             waits = Math.min(waits + 1, 8);
             log.debug("key {key} is locked by another writer; waiting: {err}", { key: k, err });
@@ -820,7 +826,9 @@ export class Allocator<K = string> implements AsyncDisposable {
     try {
       // Our own reference may still name the old ID; it must not hold the key there.
       await this.#session.release(key, oldId, signal);
-      const { id, version } = await this.#acquire(key, signal);
+      // No waiting for another writer's lock here: this pass holds other keys' locks too; the key
+      // stays fenced and the next pass tries again.
+      const { id, version } = await this.#acquire(key, signal, 0);
       this.#local.rekey(key, id);
       this.#fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;

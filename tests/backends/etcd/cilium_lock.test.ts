@@ -53,6 +53,39 @@ for (const step of STEPS) {
       assert.deepEqual([...await assertOneIdPerKey(ns)], [[K, 1759]]);
     },
   );
+
+  etcdTest(
+    `Cilium stopped after '${step}': join, ensure and GC of the key keep one ID`,
+    async () => {
+      await using ns = await namespace();
+      await using cilium = await CiliumDouble.start(ns.raw, ns.prefix, "cilium-a");
+      await using a = await idallocNode(ns, "idalloc-a");
+      await using c = await idallocNode(ns, "idalloc-c");
+      await using h = await idallocNode(ns, "idalloc-h");
+      await Promise.all([a.waitForInitialSync(), c.waitForInitialSync(), h.waitForInitialSync()]);
+      // K has an ID that node a released (a master for c to join and for a's GC to judge) and that
+      // node h still holds, but h's reference vanished (a lost lease): Cilium finds no reference.
+      const { id: old } = await a.allocate(K);
+      assert.equal((await h.allocate(K)).id, old);
+      await a.release(K);
+      await ns.raw.kv.deleteRange({ key: b(ns.layout.refKey(K, "idalloc-h")) });
+      await eventually(() => c.cachedId(K) === old, "node c's cache knows the master");
+      assert.equal((await a.runGc()).marked, 1);
+      const steps = cilium.allocateSteps(K, () => 40_000);
+      await runUntil(steps, step);
+      const joined = c.allocate(K, { signal: deadline() });
+      const collected = a.runGc();
+      await h.sync();
+      await finish(steps);
+      const { id } = await joined;
+      await collected;
+      await h.sync(); // finds Cilium's ID live for K: h moves there
+      const stored = await assertOneIdPerKey(ns, { staleMasters: true });
+      assert.equal(stored.get(K), id, "c agrees with the store");
+      assert.equal(await h.get(K), id, "h agrees with the store");
+      assert.equal(await cilium.get(K), id, "Cilium agrees with the store");
+    },
+  );
 }
 
 etcdTest("without the guard, the same interleaving gives the key two IDs", async () => {
