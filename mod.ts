@@ -40,4 +40,12 @@ export {
 } from "./src/allocator/types.ts";
 export type * from "./src/allocator/backend.ts";
 export * from "./src/errors.ts";
+export {
+  type DamageFinding,
+  type DamageKind,
+  type DamageScanOptions,
+  type GcSkip,
+  isStoreDoctor,
+  type StoreDoctor,
+} from "./src/allocator/damage.ts";
 export { DenoKvBackend, type DenoKvBackendOptions } from "./src/backends/kv/mod.ts";

@@ -25,6 +25,7 @@
  *
  * @module
  */
+import type { GcSkip } from "./damage.ts";
 
 /** One change of the store's ID ↔ key mappings, as a backend's watch reports it. */
 export type BackendEvent =
@@ -137,6 +138,15 @@ export interface GcCandidate {
   readonly inUse: boolean;
 }
 
+/** Options of {@linkcode BackendSession.gcList}. */
+export interface GcListOptions {
+  /**
+   * Called for every entry the pass skipped as damaged (a master or reference it cannot read or
+   * judge). A skipped master is never a candidate, so it is never collected.
+   */
+  readonly onSkip?: (skip: GcSkip) => void;
+}
+
 /** Health and bookkeeping of a session, for `status()` and the CLI. */
 export interface SessionStatus {
   /** Backend kind, e.g. `deno-kv` or `etcd`. */
@@ -232,8 +242,16 @@ export interface BackendSession extends AsyncDisposable {
    */
   watch(signal: AbortSignal): AsyncIterable<BackendEvent>;
 
-  /** Every master with `min <= id <= max` (as stored), with its GC version and whether it is in use. */
-  gcList(range: { min: number; max: number }, signal: AbortSignal): AsyncIterable<GcCandidate>;
+  /**
+   * Every master with `min <= id <= max` (as stored), with its GC version and whether it is in use.
+   * Damaged entries are skipped (logged, and reported to `options.onSkip`): one bad entry never
+   * ends the listing.
+   */
+  gcList(
+    range: { min: number; max: number },
+    signal: AbortSignal,
+    options?: GcListOptions,
+  ): AsyncIterable<GcCandidate>;
 
   /**
    * Deletes the master of `candidate` (and the key's index and dead references) only if, at the

@@ -65,7 +65,9 @@ export class GarbageCollector {
     const next = new Map<number, string>();
     const deletedIds: number[] = [];
     let total = 0;
-    for await (const candidate of this.#session.gcList(this.#range, signal)) {
+    let skipped = 0;
+    const onSkip = () => void skipped++;
+    for await (const candidate of this.#session.gcList(this.#range, signal, { onSkip })) {
       total++;
       if (candidate.inUse) continue;
       const previous = this.#marked.get(candidate.id);
@@ -85,11 +87,18 @@ export class GarbageCollector {
       }
     }
     this.#marked = next;
+    if (skipped > 0) {
+      // Each entry was logged where it was found; one line says what to do about them.
+      log.warning("GC pass skipped {skipped} damaged entries; `idalloc doctor` lists them", {
+        skipped,
+      });
+    }
     return {
       alive: total - deletedIds.length,
       deleted: deletedIds.length,
       marked: next.size,
       deletedIds,
+      skipped,
     };
   }
 }

@@ -154,4 +154,9 @@ export interface GcStats {
   readonly marked: number;
   /** IDs deleted by this pass. */
   readonly deletedIds: readonly number[];
+  /**
+   * Damaged entries the pass skipped (an undecodable or oversized master, an unreadable
+   * reference): logged, never collected. An operator removes them (`idalloc doctor`).
+   */
+  readonly skipped: number;
 }

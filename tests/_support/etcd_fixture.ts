@@ -146,6 +146,14 @@ class EtcdStoreFixture implements StoreFixture {
     await this.#raw.put(this.#layout.refKey("k8s:corrupt=2;", "node-x")).value("not-an-id");
   }
 
+  async plantOversizedMaster(id: number): Promise<void> {
+    await this.#raw.put(this.#layout.masterKey(id)).value("k".repeat(1_400_000));
+  }
+
+  async corruptMaster(id: number): Promise<void> {
+    await this.#raw.put(this.#layout.masterKey(id)).value(Buffer.from([0xff, 0xfe, 0x00, 0x80]));
+  }
+
   async deleteMaster(id: number): Promise<void> {
     await this.#raw.delete().key(this.#layout.masterKey(id));
   }

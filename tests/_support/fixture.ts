@@ -38,6 +38,21 @@ export interface StoreFixture extends AsyncDisposable {
   references(): Promise<StoredReference[]>;
   /** Writes garbage under the namespace (a master with a non-numeric ID, a master with a bad value, a bad reference). */
   plantCorruptEntries(): Promise<void>;
+  /**
+   * Writes master `id` whose key is too large for the layout (Deno KV: a 60 kB key; etcd: a
+   * 1.4 MB value), as a broken tool would.
+   */
+  plantOversizedMaster(id: number): Promise<void>;
+  /**
+   * Overwrites master `id` with a value that cannot be decoded (Deno KV: a string instead of
+   * `{ key }`; etcd: bytes that are not UTF-8).
+   */
+  corruptMaster(id: number): Promise<void>;
+  /**
+   * Writes a string over a counter: `gen`, or the touch entry of a key. Only for backends that
+   * keep counters (Deno KV); absent otherwise.
+   */
+  corruptCounter?(counter: "gen" | { readonly touch: string }): Promise<void>;
   /** Deletes master `id` directly (an operator's mistake, store loss). */
   deleteMaster(id: number): Promise<void>;
   /**

@@ -132,6 +132,19 @@ export class KvStoreFixture implements StoreFixture {
       .commit();
   }
 
+  async plantOversizedMaster(id: number): Promise<void> {
+    await this.kv.set(this.layout.id(id), { key: "k".repeat(60_000) });
+  }
+
+  async corruptMaster(id: number): Promise<void> {
+    await this.kv.set(this.layout.id(id), "garbage");
+  }
+
+  async corruptCounter(counter: "gen" | { readonly touch: string }): Promise<void> {
+    const key = counter === "gen" ? this.layout.gen() : this.layout.touch(counter.touch);
+    await this.kv.set(key, "x");
+  }
+
   /** Deletes master `id` and its key index (the pair is the master in this layout), unlogged. */
   async deleteMaster(id: number): Promise<void> {
     const master = await this.kv.get(this.layout.id(id));

@@ -16,7 +16,10 @@ function assertAgreement(maps: Array<Record<string, number>>): void {
 testEachBackend("4 allocators in one process allocate the same 300 keys at once", async (f) => {
   await using fx = await f.create();
   const nodes = await Promise.all(
-    ["n1", "n2", "n3", "n4"].map((n) => openNode(fx, n, { max: 4096, maxAttempts: 64 })),
+    // Leases long enough not to lapse on a starved CI machine: this is about agreement, not lapses.
+    ["n1", "n2", "n3", "n4"].map((n) =>
+      openNode(fx, n, { max: 4096, maxAttempts: 64, leaseTtlMs: 15_000 })
+    ),
   );
   try {
     const maps = await Promise.all(nodes.map(async (node) => {

@@ -57,6 +57,7 @@ import {
   read,
   type RefSnapshot,
   snapshotOf,
+  strictText,
   unchangedSince,
   valueIs,
 } from "./txn.ts";
@@ -102,8 +103,6 @@ interface Knowledge {
   /** Reads of the references of keys that masters named: key → snapshot. */
   readonly owners: Map<string, RefSnapshot>;
 }
-
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
  * The ID the key's references agree on, if any. Throws {@linkcode SplitKeyError} when they name
@@ -321,17 +320,14 @@ function learn(
 ): void {
   k.snapshot = snapshotOf(refPrefix, kvsAt(responses, 0), revision);
   const master = kvsAt(responses, 1)[0];
-  const state: MasterState = master ? masterState(master.value, String(master.mod_revision)) : null;
+  const state: MasterState = master ? readMaster(master.value, String(master.mod_revision)) : null;
   k.masters.set(id, state);
   // A master of this very key that lost nothing but a race is the one to reuse.
   if (state !== null && state.value === key) k.hint = { id, version: state.mod };
 }
 
-function masterState(bytes: Uint8Array, mod: string): NonNullable<MasterState> {
-  try {
-    const value = strictUtf8.decode(bytes);
-    return { value, mod, corrupt: value === "" };
-  } catch {
-    return { value: "", mod, corrupt: true };
-  }
+/** A master's value as read: its text, or `corrupt` when it cannot be any key. */
+export function readMaster(bytes: Uint8Array, mod: string): NonNullable<MasterState> {
+  const value = strictText(bytes);
+  return { value: value ?? "", mod, corrupt: !value };
 }

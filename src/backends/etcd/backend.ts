@@ -11,13 +11,19 @@
  * @module
  */
 import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
 import { EtcdClient } from "./client.ts";
-import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
+import { findDamage, removeDamage } from "./doctor.ts";
+import { keyProblem } from "./key_check.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
 import { EtcdLayout } from "./paths.ts";
 import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
 import { EtcdSession } from "./session.ts";
+
+function never(): AbortSignal {
+  return new AbortController().signal;
+}
 
 /** Request counters of an {@linkcode EtcdBackend}. */
 export interface EtcdRequestStats extends LimiterStats {
@@ -39,7 +45,7 @@ export interface EtcdConnectOptions {
  * Allocation is lock-free: a new key costs one transaction uncontended and two when it loses a
  * race; an existing key costs one. Close it with `close()` or `await using` after its allocators.
  */
-export class EtcdBackend implements Backend, AsyncDisposable {
+export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
   /** Always `etcd`. */
   readonly kind: string = "etcd";
   /** This node's name. */
@@ -109,28 +115,15 @@ export class EtcdBackend implements Backend, AsyncDisposable {
 
   /**
    * Throws {@linkcode InvalidKeyError} for a key etcd cannot hold in this layout: empty, with NUL
-   * or lone surrogates, larger than {@linkcode MAX_KEY_BYTES} (its transactions would exceed
+   * or lone surrogates, larger than `MAX_KEY_BYTES` (its transactions would exceed
    * etcd's 1.5 MiB request limit), or one that Go's path cleaning moves out of
    * `<prefix>/value/` (e.g. `../id/5`).
    */
   checkKey(key: string): void {
-    if (typeof key !== "string" || key === "") throw new InvalidKeyError("key must not be empty");
-    if (key.includes("\0")) throw new InvalidKeyError("key must not contain NUL");
-    if (!key.isWellFormed()) throw new InvalidKeyError("key must be well-formed Unicode");
-    const size = utf8Length(key);
-    if (size > MAX_KEY_BYTES) {
-      throw new InvalidKeyError(
-        `key is ${size} bytes; etcd requests (1.5 MiB) limit keys to ${MAX_KEY_BYTES} bytes`,
-      );
-    }
-    const refPrefix = this.#layout.refPrefix(key);
-    const base = this.#layout.valuePrefix + "/";
-    if (!refPrefix.startsWith(base) || refPrefix.length === base.length) {
-      throw new InvalidKeyError(
-        `key '${key}' leaves '${base}' after Go path cleaning ('${refPrefix}')`,
-      );
-    }
-    if (this.#layout.refKey(key, this.node) !== `${refPrefix}/${this.node}`) {
+    if (typeof key !== "string") throw new InvalidKeyError("key must be a string");
+    const problem = keyProblem(this.#layout, key);
+    if (problem !== undefined) throw new InvalidKeyError(problem);
+    if (this.#layout.refKey(key, this.node) !== `${this.#layout.refPrefix(key)}/${this.node}`) {
       throw new InvalidKeyError(`key '${key}' does not form a clean reference path`);
     }
   }
@@ -147,6 +140,27 @@ export class EtcdBackend implements Backend, AsyncDisposable {
     }, options);
     this.#sessions.add(session);
     return session;
+  }
+
+  /**
+   * Lists the damaged masters and references under the prefix (see
+   * {@linkcode StoreDoctor.findDamage}): paged reads only, and needs no session.
+   */
+  findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding> {
+    this.#client.assertOpen();
+    return findDamage(this.#client, this.#layout, options);
+  }
+
+  /**
+   * Deletes the entry of `finding` if its mod revision is unchanged since it was listed (see
+   * {@linkcode StoreDoctor.removeDamage}).
+   */
+  async removeDamage(
+    finding: Pick<DamageFinding, "token">,
+    options?: { readonly signal?: AbortSignal },
+  ): Promise<boolean> {
+    this.#client.assertOpen();
+    return await removeDamage(this.#client, this.#layout, finding, options?.signal ?? never());
   }
 
   /** Closes open sessions and the connection. Idempotent. */

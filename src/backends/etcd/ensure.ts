@@ -18,7 +18,7 @@
 import type { IRequestOp } from "etcd3";
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { mutexGuards } from "./acquire.ts";
+import { mutexGuards, readMaster } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { SessionCore } from "./core.ts";
 import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
@@ -27,6 +27,7 @@ import {
   agreementLadder,
   kvsAt,
   ladderOutcome,
+  modIs,
   type MutexGuard,
   nested,
   prefixRange,
@@ -115,7 +116,15 @@ async function ensurePass(
     const masterKv = kvsAt(snap.responses, 2 * i)[0];
     const refs = snapshotOf(refPrefix, kvsAt(snap.responses, 2 * i + 1), revision);
 
-    const masterState = !masterKv ? "missing" : text(masterKv.value) === key ? "ok" : "conflict";
+    // An unreadable master (empty, not UTF-8) names nobody: it is repaired, as a missing one is.
+    const master = masterKv ? readMaster(masterKv.value, String(masterKv.mod_revision)) : undefined;
+    const masterState = !master
+      ? "missing"
+      : master.corrupt
+      ? "corrupt"
+      : master.value === key
+      ? "ok"
+      : "conflict";
     // A reference without a lease is garbage and says nothing (see `agreedId`).
     const disagreeing = refs.exact.filter((r) =>
       r.id !== undefined && r.id !== id && r.lease !== "0"
@@ -140,10 +149,12 @@ async function ensurePass(
     const ops = refOk ? [] : [put(refKey, String(id), lease)];
     const guarded = p.guards.map((g) => g.compare());
     const guardReads = p.guards.map((g) => g.read());
-    if (masterState === "missing") {
-      // Re-create only if the ID is still free and no reference of the key appeared meanwhile.
+    if (masterState === "missing" || masterState === "corrupt") {
+      // Re-create only if the ID is still free (or its unreadable master unchanged) and no
+      // reference of the key appeared meanwhile.
+      const free = master ? modIs(masterKey, master.mod) : absent(masterKey);
       writes.push(nested(
-        [absent(masterKey), unchangedSince(range, revision), ...guarded],
+        [free, unchangedSince(range, revision), ...guarded],
         [put(masterKey, key), ...ops],
         guardReads,
       ));

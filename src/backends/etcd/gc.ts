@@ -10,6 +10,12 @@
  * Liveness counts only references that name this master's ID, so a stale master of a key that
  * now lives under another ID (a cache-lag duplicate) is still collected.
  *
+ * One bad entry never stops a pass. A master with a non-numeric ID, an empty value, a value that
+ * is not UTF-8, or a key the layout cannot hold (too large for a request, or moved out of
+ * `value/` by Go's path cleaning), is skipped, logged and reported to `onSkip`; so is a master
+ * whose reference range alone exceeds the response limit, and an entry that alone exceeds it in
+ * the paged list. A skipped master is never a candidate, so it is never collected.
+ *
  * @example Two-round marking over the candidates (the allocator's GC does this)
  * ```ts ignore
  * for await (const c of gcList(core, { min: 256, max: 65535 }, signal)) {
@@ -21,9 +27,12 @@
  */
 import type { ICompare, IKeyValue, IRequestOp } from "etcd3";
 import { mutexGuards } from "./acquire.ts";
-import type { GcCandidate } from "../../allocator/backend.ts";
+import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
+import { type GcSkip, shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
+import { ResponseTooLarge } from "./client.ts";
 import type { SessionCore } from "./core.ts";
+import { keyProblem } from "./key_check.ts";
 import { batches, utf8Length } from "./limits.ts";
 import { rangePages } from "./paging.ts";
 import {
@@ -36,6 +45,7 @@ import {
   prefixRange,
   read,
   snapshotOf,
+  strictText,
   text,
   unchangedSince,
   valueIsNot,
@@ -55,21 +65,29 @@ export interface MasterEntry {
 }
 
 /**
- * Parses a listed master; logs and returns `undefined` for a corrupt one (a non-numeric ID, an
- * empty value), as Cilium's watcher does.
+ * Parses a listed master; logs, reports to `onSkip` and returns `undefined` for a corrupt one (a
+ * non-numeric ID, an empty value, as Cilium's watcher does; and a value that is not UTF-8, which
+ * no key can be).
  */
-export function parseMaster(core: SessionCore, kv: IKeyValue): MasterEntry | undefined {
+export function parseMaster(
+  core: SessionCore,
+  kv: IKeyValue,
+  onSkip?: (skip: GcSkip) => void,
+): MasterEntry | undefined {
   const etcdKey = text(kv.key);
+  const skip = (kind: GcSkip["kind"], reason: string) => {
+    log.warning("skipping corrupt master {etcdKey}: {reason}", {
+      etcdKey: shorten(etcdKey),
+      reason,
+    });
+    onSkip?.({ kind, entry: shorten(etcdKey), reason });
+    return undefined;
+  };
   const id = core.layout.idOfMasterKey(etcdKey);
-  if (id === undefined) {
-    log.warning("skipping corrupt master {etcdKey}: the ID is not a decimal number", { etcdKey });
-    return undefined;
-  }
-  const key = text(kv.value);
-  if (key === "") {
-    log.error("skipping corrupt master {etcdKey}: empty value", { etcdKey });
-    return undefined;
-  }
+  if (id === undefined) return skip("master-bad-id", "the ID is not a decimal number");
+  const key = strictText(kv.value);
+  if (key === undefined) return skip("master-undecodable", "the value is not UTF-8");
+  if (key === "") return skip("master-empty", "empty value");
   return { id, key, modRevision: String(kv.mod_revision) };
 }
 
@@ -78,38 +96,86 @@ export async function* gcList(
   core: SessionCore,
   range: { min: number; max: number },
   signal: AbortSignal,
+  options: GcListOptions = {},
 ): AsyncGenerator<GcCandidate> {
   const { client, layout } = core;
+  const onSkip = options.onSkip ?? (() => {});
   // Pinned pages; a compacted pin resumes at a newer revision: every delete is guarded anyway.
   const pages = rangePages(client, "gc list", prefixRange(layout.masterRange), signal, {
     onCompacted: "resume",
   });
   for await (const page of pages) {
+    for (const { key } of page.tooLarge) {
+      const id = layout.idOfMasterKey(text(key));
+      if (id !== undefined && (id < range.min || id > range.max)) continue;
+      skipMaster(onSkip, text(key), "the entry alone exceeds the response limit");
+    }
     const masters: MasterEntry[] = [];
     for (const kv of page.kvs) {
-      const m = parseMaster(core, kv);
-      if (m && m.id >= range.min && m.id <= range.max) masters.push(m);
+      const id = layout.idOfMasterKey(text(kv.key));
+      if (id !== undefined && (id < range.min || id > range.max)) continue;
+      const m = parseMaster(core, kv, onSkip);
+      if (m === undefined) continue;
+      const problem = keyProblem(layout, m.key);
+      if (problem !== undefined) {
+        skipMaster(onSkip, layout.masterKey(m.id), `its key cannot be stored: ${problem}`);
+        continue;
+      }
+      masters.push(m);
     }
     const weight = (m: MasterEntry) => 2 * utf8Length(m.key) + 256;
     for (const chunk of batches(masters, REFS_PER_TXN, weight)) {
-      const res = await client.call("gc read references", signal, (o) =>
-        client.raw.kv.txn({
-          success: chunk.map((m) => read(prefixRange(layout.refPrefix(m.key) + "/"))),
-        }, o));
-      for (const [j, m] of chunk.entries()) {
-        const kvs = res.responses[j]?.response_range?.kvs ?? [];
-        const refs = snapshotOf(layout.refPrefix(m.key), kvs, String(res.header.revision))
-          .exact.filter((r) => r.id === m.id);
-        let newest = 0n;
-        for (const r of refs) if (BigInt(r.modRevision) > newest) newest = BigInt(r.modRevision);
-        yield {
-          id: m.id,
-          key: m.key,
-          version: `${m.modRevision}:${newest}`,
-          inUse: refs.length > 0,
-        };
-      }
+      yield* judge(core, chunk, signal, onSkip);
     }
+  }
+}
+
+function skipMaster(onSkip: (skip: GcSkip) => void, etcdKey: string, why: string): void {
+  const [entry, reason] = [shorten(etcdKey), shorten(why)];
+  log.warning("skipping master {entry}: {reason}", { entry, reason });
+  onSkip({ kind: "master-oversized", entry, reason });
+}
+
+/**
+ * Reads the references of `chunk` in one transaction and judges each master. A response over the
+ * limit is read again in halves; a master whose references alone exceed it is skipped.
+ */
+async function* judge(
+  core: SessionCore,
+  chunk: readonly MasterEntry[],
+  signal: AbortSignal,
+  onSkip: (skip: GcSkip) => void,
+): AsyncGenerator<GcCandidate> {
+  const { client, layout } = core;
+  let res;
+  try {
+    res = await client.call("gc read references", signal, (o) =>
+      client.raw.kv.txn({
+        success: chunk.map((m) => read(prefixRange(layout.refPrefix(m.key) + "/"))),
+      }, o));
+  } catch (err) {
+    if (!(err instanceof ResponseTooLarge)) throw err;
+    if (chunk.length === 1) {
+      skipMaster(onSkip, layout.masterKey(chunk[0].id), "its references exceed the response limit");
+      return;
+    }
+    const half = Math.ceil(chunk.length / 2);
+    yield* judge(core, chunk.slice(0, half), signal, onSkip);
+    yield* judge(core, chunk.slice(half), signal, onSkip);
+    return;
+  }
+  for (const [j, m] of chunk.entries()) {
+    const kvs = res.responses[j]?.response_range?.kvs ?? [];
+    const refs = snapshotOf(layout.refPrefix(m.key), kvs, String(res.header.revision))
+      .exact.filter((r) => r.id === m.id);
+    let newest = 0n;
+    for (const r of refs) if (BigInt(r.modRevision) > newest) newest = BigInt(r.modRevision);
+    yield {
+      id: m.id,
+      key: m.key,
+      version: `${m.modRevision}:${newest}`,
+      inUse: refs.length > 0,
+    };
   }
 }
 

@@ -40,3 +40,4 @@ export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
 export type { LimiterStats } from "./rate_limiter.ts";
 export type * from "../../allocator/backend.ts";
+export type * from "../../allocator/damage.ts";

@@ -7,7 +7,9 @@
  * limit. The first page holds only as many keys as fit the byte target even at the largest
  * value; each next page holds as many as fit it at the average size of the page before, up to
  * {@linkcode MAX_PAGE_KEYS}; a page the client refuses as too large is asked again with fewer
- * keys, and later pages grow back gradually.
+ * keys, and later pages grow back gradually. An entry that alone exceeds the limit does not end
+ * the read: its key is fetched without its value and reported in {@linkcode RangePage.tooLarge},
+ * and the read goes on after it.
  *
  * @example
  * ```ts ignore
@@ -40,6 +42,11 @@ export interface RangePage {
   readonly kvs: readonly IKeyValue[];
   /** The revision the page is served at: the first page's (after a `resume`, the new one's). */
   readonly revision: string;
+  /**
+   * Entries skipped because each alone exceeds the response limit, read without their values
+   * (key and revisions only). They come after the page's `kvs` in key order.
+   */
+  readonly tooLarge: readonly IKeyValue[];
 }
 
 /** Options of {@linkcode rangePages}. */
@@ -101,6 +108,8 @@ export async function* rangePages(
   let cap = MAX_PAGE_KEYS;
   let revision: string | undefined;
   let start: Buffer = range.key;
+  // Set after a single entry was refused: the next request reads it without its value.
+  let keysOnly = false;
   for (;;) {
     let page;
     try {
@@ -110,17 +119,20 @@ export async function* rangePages(
           range_end: range.range_end,
           limit,
           revision: revision ?? 0,
+          keys_only: keysOnly,
           sort_order: "Ascend",
           sort_target: "Key",
         }, o));
     } catch (err) {
       if (err instanceof ResponseTooLarge) {
-        if (limit <= 1) {
-          throw new IdallocError(`etcd ${what} failed: one entry exceeds the response limit`, {
+        if (keysOnly) {
+          throw new IdallocError(`etcd ${what} failed: one key exceeds the response limit`, {
             cause: err,
           });
         }
-        limit = Math.max(1, shrunk(limit, err));
+        // One entry alone is over the limit: read its key without its value, and step over it.
+        if (limit <= 1) keysOnly = true;
+        else limit = Math.max(1, shrunk(limit, err));
         cap = limit;
         continue;
       }
@@ -133,12 +145,15 @@ export async function* rangePages(
     }
     revision ??= String(page.header.revision);
     const kvs = page.kvs;
-    yield { kvs, revision };
+    yield keysOnly ? { kvs: [], revision, tooLarge: kvs } : { kvs, revision, tooLarge: [] };
     if (!page.more || kvs.length === 0) return;
-    let bytes = 0;
-    for (const kv of kvs) bytes += kv.key.length + kv.value.length + KV_OVERHEAD_BYTES;
-    cap = Math.min(MAX_PAGE_KEYS, cap * 2);
-    limit = Math.min(cap, keysFor(target, bytes / kvs.length));
+    if (!keysOnly) {
+      let bytes = 0;
+      for (const kv of kvs) bytes += kv.key.length + kv.value.length + KV_OVERHEAD_BYTES;
+      cap = Math.min(MAX_PAGE_KEYS, cap * 2);
+      limit = Math.min(cap, keysFor(target, bytes / kvs.length));
+    }
+    keysOnly = false;
     start = Buffer.concat([kvs[kvs.length - 1].key, Buffer.from([0])]);
   }
 }

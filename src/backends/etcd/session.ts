@@ -18,6 +18,7 @@ import type {
   BackendSession,
   EnsureReport,
   GcCandidate,
+  GcListOptions,
   HeldKey,
   SessionOptions,
   SessionStatus,
@@ -201,9 +202,10 @@ export class EtcdSession implements BackendSession {
   async *gcList(
     range: { min: number; max: number },
     signal: AbortSignal,
+    options?: GcListOptions,
   ): AsyncGenerator<GcCandidate> {
     this.#assertOpen();
-    yield* gcList(this.#core, range, this.#signal(signal));
+    yield* gcList(this.#core, range, this.#signal(signal), options);
   }
 
   /** See {@linkcode BackendSession.gcDelete}. */

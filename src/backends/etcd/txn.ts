@@ -105,6 +105,17 @@ export function text(b: Buffer | Uint8Array | undefined): string {
   return b ? decoder.decode(b) : "";
 }
 
+const strictDecoder = new TextDecoder("utf-8", { fatal: true });
+
+/** The text of a value, or `undefined` when its bytes are not UTF-8 (a corrupt entry). */
+export function strictText(b: Buffer | Uint8Array | undefined): string | undefined {
+  try {
+    return b ? strictDecoder.decode(b) : "";
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * A Cilium mutex that a write must find free: no key `<path>/<lease id in hex>` may exist when it
  * commits. Cilium writes a master and its reference in separate steps under that mutex

@@ -14,6 +14,7 @@
  */
 import type { IWatchResponse } from "etcd3";
 import type { BackendEvent } from "../../allocator/backend.ts";
+import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
@@ -49,6 +50,11 @@ async function listMasters(
     try {
       for await (const page of rangePages(client, "list masters", all, signal)) {
         revision = page.revision;
+        for (const { key } of page.tooLarge) {
+          log.warning("skipping master {etcdKey}: the entry alone exceeds the response limit", {
+            etcdKey: shorten(text(key)),
+          });
+        }
         for (const kv of page.kvs) {
           const m = parseMaster(core, kv);
           if (m) entries.push(m);

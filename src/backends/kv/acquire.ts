@@ -12,14 +12,29 @@
  * next plan: reference the ID the key index names (reusing a stale unreferenced master instead of
  * duplicating it), exclude a taken candidate, or repair a half-deleted pair. Rounds are bounded.
  *
+ * Garbage never decides a key's ID. An index that cannot be read, or names an ID outside
+ * `AcquireRequest.range`, and a master of the key's ID that cannot be read, are settled by the
+ * key's live references (those whose lease record is live): if they agree on an ID in range, the
+ * pair is rewritten for that ID (master-key protection, so no second ID appears while nodes hold
+ * the first); if nobody holds the key, the unusable index is dropped and the key gets a new ID.
+ * References that disagree, or name an ID out of range or one whose master belongs to another
+ * key, end the call with a typed non-retryable error.
+ *
  * @module
  */
 import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
-import { ConflictError, CorruptEntryError, PoolExhaustedError } from "../../errors.ts";
+import {
+  ConflictError,
+  CorruptEntryError,
+  InvalidIdError,
+  PoolExhaustedError,
+  SplitKeyError,
+} from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { appendLog, commit, getMany, type KvContext, type KvStats } from "./io.ts";
+import { commit, commitLogged, getMany, type KvContext, type KvStats, loggedAtomic } from "./io.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
+import { liveRefs, readRefs } from "./liveness.ts";
 import { decode } from "./schema.ts";
 
 const log = idallocLogger("kv");
@@ -42,7 +57,10 @@ type Plan =
     readonly index: string | null;
     readonly master: string | null;
   }
-  /** The key index names an ID whose master belongs to another key: drop the index. */
+  /**
+   * Drop the key index: it names an ID whose master belongs to another key, or it cannot decide
+   * the key's ID and nobody holds the key.
+   */
   | { readonly kind: "dropIndex"; readonly version: string };
 
 /** Runs the acquire protocol for `req` (see the module doc). */
@@ -56,8 +74,8 @@ export async function acquire(
   const { layout, settings } = ctx;
   const exclude = new Set<number>();
   // A hint that cannot be a versionstamp (say, from another backend's cache) is ignored: the
-  // store would reject the check outright instead of failing it.
-  let plan: Plan = req.hint && VERSIONSTAMP.test(req.hint.version)
+  // store would reject the check outright instead of failing it. So is one outside the range.
+  let plan: Plan = req.hint && VERSIONSTAMP.test(req.hint.version) && usable(req, req.hint.id)
     ? { kind: "existing", id: req.hint.id, version: req.hint.version }
     : { kind: "new" };
   let created = false;
@@ -74,13 +92,13 @@ export async function acquire(
       continue;
     }
     const id: number = plan.kind === "new" ? pick(req, exclude) : plan.id;
-    const op = ctx.kv.atomic();
+    const writesPair = plan.kind !== "existing";
+    const op = loggedAtomic(ctx, writesPair ? [{ id, key }] : []);
     if (plan.kind === "new") {
       op.check(
         { key: layout.key(key), versionstamp: null },
         { key: layout.id(id), versionstamp: null },
       );
-      writePair(ctx, op, key, id);
     } else if (plan.kind === "existing") {
       op.check(
         { key: layout.key(key), versionstamp: plan.version },
@@ -91,11 +109,11 @@ export async function acquire(
         { key: layout.key(key), versionstamp: plan.index },
         { key: layout.id(id), versionstamp: plan.master },
       );
-      writePair(ctx, op, key, id);
     }
-    // The touch counter is what a concurrent GC delete of this key's master checks.
-    op.sum(layout.touch(key), 1n).set(layout.ref(key, settings.node), { id, lease: leaseId });
-    const res = await commit(stats, op, signal);
+    if (writesPair) setPair(ctx, op, key, id);
+    // The touch entry is what a concurrent GC delete of this key's master checks.
+    setTouch(ctx, op, key).set(layout.ref(key, settings.node), { id, lease: leaseId });
+    const res = await commitLogged(ctx, stats, op, signal);
     if (res.ok) {
       if (plan.kind === "new" || (plan.kind === "repair" && plan.master === null)) created = true;
       const version: string = plan.kind === "existing" ? plan.version : res.versionstamp;
@@ -109,7 +127,7 @@ export async function acquire(
       continue;
     }
     round++;
-    plan = await replan(ctx, stats, key, id, exclude, signal);
+    plan = await replan(ctx, stats, req, id, exclude);
   }
   throw new ConflictError(
     `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} rounds: the store kept changing`,
@@ -126,17 +144,13 @@ function pick(req: AcquireRequest, exclude: ReadonlySet<number>): number {
   return candidate;
 }
 
-/** Adds master + key index for `key` → `id` (one versionstamp) and the change-feed entry. */
-export function writePair(
-  ctx: KvContext,
-  op: Deno.AtomicOperation,
-  key: string,
-  id: number,
-): Deno.AtomicOperation {
-  return appendLog(ctx, setPair(ctx, op, key, id), [{ id, key }]);
+/** Whether `id` may become a key's ID: a positive safe integer within the request's range. */
+function usable(req: AcquireRequest, id: number): boolean {
+  return Number.isSafeInteger(id) && id > 0 &&
+    (req.range === undefined || (id >= req.range.min && id <= req.range.max));
 }
 
-/** Adds master + key index for `key` → `id` only (the caller logs the change). */
+/** Adds master + key index for `key` → `id` only (one versionstamp; the caller logs the change). */
 export function setPair(
   ctx: KvContext,
   op: Deno.AtomicOperation,
@@ -146,50 +160,116 @@ export function setPair(
   return op.set(ctx.layout.id(id), { key }).set(ctx.layout.key(key), { id });
 }
 
+/** The value of every touch entry: only its versionstamp matters (see `layout.ts`). */
+const TOUCHED = new Deno.KvU64(0n);
+
+/** Rewrites `key`'s touch entry (a blind `set`: it never conflicts and never fails). */
+export function setTouch(
+  ctx: KvContext,
+  op: Deno.AtomicOperation,
+  key: string,
+): Deno.AtomicOperation {
+  return op.set(ctx.layout.touch(key), TOUCHED);
+}
+
 /** After a failed commit: one snapshot read of the key index and master `id` picks the next plan. */
 async function replan(
   ctx: KvContext,
   stats: KvStats,
-  key: string,
+  req: AcquireRequest,
   id: number,
   exclude: Set<number>,
-  signal: AbortSignal,
 ): Promise<Plan> {
+  const { key, signal } = req;
   const [index, master] = await getMany(
     ctx,
     stats,
     [ctx.layout.key(key), ctx.layout.id(id)],
     signal,
   );
-  if (index.versionstamp !== null) {
-    const named = decode.keyIndex(index as Deno.KvEntry<unknown>);
-    if (named === undefined) {
-      throw new CorruptEntryError(`the key index of '${key}' is corrupt; it is not overwritten`);
+  if (index.versionstamp === null) {
+    if (master.versionstamp !== null) {
+      // A master for this key without its index (store damage): adopt it rather than duplicate
+      // it. `id` is a candidate or the hint, both in range.
+      if (decode.master(master as Deno.KvEntry<unknown>)?.key === key) {
+        return { kind: "repair", id, index: null, master: master.versionstamp };
+      }
+      exclude.add(id);
     }
-    // The commit of an "existing" plan checks that master and index agree, so an unknown master
-    // is fine here.
-    if (named.id !== id) return { kind: "existing", id: named.id, version: index.versionstamp };
-    if (master.versionstamp === null) {
-      return { kind: "repair", id, index: index.versionstamp, master: null };
-    }
-    if (decode.master(master as Deno.KvEntry<unknown>)?.key === key) {
-      return master.versionstamp === index.versionstamp
-        ? { kind: "existing", id, version: index.versionstamp }
-        : { kind: "repair", id, index: index.versionstamp, master: master.versionstamp };
-    }
-    log.warning("key index of {key} names ID {id}, whose master belongs elsewhere: dropping it", {
-      key,
-      id,
-    });
-    exclude.add(id);
-    return { kind: "dropIndex", version: index.versionstamp };
+    return { kind: "new" };
   }
+  const named = decode.keyIndex(index as Deno.KvEntry<unknown>);
+  if (named === undefined || !usable(req, named.id)) {
+    log.warning("key index of {key} is corrupt or names an ID out of range", { key });
+    return await settleByReferences(ctx, stats, req, index.versionstamp, exclude);
+  }
+  // The commit of an "existing" plan checks that master and index agree, so an unknown master
+  // is fine here.
+  if (named.id !== id) return { kind: "existing", id: named.id, version: index.versionstamp };
+  if (master.versionstamp === null) {
+    return { kind: "repair", id, index: index.versionstamp, master: null };
+  }
+  const owner = decode.master(master as Deno.KvEntry<unknown>);
+  if (owner?.key === key) {
+    return master.versionstamp === index.versionstamp
+      ? { kind: "existing", id, version: index.versionstamp }
+      : { kind: "repair", id, index: index.versionstamp, master: master.versionstamp };
+  }
+  if (owner === undefined) {
+    // The master of the key's ID is garbage: it may still be in use here or elsewhere.
+    return await settleByReferences(ctx, stats, req, index.versionstamp, exclude, id);
+  }
+  log.warning("key index of {key} names ID {id}, whose master belongs elsewhere: dropping it", {
+    key,
+    id,
+  });
+  exclude.add(id);
+  return { kind: "dropIndex", version: index.versionstamp };
+}
+
+/**
+ * The key index (at `indexVs`) cannot decide the key's ID: it is corrupt, names an ID outside the
+ * range, or names `brokenId`, whose master is corrupt. The key's live references decide instead
+ * (see the module doc); references that cannot be read, or have no live lease record, count for
+ * nothing.
+ */
+async function settleByReferences(
+  ctx: KvContext,
+  stats: KvStats,
+  req: AcquireRequest,
+  indexVs: string,
+  exclude: Set<number>,
+  brokenId?: number,
+): Promise<Plan> {
+  const { key, signal } = req;
+  const live = await liveRefs(ctx, stats, await readRefs(ctx, stats, key, signal), signal);
+  const ids = [...new Set(live.map((r) => r.value.id))];
+  if (ids.length > 1) throw new SplitKeyError(key, ids);
+  if (ids.length === 0) {
+    // Nobody holds the key: its unusable index goes (guarded), and the key gets a new ID.
+    if (brokenId !== undefined) exclude.add(brokenId);
+    return { kind: "dropIndex", version: indexVs };
+  }
+  const [id] = ids;
+  if (!usable(req, id)) {
+    throw new InvalidIdError(
+      `key '${key}' is held under ID ${id}, outside the range` +
+        (req.range ? ` [${req.range.min}, ${req.range.max}]` : "") +
+        `; refusing to give it another ID`,
+    );
+  }
+  const [master] = await getMany(ctx, stats, [ctx.layout.id(id)], signal);
   if (master.versionstamp !== null) {
-    // A master for this key without its index (store damage): adopt it rather than duplicate it.
-    if (decode.master(master as Deno.KvEntry<unknown>)?.key === key) {
-      return { kind: "repair", id, index: null, master: master.versionstamp };
+    const owner = decode.master(master as Deno.KvEntry<unknown>);
+    if (owner !== undefined && owner.key !== key) {
+      throw new CorruptEntryError(
+        `live references of key '${key}' name ID ${id}, whose master belongs to another key`,
+      );
     }
-    exclude.add(id);
   }
-  return { kind: "new" };
+  log.warning("rewriting master and index of {key} → {id} from its live references", {
+    key,
+    id,
+  });
+  return { kind: "repair", id, index: indexVs, master: master.versionstamp };
 }

@@ -5,8 +5,10 @@
  * @module
  */
 import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError } from "../../errors.ts";
-import type { KvContext } from "./io.ts";
+import { findDamage, removeDamage } from "./doctor.ts";
+import { type KvContext, type KvStats, newStats } from "./io.ts";
 import { KvLayout } from "./layout.ts";
 import { MASTER_VALUE_OVERHEAD, MAX_KEY_BYTES, MAX_VALUE_BYTES } from "./limits.ts";
 import { type DenoKvBackendOptions, resolveKvOptions } from "./options.ts";
@@ -30,11 +32,13 @@ import { DenoKvSession } from "./session.ts";
  * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
  * ```
  */
-export class DenoKvBackend implements Backend {
+export class DenoKvBackend implements Backend, StoreDoctor {
   /** Always `deno-kv`. */
   readonly kind: string = "deno-kv";
   /** This node's name. */
   readonly node: string;
+  /** Round trips of the damage report (`findDamage`, `removeDamage`). */
+  readonly #doctorStats: KvStats = newStats();
   readonly #ctx: KvContext;
 
   /**
@@ -86,5 +90,25 @@ export class DenoKvBackend implements Backend {
    */
   async openSession(options: SessionOptions): Promise<BackendSession> {
     return await DenoKvSession.open(this.#ctx, options);
+  }
+
+  /**
+   * Lists the damaged entries under the prefix (see {@linkcode StoreDoctor.findDamage}): reads
+   * only, and needs no session.
+   */
+  findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding> {
+    return findDamage(this.#ctx, this.#doctorStats, options);
+  }
+
+  /**
+   * Deletes the entry of `finding` if it is unchanged since it was listed (see
+   * {@linkcode StoreDoctor.removeDamage}).
+   */
+  async removeDamage(
+    finding: Pick<DamageFinding, "token">,
+    options?: { readonly signal?: AbortSignal },
+  ): Promise<boolean> {
+    const signal = options?.signal ?? new AbortController().signal;
+    return await removeDamage(this.#ctx, this.#doctorStats, finding, signal);
   }
 }

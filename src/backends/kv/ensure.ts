@@ -4,16 +4,28 @@
  * go into as few commits as the store's size limits allow, guarded by the versionstamps read. If a
  * commit loses a race, each key is retried on its own.
  *
- * A re-created reference also adds to the key's touch counter, exactly like an acquire: a GC
+ * A re-created reference also rewrites the key's touch entry, exactly like an acquire: a GC
  * delete that judged the key unreferenced must fail if the reference comes back.
+ *
+ * A key index or master that cannot be read (garbage written over it) is rewritten with the pair,
+ * as a missing one is: this node holds the key with this ID, which makes it a live reference that
+ * settles the pair (master-key protection). Only a pair entry that names something else is a
+ * conflict.
  *
  * @module
  */
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { setPair } from "./acquire.ts";
-import { appendLog, commit, getMany, type KvContext, type KvStats, type LogChange } from "./io.ts";
+import { setPair, setTouch } from "./acquire.ts";
+import {
+  commitLogged,
+  getMany,
+  type KvContext,
+  type KvStats,
+  type LogChange,
+  loggedAtomic,
+} from "./io.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { COMMIT_KEY_BUDGET, ENSURE_BATCH, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { decode } from "./schema.ts";
@@ -45,7 +57,7 @@ export async function ensure(
     const plans = await readPlans(ctx, stats, lease.id, batch, signal);
     let failed = false;
     for (const group of commitGroups(ctx, plans.filter(needsWrite))) {
-      const res = await commit(stats, addWrites(ctx, ctx.kv.atomic(), group, lease.id), signal);
+      const res = await commitLogged(ctx, stats, writes(ctx, group, lease.id), signal);
       failed ||= !res.ok;
     }
     if (failed) {
@@ -97,7 +109,7 @@ async function ensureOne(
   for (let round = 0; round < MAX_ENSURE_ROUNDS; round++) {
     const [plan] = await readPlans(ctx, stats, lease.id, [held], signal);
     if (!needsWrite(plan)) return plan;
-    const res = await commit(stats, addWrites(ctx, ctx.kv.atomic(), [plan], lease.id), signal);
+    const res = await commitLogged(ctx, stats, writes(ctx, [plan], lease.id), signal);
     if (res.ok) return plan;
   }
   throw new ConflictError(`could not ensure key '${held.key}': the store kept changing`);
@@ -140,17 +152,18 @@ function classify(
   const masterVs = master.versionstamp;
   const named = indexVs === null ? undefined : decode.keyIndex(index as Deno.KvEntry<unknown>);
   const owner = masterVs === null ? undefined : decode.master(master as Deno.KvEntry<unknown>);
-  const conflict = (indexVs !== null && named?.id !== held.id) ||
-    (masterVs !== null && owner?.key !== held.key);
+  const conflict = (named !== undefined && named.id !== held.id) ||
+    (owner !== undefined && owner.key !== held.key);
   if (conflict) {
     log.warning("cannot ensure {key} → {id}: the key or the ID belongs to something else", {
       ...held,
     });
     return { held, master: "conflict", reference: "skipped", indexVs, masterVs };
   }
-  // Both present and written by one commit: intact. Anything else (one missing, both missing, or
-  // out of step) is rewritten as a pair so that they share one versionstamp again.
-  const pairOk = indexVs !== null && indexVs === masterVs;
+  // Both present, readable and written by one commit: intact. Anything else (one missing or
+  // unreadable, both, or out of step) is rewritten as a pair so that they share one versionstamp.
+  const pairOk = indexVs !== null && indexVs === masterVs && named !== undefined &&
+    owner !== undefined;
   const current = ref.versionstamp === null ? undefined : decode.ref(ref as Deno.KvEntry<unknown>);
   const refOk = current?.id === held.id && current.lease === leaseId;
   return {
@@ -162,27 +175,22 @@ function classify(
   };
 }
 
-function addWrites(
-  ctx: KvContext,
-  op: Deno.AtomicOperation,
-  plans: readonly Plan[],
-  leaseId: string,
-): Deno.AtomicOperation {
+function writes(ctx: KvContext, plans: readonly Plan[], leaseId: string): Deno.AtomicOperation {
   const { layout, settings } = ctx;
-  const changes: LogChange[] = [];
+  const changes: LogChange[] = plans
+    .filter((p) => p.master === "recreated")
+    .map(({ held }) => ({ id: held.id, key: held.key }));
+  const op = loggedAtomic(ctx, changes);
   for (const { held, master, reference, indexVs, masterVs } of plans) {
     op.check(
       { key: layout.key(held.key), versionstamp: indexVs },
       { key: layout.id(held.id), versionstamp: masterVs },
     );
-    if (master === "recreated") {
-      setPair(ctx, op, held.key, held.id);
-      changes.push({ id: held.id, key: held.key });
-    }
-    op.sum(layout.touch(held.key), 1n);
+    if (master === "recreated") setPair(ctx, op, held.key, held.id);
+    setTouch(ctx, op, held.key);
     if (reference === "recreated") {
       op.set(layout.ref(held.key, settings.node), { id: held.id, lease: leaseId });
     }
   }
-  return appendLog(ctx, op, changes);
+  return op;
 }

@@ -15,6 +15,10 @@
  * beyond the window, entries expired while the consumer stalled): the feed then re-lists every
  * master and reports the difference. It also re-lists every `resyncIntervalMs` as a safety net.
  *
+ * `gen` is never trusted blindly: a value that is not a `Deno.KvU64` (garbage written over it)
+ * counts nothing, so any change of `gen` from or to such a value re-lists too. Writers reset a
+ * bad `gen` before their next logged commit (`io.ts`).
+ *
  * @module
  */
 import type { BackendEvent } from "../../allocator/backend.ts";
@@ -45,8 +49,10 @@ interface Known {
 interface Cursor {
   /** `gen`'s versionstamp at the last read (`""`: absent). */
   readonly vs: string;
-  /** `gen`'s value then. */
+  /** `gen`'s value then (0 when absent or not a counter). */
   readonly count: bigint;
+  /** Whether `gen` was absent or a counter (`false`: garbage; its count means nothing). */
+  readonly valid: boolean;
   /** Own clock when `gen` was read. */
   readonly time: number;
 }
@@ -161,6 +167,10 @@ async function poll(
   const gen = await get(ctx, stats, layout.gen(), signal);
   const next = cursorOf(gen, time);
   if (next.vs === cursor.vs) return { cursor: next, events: [] };
+  if (!next.valid || !cursor.valid) {
+    log.warning("change counter holds a value of the wrong type; re-listing");
+    return undefined;
+  }
   if (next.count < cursor.count) {
     log.info("change counter went back; re-listing");
     return undefined;
@@ -211,7 +221,13 @@ async function poll(
 }
 
 function cursorOf(gen: Deno.KvEntryMaybe<unknown>, time: number): Cursor {
-  return { vs: gen.versionstamp ?? "", count: counterValue(gen) ?? 0n, time };
+  const count = counterValue(gen);
+  return {
+    vs: gen.versionstamp ?? "",
+    count: count ?? 0n,
+    valid: gen.versionstamp === null || count !== undefined,
+    time,
+  };
 }
 
 /**

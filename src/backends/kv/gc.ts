@@ -1,7 +1,7 @@
 /**
  * GC on Deno KV. A candidate's version is `<master versionstamp>:<touch versionstamp or ->`: it
- * changes when the master is rewritten and whenever any node acquires the key (every acquire adds
- * to the touch counter).
+ * changes when the master is rewritten and whenever any node acquires the key (every acquire
+ * rewrites the touch entry).
  *
  * `gcDelete` commits only if master, key index, touch counter, every dead reference and the lease
  * record that made it dead are all unchanged since they were read. Deno KV has no range checks,
@@ -12,14 +12,28 @@
  * references of keys that stay in use, from the references and lease records it reads anyway,
  * and after a complete pass the expired lease records of nodes without references left.
  *
+ * One bad entry never stops a pass: a master that cannot be read, or whose key is too large for
+ * any of its per-key entries to be read, and a reference that cannot be read, are logged,
+ * reported to `onSkip` and left alone (a skipped master is never a candidate).
+ *
  * @module
  */
-import type { GcCandidate } from "../../allocator/backend.ts";
-import { appendLog, commit, get, getMany, type KvContext, type KvStats, list } from "./io.ts";
+import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
+import type { GcSkip } from "../../allocator/damage.ts";
+import {
+  commit,
+  commitLogged,
+  get,
+  getMany,
+  type KvContext,
+  type KvStats,
+  list,
+  loggedAtomic,
+} from "./io.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
-import { isLive, type LeaseRecord, readLeases, type Reference } from "./liveness.ts";
-import { corrupt, decode } from "./schema.ts";
+import { isLive, type LeaseRecord, readLeases, readRefs, type Reference } from "./liveness.ts";
+import { corrupt, decode, formatKey } from "./schema.ts";
 import { sweepLeases, sweepRefs } from "./sweep.ts";
 
 /** Masters judged per batch of reads in `gcList`. */
@@ -41,6 +55,8 @@ interface Pass {
   readonly leases: Map<string, LeaseRecord>;
   /** Nodes with references the pass saw and did not delete. */
   readonly referenced: Set<string>;
+  /** Where damaged entries are reported. */
+  readonly onSkip: (skip: GcSkip) => void;
 }
 
 /**
@@ -53,20 +69,36 @@ export async function* gcList(
   stats: KvStats,
   range: { min: number; max: number },
   signal: AbortSignal,
-  options: { readonly sweep: boolean },
+  options: GcListOptions & { readonly sweep: boolean },
 ): AsyncGenerator<GcCandidate> {
   const { layout } = ctx;
-  const pass: Pass = { sweep: options.sweep, leases: new Map(), referenced: new Set() };
+  const pass: Pass = {
+    sweep: options.sweep,
+    leases: new Map(),
+    referenced: new Set(),
+    onSkip: options.onSkip ?? (() => {}),
+  };
+  const skip = (entry: Deno.KvEntry<unknown>, kind: GcSkip["kind"], reason: string) =>
+    pass.onSkip({ kind, entry: formatKey(entry.key), reason });
   let chunk: Master[] = [];
   const selector = { start: layout.id(range.min), end: layout.id(range.max + 1) };
   for await (const entry of list(ctx, stats, selector, signal, LIST_BATCH)) {
     const id = layout.parseId(entry.key);
     if (id === undefined || id < range.min || id > range.max) {
       corrupt(entry.key, "not a master key");
+      skip(entry, "master-bad-id", "not a master key");
       continue;
     }
     const value = decode.master(entry);
-    if (value === undefined) continue;
+    if (value === undefined) {
+      skip(entry, "master-undecodable", "not a master value");
+      continue;
+    }
+    if (!layout.fitsKey(value.key)) {
+      corrupt(entry.key, "its key is too large for the layout");
+      skip(entry, "master-oversized", "its key is too large for the layout");
+      continue;
+    }
     chunk.push({ id, key: value.key, versionstamp: entry.versionstamp });
     if (chunk.length >= GC_LIST_CHUNK) {
       yield* judge(ctx, stats, chunk, pass, signal);
@@ -90,7 +122,7 @@ async function* judge(
   const { leases, referenced } = pass;
   const touches = await getMany(ctx, stats, masters.map((m) => ctx.layout.touch(m.key)), signal);
   const refs: Reference[][] = [];
-  for (const m of masters) refs.push(await listRefs(ctx, stats, m.key, signal));
+  for (const m of masters) refs.push(await readRefs(ctx, stats, m.key, signal, pass.onSkip));
   await readLeases(ctx, stats, refs.flat().map((r) => r.node), signal, leases);
   const now = ctx.settings.now();
   const candidates: GcCandidate[] = [];
@@ -127,10 +159,12 @@ export async function gcDelete(
 ): Promise<boolean> {
   const { layout } = ctx;
   const { id, key } = candidate;
+  // A candidate no listing could have produced (see gcList) names nothing deletable.
+  if (!layout.fitsKey(key)) return false;
   // Touch first: a reference written after this read changes the counter, so the commit's
   // check on it fails even though the listing below cannot see that reference.
   const touch = await get(ctx, stats, layout.touch(key), signal);
-  let refs = await listRefs(ctx, stats, key, signal);
+  let refs = await readRefs(ctx, stats, key, signal);
   const leases = await readLeases(ctx, stats, refs.map((r) => r.node), signal);
   const now = ctx.settings.now();
   if (refs.some((r) => live(ctx, r, leases, now))) return false;
@@ -147,7 +181,7 @@ export async function gcDelete(
     if (!(await commit(stats, op, signal)).ok) return false;
     refs = refs.slice(perCommit);
   }
-  const op = ctx.kv.atomic().check(
+  const op = loggedAtomic(ctx, [{ id, key: null }]).check(
     { key: layout.id(id), versionstamp: master.versionstamp },
     { key: layout.key(key), versionstamp: index.versionstamp },
     { key: layout.touch(key), versionstamp: touch.versionstamp },
@@ -159,8 +193,7 @@ export async function gcDelete(
     ? undefined
     : decode.keyIndex(index as Deno.KvEntry<unknown>);
   if (named?.id === id) op.delete(layout.key(key));
-  appendLog(ctx, op, [{ id, key: null }]);
-  return (await commit(stats, op, signal)).ok;
+  return (await commitLogged(ctx, stats, op, signal)).ok;
 }
 
 /**
@@ -204,24 +237,4 @@ function live(
   now: number,
 ): boolean {
   return isLive(r.value, leases.get(r.node), now, ctx.settings.maxClockSkewMs);
-}
-
-/** The valid references of `key` (corrupt ones are logged and left alone). */
-async function listRefs(
-  ctx: KvContext,
-  stats: KvStats,
-  key: string,
-  signal: AbortSignal,
-): Promise<Reference[]> {
-  const refs: Reference[] = [];
-  for await (const entry of list(ctx, stats, { prefix: ctx.layout.refsOf(key) }, signal)) {
-    const parsed = ctx.layout.parseRef(entry.key);
-    if (parsed === undefined) {
-      corrupt(entry.key, "not a reference key");
-      continue;
-    }
-    const value = decode.ref(entry);
-    if (value !== undefined) refs.push({ ...parsed, value, versionstamp: entry.versionstamp });
-  }
-  return refs;
 }

@@ -5,10 +5,14 @@
  *
  * @module
  */
-import { IdallocError, StoreUnavailableError } from "../../errors.ts";
+import { CorruptEntryError, IdallocError, StoreUnavailableError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
 import type { KvLayout } from "./layout.ts";
 import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
 import type { KvSettings } from "./options.ts";
+import { formatKey } from "./schema.ts";
+
+const log = idallocLogger("kv");
 
 /** Round trips made, per kind. */
 export interface KvStats {
@@ -112,23 +116,82 @@ export interface LogChange {
 }
 
 /**
- * Adds the change-feed entries for `changes` to `op`, and their count to the `gen` counter, so
- * that a watcher can tell from `gen` whether it saw every entry.
+ * A new atomic operation for a commit that changes masters: its first mutation adds the number of
+ * change-feed entries for `changes` to `gen` (so a watcher can tell from `gen` whether it saw every
+ * entry), then come the entries. Commit it with {@linkcode commitLogged}.
+ *
+ * Deno KV applies the mutations of a commit in order and, when one fails, throws but keeps the
+ * earlier ones (`docs/deno-kv-partial-commit.md`). The only mutation of idalloc's that can fail on
+ * what the store holds is this `sum` (on a `gen` that is not a `Deno.KvU64`); as the first one, it
+ * fails before anything else is applied. Every other write is a `set` or `delete`, which no stored
+ * value can make fail.
  */
-export function appendLog(
-  ctx: KvContext,
-  op: Deno.AtomicOperation,
-  changes: readonly LogChange[],
-): Deno.AtomicOperation {
+export function loggedAtomic(ctx: KvContext, changes: readonly LogChange[]): Deno.AtomicOperation {
+  const op = ctx.kv.atomic();
   if (changes.length === 0) return op;
+  op.sum(ctx.layout.gen(), BigInt(changes.length));
   const ms = ctx.settings.now();
   for (const change of changes) {
     op.set(ctx.layout.log(ms, ctx.settings.node, nonce()), { id: change.id, key: change.key }, {
       expireIn: ctx.settings.logRetentionMs,
     });
   }
-  return op.sum(ctx.layout.gen(), BigInt(changes.length));
+  return op;
 }
+
+/**
+ * Commits an operation made by {@linkcode loggedAtomic}. If the store refused it because `gen`
+ * holds a value of the wrong type (nothing was applied: the `sum` comes first), `gen` is reset,
+ * guarded by the versionstamp of the bad value, and the same operation is committed once more.
+ * A second refusal throws {@linkcode CorruptEntryError}.
+ */
+export async function commitLogged(
+  ctx: KvContext,
+  stats: KvStats,
+  op: Deno.AtomicOperation,
+  signal: AbortSignal,
+): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+  try {
+    return await commit(stats, op, signal);
+  } catch (err) {
+    if (!isCounterTypeError(err)) throw err;
+    await repairCounter(ctx, stats, ctx.layout.gen(), signal);
+    // Every check of `op` is evaluated again, so a retry is exactly as guarded as the first try.
+    return await commit(stats, op, signal);
+  }
+}
+
+/**
+ * Resets `key` to `Deno.KvU64(0)` if it holds anything else, guarded by the versionstamp of what
+ * was read: a concurrent repair, or a valid write, wins. Returns whether it reset it.
+ *
+ * Zero is safe for `gen`: a watcher whose last count is higher sees the counter go back and
+ * re-lists, and one that read the bad value re-lists on any change of it (see `feed.ts`).
+ */
+async function repairCounter(
+  ctx: KvContext,
+  stats: KvStats,
+  key: Deno.KvKey,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const entry = await get(ctx, stats, key, signal);
+  if (entry.versionstamp === null || entry.value instanceof Deno.KvU64) return false;
+  log.warning("counter {key} holds a value of the wrong type; resetting it to 0", {
+    key: formatKey(key),
+  });
+  const op = ctx.kv.atomic().check(entry).set(key, new Deno.KvU64(0n));
+  return (await commit(stats, op, signal)).ok;
+}
+
+/** Whether `err` is the store refusing a `sum`/`min`/`max` on a value that is not a counter. */
+function isCounterTypeError(err: unknown): boolean {
+  return err instanceof CorruptEntryError && COUNTER_TYPE.test(errorMessage(err.cause));
+}
+
+/** Deno KV's message for a `sum`/`min`/`max` on a stored value that is not a `Deno.KvU64`. */
+const COUNTER_TYPE = /mutation on a non-U64 value/i;
+/** Deno KV's messages for a key or value over its limits: a bug of the caller, never transient. */
+const OVER_LIMIT = /too large|too many (checks|mutations)/i;
 
 /** A random id, for lease ids and log-entry nonces. */
 export function nonce(): string {
@@ -154,6 +217,17 @@ async function guard<T>(
         await sleep(Math.random() * Math.min(BUSY_MAX_DELAY_MS, 2 ** attempt), signal);
         beforeRetry?.();
         continue;
+      }
+      // What the store holds, or what was asked of it, is wrong: retrying cannot help, and the
+      // store is not unavailable.
+      if (COUNTER_TYPE.test(errorMessage(err))) {
+        throw new CorruptEntryError(
+          `Deno KV ${what} refused: a counter holds a value of the wrong type`,
+          { cause: err },
+        );
+      }
+      if (OVER_LIMIT.test(errorMessage(err))) {
+        throw new IdallocError(`Deno KV ${what} refused: ${errorMessage(err)}`, { cause: err });
       }
       throw new StoreUnavailableError(`Deno KV ${what} failed: ${errorMessage(err)}`, {
         cause: err,

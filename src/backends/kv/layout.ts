@@ -6,7 +6,7 @@
  * ```text
  * [...P, "id", N]                  → { key: string }             master of ID N. No expiry.
  * [...P, "key", k]                 → { id: N }                   key index of key k. No expiry.
- * [...P, "touch", k]               → Deno.KvU64                  acquire counter of key k. No expiry.
+ * [...P, "touch", k]               → Deno.KvU64(0)               acquire stamp of key k. No expiry.
  * [...P, "ref", k, node]           → { id: N, lease: string }    node's reference to k. No expiry.
  * [...P, "lease", node]            → { lease: string, expiresAt: ms }   expireIn = ttl + 2 × skew
  * [...P, "log", ms, node, nonce]   → { id: N, key: string | null }      expireIn = log retention
@@ -18,9 +18,10 @@
  *   so they always share one versionstamp. The key index is the single source of truth for
  *   key → ID: a stale unreferenced master is found through it and reused, never duplicated.
  *   Neither is ever rewritten to point elsewhere.
- * - Every acquire adds 1 to the key's touch counter (`sum` is commutative, so acquirers of one
- *   key never conflict with each other). A GC delete checks the counter's versionstamp: Deno KV
- *   has no range checks, and this single key is where GC and acquirers collide.
+ * - Every acquire rewrites the key's touch entry with a blind `set` (no check, so acquirers of one
+ *   key never conflict with each other; and unlike a `sum`, no value found there can make the
+ *   commit fail). Only its versionstamp matters: a GC delete checks it. Deno KV has no range
+ *   checks, and this single key is where GC and acquirers collide.
  * - A reference is live iff its node's lease record exists, carries the same `lease` id, and
  *   `expiresAt + maxClockSkewMs > now`. `expireIn` is only a backstop: an expired entry stays
  *   readable (locally about 60 s), so liveness is always judged from `expiresAt`.
@@ -28,6 +29,10 @@
  *   `key: null` for a delete) and adds the number of entries to `gen`. Watchers poll `gen`, read
  *   the time-keyed log since their last poll, and compare the count with `gen`'s increase to
  *   detect missed entries (then they re-list).
+ * - That `sum` on `gen` is the only mutation of any commit that a stored value can make fail, and
+ *   it is the first of its commit: Deno KV keeps the mutations applied before a failing one
+ *   (`docs/deno-kv-partial-commit.md`), so a corrupt `gen` leaves nothing half-written. It is
+ *   then reset (guarded) and the commit retried (`io.ts`).
  *
  * @module
  */
@@ -139,11 +144,36 @@ export class KvLayout {
     return typeof node === "string" && node !== "" ? node : undefined;
   }
 
+  /**
+   * The key `k` of an entry `[...P, family, k]` (a key index or a touch entry), or `undefined` if
+   * `key` does not have that shape.
+   */
+  parseKeyOf(key: Deno.KvKey, family: "key" | "touch"): string | undefined {
+    const n = this.prefix.length;
+    if (key.length !== n + 2 || key[n] !== family) return undefined;
+    const k = key[n + 1];
+    return typeof k === "string" && k !== "" ? k : undefined;
+  }
+
+  /** Whether `key` lies under the prefix (its parts equal the prefix's, in order). */
+  contains(key: Deno.KvKey): boolean {
+    return key.length > this.prefix.length && this.prefix.every((p, i) => key[i] === p);
+  }
+
   /** Whether `key` has the shape `[...P, "log", ms, node, nonce]`. */
   isLog(key: Deno.KvKey): boolean {
     const n = this.prefix.length;
     return key.length === n + 4 && key[n] === "log" && typeof key[n + 1] === "number" &&
       typeof key[n + 2] === "string" && typeof key[n + 3] === "string";
+  }
+
+  /**
+   * Whether every per-key entry of `key` (key index, touch, the reference prefix) fits the store's
+   * key limit, whatever the node. A master naming a key that does not fit was never written by
+   * idalloc (`checkKey` refuses such keys), and nothing of it can be read: GC skips it.
+   */
+  fitsKey(key: string): boolean {
+    return keyBytes(this.touch(key)) <= MAX_KEY_BYTES;
   }
 
   /**

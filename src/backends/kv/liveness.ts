@@ -5,8 +5,9 @@
  *
  * @module
  */
-import { getMany, type KvContext, type KvStats } from "./io.ts";
-import { decode, type LeaseValue, type RefValue } from "./schema.ts";
+import type { GcSkip } from "../../allocator/damage.ts";
+import { getMany, type KvContext, type KvStats, list } from "./io.ts";
+import { corrupt, decode, formatKey, type LeaseValue, type RefValue } from "./schema.ts";
 
 /** One reference `[...P, "ref", key, node]` as read. */
 export interface Reference {
@@ -62,4 +63,53 @@ export async function readLeases(
     cache.set(missing[i], { value, versionstamp: entry.versionstamp });
   });
   return cache;
+}
+
+/**
+ * The valid references of `key`. Corrupt ones are logged, reported to `onSkip` and left alone: a
+ * reference that cannot be read never makes a key look used or unused, nor names its ID.
+ */
+export async function readRefs(
+  ctx: KvContext,
+  stats: KvStats,
+  key: string,
+  signal: AbortSignal,
+  onSkip?: (skip: GcSkip) => void,
+): Promise<Reference[]> {
+  const refs: Reference[] = [];
+  for await (const entry of list(ctx, stats, { prefix: ctx.layout.refsOf(key) }, signal)) {
+    const parsed = ctx.layout.parseRef(entry.key);
+    if (parsed === undefined) {
+      corrupt(entry.key, "not a reference key");
+      onSkip?.({
+        kind: "reference-bad-key",
+        entry: formatKey(entry.key),
+        reason: "not a reference key",
+      });
+      continue;
+    }
+    const value = decode.ref(entry);
+    if (value === undefined) {
+      onSkip?.({
+        kind: "reference-undecodable",
+        entry: formatKey(entry.key),
+        reason: "not a reference value",
+      });
+      continue;
+    }
+    refs.push({ ...parsed, value, versionstamp: entry.versionstamp });
+  }
+  return refs;
+}
+
+/** The references among `refs` that are live now (see {@linkcode isLive}), read from the store. */
+export async function liveRefs(
+  ctx: KvContext,
+  stats: KvStats,
+  refs: readonly Reference[],
+  signal: AbortSignal,
+): Promise<Reference[]> {
+  const leases = await readLeases(ctx, stats, refs.map((r) => r.node), signal);
+  const now = ctx.settings.now();
+  return refs.filter((r) => isLive(r.value, leases.get(r.node), now, ctx.settings.maxClockSkewMs));
 }

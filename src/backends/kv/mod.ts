@@ -42,3 +42,4 @@
 export { DenoKvBackend } from "./backend.ts";
 export type { DenoKvBackendOptions } from "./options.ts";
 export type * from "../../allocator/backend.ts";
+export type * from "../../allocator/damage.ts";

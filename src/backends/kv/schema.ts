@@ -6,6 +6,7 @@
  * @module
  */
 import { z } from "zod";
+import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 
 const log = idallocLogger("kv");
@@ -49,11 +50,25 @@ export const decode = {
   log: (e: Deno.KvEntry<unknown>): LogValue | undefined => parse(e, "log entry"),
 };
 
+/** The same decoders without logging, for the damage report (which lists what it finds). */
+export const peek = {
+  master: (value: unknown): MasterValue | undefined => quiet(value, "master"),
+  keyIndex: (value: unknown): KeyIndexValue | undefined => quiet(value, "key index"),
+  ref: (value: unknown): RefValue | undefined => quiet(value, "reference"),
+  lease: (value: unknown): LeaseValue | undefined => quiet(value, "lease"),
+  log: (value: unknown): LogValue | undefined => quiet(value, "log entry"),
+};
+
 function parse<T>(entry: Deno.KvEntry<unknown>, kind: ValueKind): T | undefined {
   const result = schemas[kind].safeParse(entry.value);
   if (result.success) return result.data as T;
   corrupt(entry.key, `bad ${kind} value`, result.error);
   return undefined;
+}
+
+function quiet<T>(value: unknown, kind: ValueKind): T | undefined {
+  const result = schemas[kind].safeParse(value);
+  return result.success ? result.data as T : undefined;
 }
 
 /** Logs a corrupt entry that is being skipped. */
@@ -65,9 +80,17 @@ export function corrupt(key: Deno.KvKey, why: string, cause?: unknown): void {
   });
 }
 
-/** A key in a readable form for logs and error messages. */
+/** A key in a readable form for logs and error messages (huge parts shortened). */
 export function formatKey(key: Deno.KvKey): string {
-  return `[${key.map((p) => typeof p === "string" ? JSON.stringify(p) : String(p)).join(", ")}]`;
+  const part = (p: Deno.KvKeyPart) =>
+    typeof p === "string"
+      ? JSON.stringify(shorten(p))
+      : p instanceof Uint8Array
+      ? `<${p.length} bytes>`
+      : typeof p === "bigint"
+      ? `${p}n`
+      : String(p);
+  return `[${key.map(part).join(", ")}]`;
 }
 
 /** The counter's value if `entry` holds a `Deno.KvU64`, else `undefined`. */

@@ -12,6 +12,7 @@ import type {
   BackendSession,
   EnsureReport,
   GcCandidate,
+  GcListOptions,
   HeldKey,
   SessionOptions,
   SessionStatus,
@@ -91,6 +92,8 @@ export class DenoKvSession implements BackendSession {
   async get(key: string, signal: AbortSignal): Promise<number | undefined> {
     this.#open();
     const { layout } = this.#ctx;
+    // No entry of a key this large can exist (the store could not even read its index).
+    if (!layout.fitsKey(key)) return undefined;
     const index = await get(this.#ctx, this.stats, layout.key(key), signal);
     if (index.versionstamp === null) return undefined;
     const id = decode.keyIndex(index as Deno.KvEntry<unknown>)?.id;
@@ -122,10 +125,17 @@ export class DenoKvSession implements BackendSession {
     });
   }
 
-  gcList(range: { min: number; max: number }, signal: AbortSignal): AsyncIterable<GcCandidate> {
+  gcList(
+    range: { min: number; max: number },
+    signal: AbortSignal,
+    options?: GcListOptions,
+  ): AsyncIterable<GcCandidate> {
     this.#open();
     // A read-only session lists without sweeping: it must not write.
-    return gcList(this.#ctx, this.stats, range, signal, { sweep: this.#lease !== undefined });
+    return gcList(this.#ctx, this.stats, range, signal, {
+      ...options,
+      sweep: this.#lease !== undefined,
+    });
   }
 
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {

@@ -1,10 +1,5 @@
 import assert from "node:assert/strict";
-import {
-  ClosedError,
-  CorruptEntryError,
-  PoolExhaustedError,
-  ReadOnlyError,
-} from "../../../src/errors.ts";
+import { ClosedError, PoolExhaustedError, ReadOnlyError } from "../../../src/errors.ts";
 import type { KvStats } from "../../../src/backends/kv/io.ts";
 import { KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
@@ -173,13 +168,14 @@ Deno.test("kv acquire: a key index naming another key's master is dropped", asyn
   assert.deepEqual(await store.fixture.masters(), new Map([[1, "k1"], [2, "other"]]));
 });
 
-Deno.test("kv acquire: a corrupt key index is an error and is not overwritten", async () => {
+Deno.test("kv acquire: a corrupt key index that nobody holds is dropped; a new ID", async () => {
   await using store = await TestStore.create();
   const a = await store.session("a");
   await store.kv.set([...P, "key", "k1"], "garbage");
-  await assert.rejects(a.acquire(request("k1")), CorruptEntryError);
-  assert.equal((await store.kv.get([...P, "key", "k1"])).value, "garbage");
-  assert.equal((await store.fixture.masters()).size, 0);
+  const r = await a.acquire(request("k1", { first: 4 }));
+  assert.deepEqual({ id: r.id, created: r.created }, { id: 4, created: true });
+  assert.deepEqual((await store.kv.get([...P, "key", "k1"])).value, { id: 4 });
+  assert.deepEqual(await store.fixture.masters(), new Map([[4, "k1"]]));
 });
 
 Deno.test("kv acquire: an aborted signal rejects with its reason and writes nothing", async () => {
