@@ -27,8 +27,10 @@ export async function openNode(
  * has live references.
  */
 export async function assertStoreInvariants(fx: StoreFixture): Promise<void> {
-  const masters = await fx.masters();
+  // References first: a master is written with (or before) its first reference, so one written
+  // between the two reads (an aborted call's write landing late) is seen whole or not at all.
   const refs = await fx.references();
+  const masters = await fx.masters();
   const idOfKey = new Map<string, number>();
   for (const ref of refs) {
     if (!ref.live) continue;
