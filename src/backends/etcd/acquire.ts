@@ -30,7 +30,8 @@
  *
  * @module
  */
-import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
+import type { ICompare, IRequestOp, IResponseOp } from "etcd3";
+import type { TxnResult } from "./batch.ts";
 import type { AcquireRequest, AcquireResult, IdRange } from "../../allocator/backend.ts";
 import {
   ConflictError,
@@ -250,9 +251,9 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
       success,
       failure: [read(range), read(masterKey), ...guards.map((g) => g.read())],
     };
-    let res: ITxnResponse;
+    let res: TxnResult;
     try {
-      res = await client.call("acquire", signal, (o) => client.raw.kv.txn(txn, o));
+      res = await core.txns.run("acquire", txn, signal);
     } catch (err) {
       if (err instanceof LeaseNotFound && leaseRetries-- > 0) {
         core.leases.lost(lease, "etcd refused a write with it (lease not found)");
@@ -261,7 +262,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
       }
       throw err;
     }
-    const revision = String(res.header.revision);
+    const { revision } = res;
 
     if (res.succeeded && p.kind !== "existing") {
       if (p.kind === "repair") {

@@ -136,6 +136,7 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
       node: this.node,
       endpoints: this.#settings.endpoints,
       ciliumLocks: this.#settings.honorCiliumLocks,
+      groupCommit: this.#settings.groupCommit,
       onClose: (s) => this.#sessions.delete(s),
     }, options);
     this.#sessions.add(session);

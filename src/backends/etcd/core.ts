@@ -8,6 +8,7 @@
  *
  * @module
  */
+import type { TxnBatcher } from "./batch.ts";
 import type { EtcdClient } from "./client.ts";
 import type { LeaseManager } from "./leases.ts";
 import type { EtcdLayout } from "./paths.ts";
@@ -24,4 +25,6 @@ export interface SessionCore {
   readonly leases: LeaseManager;
   /** Whether writes also require Cilium's mutexes under `<prefix>/locks/` to be free. */
   readonly ciliumLocks: boolean;
+  /** Group commit of the session's acquisitions and releases (see `batch.ts`). */
+  readonly txns: TxnBatcher;
 }

@@ -61,6 +61,12 @@ export interface EtcdBackendOptions {
    * @default {true}
    */
   readonly honorCiliumLocks?: boolean;
+  /**
+   * Group commit: acquisitions and releases that arrive while a request is in flight share the
+   * next one (each in its own nested transaction, with its own guards). Off: one request each.
+   * @default {true}
+   */
+  readonly groupCommit?: boolean;
   /** Time `connect` waits for etcd to answer. @default {5000} */
   readonly dialTimeoutMs?: number;
   /**
@@ -80,6 +86,7 @@ export interface EtcdSettings {
   readonly password?: string;
   readonly qps?: number;
   readonly honorCiliumLocks: boolean;
+  readonly groupCommit: boolean;
   readonly dialTimeoutMs: number;
   readonly requestTimeoutMs: number;
 }
@@ -115,6 +122,7 @@ const schema = z.object({
   password: z.string().optional(),
   qps: z.number().positive().finite().optional(),
   honorCiliumLocks: z.boolean().default(true),
+  groupCommit: z.boolean().default(true),
   dialTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
   requestTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
 }).strict()

@@ -32,8 +32,9 @@ import { ensure } from "./ensure.ts";
 import { gcDelete, gcList } from "./gc.ts";
 import { LeaseManager } from "./leases.ts";
 import type { EtcdLayout } from "./paths.ts";
-import { prefixRange, snapshotOf, text } from "./txn.ts";
+import { del, prefixRange, snapshotOf, text } from "./txn.ts";
 import { watchMasters } from "./watch.ts";
+import { TxnBatcher } from "./batch.ts";
 
 const log = idallocLogger("etcd");
 
@@ -67,6 +68,8 @@ export interface SessionContext {
   readonly endpoints: readonly string[];
   /** Whether writes honour Cilium's mutexes (see `EtcdBackendOptions.honorCiliumLocks`). */
   readonly ciliumLocks: boolean;
+  /** Whether concurrent writes share requests (see `EtcdBackendOptions.groupCommit`). */
+  readonly groupCommit: boolean;
   /** Called when the session closes, so that the backend forgets it. */
   readonly onClose: (session: EtcdSession) => void;
 }
@@ -102,6 +105,7 @@ export class EtcdSession implements BackendSession {
       node: ctx.node,
       leases,
       ciliumLocks: ctx.ciliumLocks,
+      txns: new TxnBatcher(ctx.client, this.#closing.signal, ctx.groupCommit),
     };
   }
 
@@ -151,10 +155,11 @@ export class EtcdSession implements BackendSession {
     this.#assertWritable("release");
     const { client, layout, leases, node } = this.#core;
     const refKey = layout.refKey(key, node);
-    await client.call(
+    // A transaction, not a plain delete, so that concurrent releases share one request.
+    await this.#core.txns.run(
       "release",
+      { compare: [], success: [del(refKey)], failure: [] },
       this.#signal(signal),
-      (o) => client.raw.kv.deleteRange({ key: bytes(refKey) }, o),
     );
     leases.unbind(refKey);
   }

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import type { GcCandidate } from "../../../src/allocator/backend.ts";
 import type { DamageFinding, GcSkip } from "../../../src/allocator/damage.ts";
+import { TxnBatcher } from "../../../src/backends/etcd/batch.ts";
 import { EtcdClient } from "../../../src/backends/etcd/client.ts";
 import type { SessionCore } from "../../../src/backends/etcd/core.ts";
 import { gcList } from "../../../src/backends/etcd/gc.ts";
@@ -37,6 +38,7 @@ function gcCore(ns: Namespace, maxResponseBytes?: number): SessionCore & AsyncDi
     // GC reads and deletes; it never takes a lease.
     leases: undefined as never,
     ciliumLocks: true,
+    txns: new TxnBatcher(client, new AbortController().signal),
     [Symbol.asyncDispose]: () => client.close(),
   };
 }
