@@ -153,7 +153,7 @@ export class EtcdSession implements BackendSession {
   /** See {@linkcode BackendSession.release}. */
   async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
     this.#assertWritable("release");
-    const { client, layout, leases, node } = this.#core;
+    const { layout, leases, node } = this.#core;
     const refKey = layout.refKey(key, node);
     // A transaction, not a plain delete, so that concurrent releases share one request.
     await this.#core.txns.run(

@@ -31,7 +31,8 @@ import {
   SplitKeyError,
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { commit, commitLogged, getMany, type KvContext, type KvStats, loggedAtomic } from "./io.ts";
+import type { CommitBatcher, CommitPlan } from "./batch.ts";
+import { commit, getMany, type KvContext, type KvStats } from "./io.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { liveRefs, readRefs } from "./liveness.ts";
@@ -68,6 +69,7 @@ export async function acquire(
   ctx: KvContext,
   stats: KvStats,
   lease: LeaseKeeper,
+  batcher: CommitBatcher,
   req: AcquireRequest,
 ): Promise<AcquireResult> {
   const { key, signal } = req;
@@ -93,27 +95,25 @@ export async function acquire(
     }
     const id: number = plan.kind === "new" ? pick(req, exclude) : plan.id;
     const writesPair = plan.kind !== "existing";
-    const op = loggedAtomic(ctx, writesPair ? [{ id, key }] : []);
-    if (plan.kind === "new") {
-      op.check(
-        { key: layout.key(key), versionstamp: null },
-        { key: layout.id(id), versionstamp: null },
-      );
-    } else if (plan.kind === "existing") {
-      op.check(
-        { key: layout.key(key), versionstamp: plan.version },
-        { key: layout.id(id), versionstamp: plan.version },
-      );
-    } else {
-      op.check(
-        { key: layout.key(key), versionstamp: plan.index },
-        { key: layout.id(id), versionstamp: plan.master },
-      );
-    }
-    if (writesPair) setPair(ctx, op, key, id);
-    // The touch entry is what a concurrent GC delete of this key's master checks.
-    setTouch(ctx, op, key).set(layout.ref(key, settings.node), { id, lease: leaseId });
-    const res = await commitLogged(ctx, stats, op, signal);
+    const [indexVs, masterVs] = plan.kind === "new"
+      ? [null, null]
+      : plan.kind === "existing"
+      ? [plan.version, plan.version]
+      : [plan.index, plan.master];
+    const commitPlan: CommitPlan = {
+      checks: [
+        { key: layout.key(key), versionstamp: indexVs },
+        { key: layout.id(id), versionstamp: masterVs },
+      ],
+      mutations: [
+        ...(writesPair ? pairMutations(ctx, key, id) : []),
+        // The touch entry is what a concurrent GC delete of this key's master checks.
+        touchMutation(ctx, key),
+        { type: "set", key: layout.ref(key, settings.node), value: { id, lease: leaseId } },
+      ],
+      changes: writesPair ? [{ id, key }] : [],
+    };
+    const res = await batcher.commit(commitPlan, signal);
     if (res.ok) {
       if (plan.kind === "new" || (plan.kind === "repair" && plan.master === null)) created = true;
       const version: string = plan.kind === "existing" ? plan.version : res.versionstamp;
@@ -150,26 +150,23 @@ function usable(req: AcquireRequest, id: number): boolean {
     (req.range === undefined || (id >= req.range.min && id <= req.range.max));
 }
 
-/** Adds master + key index for `key` → `id` only (one versionstamp; the caller logs the change). */
-export function setPair(
-  ctx: KvContext,
-  op: Deno.AtomicOperation,
-  key: string,
-  id: number,
-): Deno.AtomicOperation {
-  return op.set(ctx.layout.id(id), { key }).set(ctx.layout.key(key), { id });
+/**
+ * Master + key index for `key` → `id` (written in one commit, so they share one versionstamp;
+ * the caller logs the change).
+ */
+export function pairMutations(ctx: KvContext, key: string, id: number): Deno.KvMutation[] {
+  return [
+    { type: "set", key: ctx.layout.id(id), value: { key } },
+    { type: "set", key: ctx.layout.key(key), value: { id } },
+  ];
 }
 
 /** The value of every touch entry: only its versionstamp matters (see `layout.ts`). */
 const TOUCHED = new Deno.KvU64(0n);
 
 /** Rewrites `key`'s touch entry (a blind `set`: it never conflicts and never fails). */
-export function setTouch(
-  ctx: KvContext,
-  op: Deno.AtomicOperation,
-  key: string,
-): Deno.AtomicOperation {
-  return op.set(ctx.layout.touch(key), TOUCHED);
+export function touchMutation(ctx: KvContext, key: string): Deno.KvMutation {
+  return { type: "set", key: ctx.layout.touch(key), value: TOUCHED };
 }
 
 /** After a failed commit: one snapshot read of the key index and master `id` picks the next plan. */

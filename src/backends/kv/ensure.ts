@@ -17,7 +17,7 @@
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { setPair, setTouch } from "./acquire.ts";
+import { pairMutations, touchMutation } from "./acquire.ts";
 import {
   commitLogged,
   getMany,
@@ -186,8 +186,8 @@ function writes(ctx: KvContext, plans: readonly Plan[], leaseId: string): Deno.A
       { key: layout.key(held.key), versionstamp: indexVs },
       { key: layout.id(held.id), versionstamp: masterVs },
     );
-    if (master === "recreated") setPair(ctx, op, held.key, held.id);
-    setTouch(ctx, op, held.key);
+    if (master === "recreated") op.mutate(...pairMutations(ctx, held.key, held.id));
+    op.mutate(touchMutation(ctx, held.key));
     if (reference === "recreated") {
       op.set(layout.ref(held.key, settings.node), { id: held.id, lease: leaseId });
     }

@@ -33,6 +33,12 @@ export interface DenoKvBackendOptions {
    * @default {600000}
    */
   readonly logRetentionMs?: number;
+  /**
+   * Group commit: acquisitions and releases that arrive while a commit is in flight share the
+   * next one (a failed check makes each member commit once more on its own). Off: one commit each.
+   * @default {true}
+   */
+  readonly groupCommit?: boolean;
   /** The clock, in ms since the epoch (injected by tests). @default {Date.now} */
   readonly now?: () => number;
 }
@@ -45,6 +51,7 @@ export interface KvSettings {
   readonly resyncIntervalMs: number;
   readonly maxClockSkewMs: number;
   readonly logRetentionMs: number;
+  readonly groupCommit: boolean;
   readonly now: () => number;
 }
 
@@ -57,6 +64,7 @@ const optionsSchema = z.object({
   resyncIntervalMs: positiveMs.default(300_000),
   maxClockSkewMs: z.number().int().nonnegative().default(5000),
   logRetentionMs: positiveMs.default(600_000),
+  groupCommit: z.boolean().default(true),
   now: z.custom<() => number>((v) => typeof v === "function", "must be a function")
     .default(() => Date.now),
 }).refine((o) => prefixFits(o.prefix, o.node), {

@@ -19,10 +19,11 @@ import type {
 } from "../../allocator/backend.ts";
 import { ClosedError, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
 import { acquire } from "./acquire.ts";
+import { CommitBatcher } from "./batch.ts";
 import { ensure } from "./ensure.ts";
 import { feed } from "./feed.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { commit, errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
+import { errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { decode } from "./schema.ts";
 
@@ -35,6 +36,7 @@ export class DenoKvSession implements BackendSession {
   readonly #ctx: KvContext;
   readonly #readOnly: boolean;
   readonly #closer = new AbortController();
+  readonly #batcher: CommitBatcher;
   readonly #tasks = new Set<Promise<void>>();
   #lease: LeaseKeeper | undefined;
   #watchError: string | undefined;
@@ -43,6 +45,12 @@ export class DenoKvSession implements BackendSession {
   private constructor(ctx: KvContext, readOnly: boolean) {
     this.#ctx = ctx;
     this.#readOnly = readOnly;
+    this.#batcher = new CommitBatcher(
+      ctx,
+      this.stats,
+      this.#closer.signal,
+      ctx.settings.groupCommit,
+    );
   }
 
   /** Opens a session: validates `options` and, unless read-only, writes the node's lease. */
@@ -76,13 +84,24 @@ export class DenoKvSession implements BackendSession {
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    return await acquire(this.#ctx, this.stats, this.#writable("acquire"), request);
+    const lease = this.#writable("acquire");
+    return await acquire(this.#ctx, this.stats, lease, this.#batcher, request);
   }
 
   async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
     this.#writable("release");
-    const op = this.#ctx.kv.atomic().delete(this.#ctx.layout.ref(key, this.#ctx.settings.node));
-    await commit(this.stats, op, signal);
+    const ref = this.#ctx.layout.ref(key, this.#ctx.settings.node);
+    // Through the batcher: concurrent releases share one commit (a delete has no check to fail).
+    await this.#batcher.commit({
+      checks: [],
+      mutations: [{ type: "delete", key: ref }],
+      changes: [],
+    }, signal);
+  }
+
+  /** Group commit of acquisitions and releases (counters for tests and benchmarks). */
+  get batcher(): CommitBatcher {
+    return this.#batcher;
   }
 
   async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {

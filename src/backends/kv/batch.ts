@@ -1,0 +1,258 @@
+/**
+ * Group commit on Deno KV: commits that arrive while one is in flight share the next atomic
+ * operation, up to the store's limits (100 checks, 1000 mutations, the total key and payload
+ * sizes). The first commit goes out at once, alone: an idle node pays no latency.
+ *
+ * Deno KV has no per-key conditions inside one atomic operation: one failed check fails it all. So
+ * when a shared commit fails its checks, every member is committed again on its own, once — a
+ * key's lost race costs its batch-mates exactly one retry, and each member learns its own outcome.
+ * Members never share a written key (the later one waits for the next commit).
+ *
+ * The shared commit keeps the one rule that makes a commit safe whatever the store holds (see
+ * `loggedAtomic` in `io.ts`): its first mutation is the single `sum` on `gen`, for all members'
+ * change-feed entries together.
+ *
+ * @example Two new keys committed together when a commit is already in flight
+ * ```ts ignore
+ * const batcher = new CommitBatcher(ctx, stats, closing);
+ * const [a, b] = await Promise.all([batcher.commit(planA, signal), batcher.commit(planB, signal)]);
+ * ```
+ *
+ * @module
+ */
+import { commitLogged, type KvContext, type KvStats, type LogChange, loggedAtomic } from "./io.ts";
+import { keyBytes } from "./layout.ts";
+import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
+
+/** Payload a shared commit allows itself (the store's limit is 800 KiB). */
+const COMMIT_PAYLOAD_BUDGET = 512 * 1024;
+
+/** One member's part of a commit, as plain data. */
+export interface CommitPlan {
+  /** Its checks. */
+  readonly checks: Deno.AtomicCheck[];
+  /** Its sets and deletes (never `sum`/`min`/`max`: see the module doc). */
+  readonly mutations: Deno.KvMutation[];
+  /** The masters it creates or deletes, for the change feed. */
+  readonly changes: LogChange[];
+}
+
+interface Pending {
+  readonly plan: CommitPlan;
+  readonly writes: ReadonlySet<string>;
+  readonly keyBytes: number;
+  readonly payload: number;
+  readonly signal: AbortSignal;
+  readonly resolve: (r: Deno.KvCommitResult | Deno.KvCommitError) => void;
+  readonly reject: (err: unknown) => void;
+  settled: boolean;
+}
+
+/** Counters of a batcher, for benchmarks and tests. */
+export interface CommitBatchStats {
+  /** Shared or single commits sent (retries on their own included). */
+  commits: number;
+  /** Plans committed. */
+  plans: number;
+  /** Shared commits that failed their checks and were split. */
+  splits: number;
+  /** The largest shared commit. */
+  largest: number;
+}
+
+/** Groups concurrent commits of one session (see the module doc). */
+export class CommitBatcher {
+  /** Counters. */
+  readonly stats: CommitBatchStats = { commits: 0, plans: 0, splits: 0, largest: 0 };
+  readonly #ctx: KvContext;
+  readonly #kvStats: KvStats;
+  readonly #closing: AbortSignal;
+  readonly #enabled: boolean;
+  readonly #queue: Pending[] = [];
+  #inFlight = false;
+
+  /**
+   * @param ctx the store
+   * @param kvStats round-trip counters to charge
+   * @param closing aborted when the session closes (a shared commit belongs to no one caller)
+   * @param enabled false: every plan is its own commit, sent at once
+   */
+  constructor(ctx: KvContext, kvStats: KvStats, closing: AbortSignal, enabled = true) {
+    this.#ctx = ctx;
+    this.#kvStats = kvStats;
+    this.#closing = closing;
+    this.#enabled = enabled;
+  }
+
+  /**
+   * Commits `plan`, alone when nothing is in flight, else with the next shared commit. Resolves
+   * with its own outcome: `{ ok: false }` when one of its checks failed. Rejects with
+   * `signal.reason` when it aborts first; a plan already sent may still apply.
+   */
+  commit(
+    plan: CommitPlan,
+    signal: AbortSignal,
+  ): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+    signal.throwIfAborted();
+    const { promise, resolve, reject } = Promise.withResolvers<
+      Deno.KvCommitResult | Deno.KvCommitError
+    >();
+    const pending: Pending = {
+      plan,
+      ...sizeOf(plan),
+      signal,
+      resolve,
+      reject,
+      settled: false,
+    };
+    const onAbort = () => settle(pending, () => reject(signal.reason));
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
+    if (!this.#enabled) {
+      void this.#one(pending);
+      return promise;
+    }
+    this.#queue.push(pending);
+    if (!this.#inFlight) this.#drain();
+    return promise;
+  }
+
+  #drain(): void {
+    this.#inFlight = true;
+    void (async () => {
+      try {
+        for (let batch = this.#take(); batch.length > 0; batch = this.#take()) {
+          await (batch.length === 1 ? this.#one(batch[0]) : this.#shared(batch));
+        }
+      } finally {
+        this.#inFlight = false;
+        if (this.#queue.some((p) => !p.settled)) this.#drain();
+      }
+    })();
+  }
+
+  /** The next batch: live plans in arrival order, within the store's limits, no shared key. */
+  #take(): Pending[] {
+    const batch: Pending[] = [];
+    const keys = new Set<string>();
+    let checks = 0;
+    // The shared `gen` sum and the change-feed entries count as mutations too.
+    let mutations = 1;
+    let keyBytes = 0;
+    let payload = 0;
+    for (let i = 0; i < this.#queue.length;) {
+      const p = this.#queue[i];
+      if (p.settled) {
+        this.#queue.splice(i, 1);
+        continue;
+      }
+      const { plan } = p;
+      const fits = batch.length === 0 || (
+        checks + plan.checks.length <= MAX_CHECKS &&
+        mutations + plan.mutations.length + plan.changes.length <= MAX_MUTATIONS &&
+        keyBytes + p.keyBytes <= COMMIT_KEY_BUDGET &&
+        payload + p.payload <= COMMIT_PAYLOAD_BUDGET &&
+        ![...p.writes].some((k) => keys.has(k))
+      );
+      if (!fits) {
+        if (checks >= MAX_CHECKS || keyBytes >= COMMIT_KEY_BUDGET) break;
+        i++;
+        continue;
+      }
+      this.#queue.splice(i, 1);
+      batch.push(p);
+      for (const k of p.writes) keys.add(k);
+      checks += plan.checks.length;
+      mutations += plan.mutations.length + plan.changes.length;
+      keyBytes += p.keyBytes;
+      payload += p.payload;
+    }
+    return batch;
+  }
+
+  async #shared(batch: Pending[]): Promise<void> {
+    this.stats.commits++;
+    this.stats.plans += batch.length;
+    this.stats.largest = Math.max(this.stats.largest, batch.length);
+    let res: Deno.KvCommitResult | Deno.KvCommitError;
+    try {
+      res = await commitLogged(
+        this.#ctx,
+        this.#kvStats,
+        atomic(this.#ctx, batch.map((p) => p.plan)),
+        this.#closing,
+      );
+    } catch (err) {
+      for (const p of batch) settle(p, () => p.reject(err));
+      return;
+    }
+    if (res.ok) {
+      for (const p of batch) settle(p, () => p.resolve(res));
+      return;
+    }
+    // Some member's check failed, and the store does not say whose: each commits on its own.
+    this.stats.splits++;
+    for (const p of batch) await this.#one(p);
+  }
+
+  async #one(p: Pending): Promise<void> {
+    if (p.settled) return;
+    this.stats.commits++;
+    this.stats.plans++;
+    try {
+      const res = await commitLogged(
+        this.#ctx,
+        this.#kvStats,
+        atomic(this.#ctx, [p.plan]),
+        p.signal,
+      );
+      settle(p, () => p.resolve(res));
+    } catch (err) {
+      settle(p, () => p.reject(err));
+    }
+  }
+}
+
+/** One atomic operation for `plans`: the shared `gen` sum and feed entries first, then theirs. */
+export function atomic(ctx: KvContext, plans: readonly CommitPlan[]): Deno.AtomicOperation {
+  const op = loggedAtomic(ctx, plans.flatMap((p) => p.changes));
+  for (const plan of plans) {
+    if (plan.checks.length > 0) op.check(...plan.checks);
+    if (plan.mutations.length > 0) op.mutate(...plan.mutations);
+  }
+  return op;
+}
+
+function settle(p: Pending, fn: () => void): void {
+  if (p.settled) return;
+  p.settled = true;
+  fn();
+}
+
+/** What a plan writes and weighs. */
+function sizeOf(plan: CommitPlan): { writes: Set<string>; keyBytes: number; payload: number } {
+  const writes = new Set<string>();
+  let bytes = 0;
+  let payload = 0;
+  for (const m of plan.mutations) {
+    writes.add(JSON.stringify(m.key));
+    const k = keyBytes(m.key);
+    bytes += k;
+    payload += k + (m.type === "set" ? valueBytes(m.value) : 0);
+  }
+  for (const c of plan.checks) payload += keyBytes(c.key) + 20;
+  // A change-feed entry per change: a short key and value.
+  bytes += 128 * plan.changes.length;
+  payload += 256 * plan.changes.length;
+  return { writes, keyBytes: bytes, payload };
+}
+
+/** A generous estimate of a value's serialized size. */
+function valueBytes(value: unknown): number {
+  if (value instanceof Deno.KvU64) return 16;
+  try {
+    return (JSON.stringify(value)?.length ?? 16) * 2 + 16;
+  } catch {
+    return 1024;
+  }
+}
