@@ -25,6 +25,9 @@
  *
  * @module
  */
+import type { BackendAdmin } from "./admin.ts";
+
+export type { BackendAdmin, NodeLease, SplitKey, StoredReference } from "./admin.ts";
 
 /** One change of the store's ID ↔ key mappings, as a backend's watch reports it. */
 export type BackendEvent =
@@ -184,6 +187,11 @@ export interface Backend {
   checkKey(key: string): void;
   /** Opens the session the allocator works through. */
   openSession(options: SessionOptions): Promise<BackendSession>;
+  /**
+   * The operator's view of the store (namespaces, node leases, references), for tools such as
+   * the CLI. It holds nothing that needs closing beyond what the backend already holds.
+   */
+  admin(): BackendAdmin;
 }
 
 /** A live connection of one allocator to the store. Every method takes an `AbortSignal`. */

@@ -10,14 +10,28 @@
  *
  * @module
  */
-import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type {
+  Backend,
+  BackendAdmin,
+  BackendSession,
+  SessionOptions,
+} from "../../allocator/backend.ts";
 import { InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
+import { EtcdAdmin } from "./admin.ts";
 import { EtcdClient } from "./client.ts";
+import { connectionFailureOf, summarize } from "./failure.ts";
 import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
 import { EtcdLayout } from "./paths.ts";
 import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
 import { EtcdSession } from "./session.ts";
+
+/** How long `connect` retries members that refuse the connection before it gives up, in ms. */
+const REFUSED_GRACE_MS = 1_000;
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
+}
 
 /** Request counters of an {@linkcode EtcdBackend}. */
 export interface EtcdRequestStats extends LimiterStats {
@@ -72,17 +86,21 @@ export class EtcdBackend implements Backend, AsyncDisposable {
         connectOptions.signal,
         (o) => client.raw.maintenance.status(o),
         settings.dialTimeoutMs,
+        // A refused connection is an answer: nothing listens there. Waiting the whole dial
+        // timeout only helps a member that is just starting, which a short grace covers.
+        (err, elapsedMs) => elapsedMs >= REFUSED_GRACE_MS && connectionFailureOf(err) === "refused",
       );
     } catch (err) {
       await client.close();
       if (connectOptions.signal?.aborted) throw err;
       if (err instanceof StoreUnavailableError) {
-        throw new StoreUnavailableError(
-          `etcd at ${
-            settings.endpoints.join(", ")
-          } did not answer within ${settings.dialTimeoutMs} ms`,
-          { cause: err },
-        );
+        const where = `etcd at ${settings.endpoints.join(", ")}`;
+        const cause = err.cause ?? err;
+        const message = connectionFailureOf(cause) === "refused"
+          ? `${where} refused the connection`
+          : `${where} did not answer within ${formatMs(settings.dialTimeoutMs)} ` +
+            `(${summarize(cause)})`;
+        throw new StoreUnavailableError(message, { cause: err });
       }
       throw err;
     }
@@ -146,6 +164,14 @@ export class EtcdBackend implements Backend, AsyncDisposable {
     }, options);
     this.#sessions.add(session);
     return session;
+  }
+
+  /**
+   * The operator's view of this prefix: references (live while stored: etcd expires them with
+   * their leases), the nodes' leases found through them, and deleting one node's reference.
+   */
+  admin(): BackendAdmin {
+    return new EtcdAdmin(this.#client, this.#layout);
   }
 
   /** Closes open sessions and the connection. Idempotent. */

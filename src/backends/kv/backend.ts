@@ -4,8 +4,14 @@
  *
  * @module
  */
-import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type {
+  Backend,
+  BackendAdmin,
+  BackendSession,
+  SessionOptions,
+} from "../../allocator/backend.ts";
 import { InvalidKeyError } from "../../errors.ts";
+import { KvAdmin } from "./admin.ts";
 import type { KvContext } from "./io.ts";
 import { KvLayout } from "./layout.ts";
 import { MASTER_VALUE_OVERHEAD, MAX_KEY_BYTES, MAX_VALUE_BYTES } from "./limits.ts";
@@ -59,6 +65,9 @@ export class DenoKvBackend implements Backend {
     if (typeof key !== "string" || key.length === 0) {
       throw new InvalidKeyError("key must be a non-empty string");
     }
+    // Deno KV stores key parts as UTF-8: a lone surrogate would be replaced, and two different
+    // keys would share one stored key.
+    if (!key.isWellFormed()) throw new InvalidKeyError("key must be well-formed Unicode");
     const keyBytes = this.#ctx.layout.largestKeyBytes(key, this.node);
     if (keyBytes > MAX_KEY_BYTES) {
       throw new InvalidKeyError(
@@ -86,5 +95,13 @@ export class DenoKvBackend implements Backend {
    */
   async openSession(options: SessionOptions): Promise<BackendSession> {
     return await DenoKvSession.open(this.#ctx, options);
+  }
+
+  /**
+   * The operator's view of this prefix: namespaces in the `Deno.Kv`, lease records, references
+   * with their liveness (judged like the sessions judge it), and deleting one node's reference.
+   */
+  admin(): BackendAdmin {
+    return new KvAdmin(this.#ctx);
   }
 }

@@ -22,7 +22,9 @@ import { ensure } from "./ensure.ts";
 import { feed } from "./feed.ts";
 import { gcDelete, gcList } from "./gc.ts";
 import { commit, errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
+import { keyBytes } from "./layout.ts";
 import { LeaseKeeper } from "./lease.ts";
+import { MAX_KEY_BYTES } from "./limits.ts";
 import { decode } from "./schema.ts";
 
 /** The Deno KV implementation of {@linkcode BackendSession}. */
@@ -91,6 +93,8 @@ export class DenoKvSession implements BackendSession {
   async get(key: string, signal: AbortSignal): Promise<number | undefined> {
     this.#open();
     const { layout } = this.#ctx;
+    // A key too large for a Deno KV key cannot have been stored: no ID, not an outage.
+    if (keyBytes(layout.key(key)) > MAX_KEY_BYTES) return undefined;
     const index = await get(this.#ctx, this.stats, layout.key(key), signal);
     if (index.versionstamp === null) return undefined;
     const id = decode.keyIndex(index as Deno.KvEntry<unknown>)?.id;
