@@ -16,7 +16,7 @@
  * only ever a hint.
  *
  * @example A backend is handed to the allocator, which opens and closes the session
- * ```ts ignore
+ * ```ts
  * import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
  * using kv = await Deno.openKv(":memory:");
  * const backend = new DenoKvBackend(kv, { prefix: ["ids"], node: "a" });

@@ -3,8 +3,8 @@
  * in a Deno KV file or in etcd (Cilium's layout), and Cilium-style security identities.
  *
  * ```sh
- * deno task idalloc allocate 'app=web;'            # ID 40905 for app=web; (created)
- * deno task idalloc get 'app=web;'                 # 40905
+ * deno task idalloc allocate 'app=web;'            # ID 16352 for app=web; (created)
+ * deno task idalloc get 'app=web;'                 # 16352
  * deno task idalloc list                           # a table; --json for scripts
  * deno task idalloc watch                          # JSON lines until Ctrl-C
  * deno task idalloc gc --every 15m                 # like Cilium's operator
@@ -20,7 +20,7 @@
  * the exit code, after closing everything it opened.
  *
  * @example Run a command in-process and capture its output
- * ```ts ignore
+ * ```ts
  * import { main } from "@idalloc/idalloc/cli";
  *
  * let out = "";

@@ -41,8 +41,8 @@ export type ParseResult =
 const EXIT_CODES_HELP = `
 Exit codes:
   0    ok (an empty list is a list: [] and exit 0)
-  1    usage: bad option, key, ID or label; nothing stored under --prefix; credentials or
-       permissions etcd denies
+  1    usage: bad option, key, ID or label; nothing stored under --prefix (for lookups, watch
+       and gc); credentials or permissions etcd denies
   2    store unavailable: cannot connect or open, or no answer within --timeout
   3    not found: get / get-id / identity get / release found no such key, ID or reference
   4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry

@@ -26,7 +26,12 @@
  * ```
  *
  * @example Follow changes and another cluster's identities
- * ```ts ignore
+ * ```ts
+ * import type { Backend } from "@idalloc/idalloc";
+ * import type { IdentityAllocator } from "@idalloc/idalloc/identity";
+ * declare const identities: IdentityAllocator; // opened as above
+ * declare const remoteBackend: Backend; // the remote cluster's store, read only
+ *
  * const controller = new AbortController();
  * await identities.watchRemote("cluster-2", remoteBackend, {
  *   clusterId: 2,

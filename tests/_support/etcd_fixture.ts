@@ -14,7 +14,7 @@
 import { Buffer } from "node:buffer";
 import { Etcd3, type Lease } from "etcd3";
 import type { Backend } from "../../src/allocator/backend.ts";
-import { EtcdBackend, type EtcdBackendOptions } from "../../src/backends/etcd/mod.ts";
+import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
 import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
 import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
 import type {
@@ -74,7 +74,10 @@ export async function dump(
 }
 
 /** Opens a node's etcd backend on the store a spec names (in a child process). */
-export const openFromSpec: OpenFromSpec = async (spec, node) => {
+export const openFromSpec: OpenFromSpec = async (
+  spec: StoreSpec,
+  node: string,
+): Promise<{ backend: Backend } & AsyncDisposable> => {
   const { endpoints, prefix } = spec.store as { endpoints: string[]; prefix: string };
   const backend = await EtcdBackend.connect({ endpoints, prefix, node });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };

@@ -13,6 +13,7 @@
  * ```
  * @module
  */
+import type { Backend } from "../../src/allocator/backend.ts";
 import { DenoKvBackend, type DenoKvBackendOptions } from "../../src/backends/kv/mod.ts";
 import { KvLayout } from "../../src/backends/kv/layout.ts";
 import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
@@ -39,7 +40,11 @@ export function kvTimings(
 }
 
 /** Opens a node's backend on the KV file a spec names (in a child process). */
-export const openFromSpec: OpenFromSpec = async (spec, node, options) => {
+export const openFromSpec: OpenFromSpec = async (
+  spec: StoreSpec,
+  node: string,
+  options?: NodeBackendOptions,
+): Promise<{ backend: Backend } & AsyncDisposable> => {
   const { path, prefix } = spec.store as { path: string; prefix: string[] };
   const kv = await Deno.openKv(path);
   const backend = new DenoKvBackend(kv, { prefix, node, ...kvTimings(options) });

@@ -462,3 +462,60 @@ Deno.test("completion: bash completes commands, subcommands, options and values"
   assert.match(fish.stdout, /complete -c idalloc -l ca -rF /);
   assert.match(fish.stdout, /complete -c idalloc -n '__fish_seen_subcommand_from gc' -l every -r/);
 });
+
+Deno.test("the README lists every option of every command", async () => {
+  const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+  const section = readme.slice(readme.indexOf("## Command line"), readme.indexOf("## Examples"));
+  // The completion script is generated from the parser: every flag it knows, per command.
+  const script = (await cli(["completion", "bash"])).stdout;
+  const flags = new Set(script.match(/--[a-z][a-z-]*/g));
+  for (const flag of flags) assert.ok(section.includes(flag), `README misses ${flag}`);
+  assert.ok(flags.size > 25, `${flags.size} flags`);
+});
+
+Deno.test("counts are said in words: 1 ID, 2 IDs", async () => {
+  await using store = await TempStore.create();
+  await cli([...store.args, "allocate", "only;"]);
+  const one = await cli([...store.args, "list"]);
+  assert.match(one.stderr, /^1 ID under prefix idalloc/m);
+  const refs = await cli([...store.args, "refs"]);
+  assert.match(refs.stderr, /^1 reference \(1 live, 0 dead\) to 1 key from 1 node/m);
+});
+
+Deno.test("etcd that never answers: the message says so in plain words", async () => {
+  // A loopback port that accepts connections and never speaks: no refusal, no answer. The CLI runs
+  // as a process (grpc-js keeps its handshake timers for such a peer a while after close()).
+  using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) held.push(conn);
+  })().catch(() => {});
+  try {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "src/cli/main.ts",
+        "--store",
+        `etcd://127.0.0.1:${listener.addr.port}`,
+        "--connect-timeout",
+        "1s",
+        "get",
+        "k",
+      ],
+      cwd: new URL("../../", import.meta.url).pathname,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 2, stderr);
+    assert.match(
+      stderr,
+      /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s \(no answer\)\n$/,
+    );
+  } finally {
+    for (const conn of held) conn.close();
+    listener.close();
+    await accepting;
+  }
+});

@@ -72,31 +72,34 @@ testEachBackend("a read-only session refuses every write and writes nothing", as
   assert.ok(!leases.some((l) => l.node === "reader"), "a read-only session takes no lease");
 });
 
-testEachBackend("gcDelete deletes only a master unused and unchanged since it was listed", async (f) => {
-  await using fx = await f.create();
-  const backend = await fx.backend("a", { fast: true });
-  await using session = await open(backend);
-  const signal = AbortSignal.timeout(10_000);
-  const { id } = await session.acquire(request("k;", 100));
+testEachBackend(
+  "gcDelete deletes only a master unused and unchanged since it was listed",
+  async (f) => {
+    await using fx = await f.create();
+    const backend = await fx.backend("a", { fast: true });
+    await using session = await open(backend);
+    const signal = AbortSignal.timeout(10_000);
+    const { id } = await session.acquire(request("k;", 100));
 
-  const inUse = (await candidates(session)).get(id)!;
-  assert.equal(inUse.inUse, true);
-  assert.equal(await session.gcDelete(inUse, signal), false, "a referenced master stays");
-  assert.equal((await fx.masters()).get(id), "k;");
+    const inUse = (await candidates(session)).get(id)!;
+    assert.equal(inUse.inUse, true);
+    assert.equal(await session.gcDelete(inUse, signal), false, "a referenced master stays");
+    assert.equal((await fx.masters()).get(id), "k;");
 
-  await session.release("k;", id, signal);
-  const listed = (await candidates(session)).get(id)!;
-  assert.equal(listed.inUse, false);
-  // Referenced again after the listing: the version changed, so the listed candidate is stale.
-  await session.acquire(request("k;", 100));
-  assert.equal(await session.gcDelete(listed, signal), false, "re-acquired after listing");
-  assert.equal((await fx.masters()).get(id), "k;");
+    await session.release("k;", id, signal);
+    const listed = (await candidates(session)).get(id)!;
+    assert.equal(listed.inUse, false);
+    // Referenced again after the listing: the version changed, so the listed candidate is stale.
+    await session.acquire(request("k;", 100));
+    assert.equal(await session.gcDelete(listed, signal), false, "re-acquired after listing");
+    assert.equal((await fx.masters()).get(id), "k;");
 
-  await session.release("k;", id, signal);
-  const stale = (await candidates(session)).get(id)!;
-  assert.equal(await session.gcDelete(stale, signal), true, "unused and unchanged");
-  assert.equal((await fx.masters()).has(id), false);
-});
+    await session.release("k;", id, signal);
+    const stale = (await candidates(session)).get(id)!;
+    assert.equal(await session.gcDelete(stale, signal), true, "unused and unchanged");
+    assert.equal((await fx.masters()).has(id), false);
+  },
+);
 
 testEachBackend("ensure re-creates a missing master only where the ID is still free", async (f) => {
   await using fx = await f.create();
@@ -120,8 +123,11 @@ testEachBackend("ensure re-creates a missing master only where the ID is still f
   assert.equal((await fx.masters()).get(id), "theirs;", "never rewritten to another key");
 });
 
-testEachBackend("getNoCache of a key too large for the store is no ID, not an outage", async (f) => {
-  await using fx = await f.create();
-  await using alloc = await openNode(fx, "a", { max: 1000 });
-  assert.equal(await alloc.getNoCache("k".repeat(4096)), undefined);
-});
+testEachBackend(
+  "getNoCache of a key too large for the store is no ID, not an outage",
+  async (f) => {
+    await using fx = await f.create();
+    await using alloc = await openNode(fx, "a", { max: 1000 });
+    assert.equal(await alloc.getNoCache("k".repeat(4096)), undefined);
+  },
+);

@@ -1,5 +1,5 @@
 /**
- * Cilium's identity-cache catalogue (spec §5.6) on every backend, through the conformance
+ * Cilium's identity-cache tests (`pkg/identity/cache`) on every backend, through the conformance
  * factories: real Deno KV files and a real etcd.
  */
 import assert from "node:assert/strict";
@@ -293,18 +293,21 @@ testEachBackend("remote-node scope and withheld local IDs, as Cilium", async (fa
   assert.equal((await fx.masters()).size, 0);
 });
 
-testEachBackend("a new identity is announced once, not again when the watch echoes it", async (f) => {
-  await using fx = await f.create();
-  await using home = await open(fx, "home");
-  await using other = await open(fx, "other");
-  await using owner = new Owner(home, false);
-  const web = Labels.parse(["k8s:app=web"]);
-  const { identity } = await home.allocate(web);
-  await owner.has(identity.id, web);
-  // Another node's identity reaches `home` only through its watch, after the echo of `web`'s
-  // master (the feed keeps the store's order): once the owner has it, the echo was handled.
-  const db = await other.allocate(Labels.parse(["k8s:app=db"]));
-  await owner.has(db.identity.id, db.identity.labels);
-  const announcements = owner.batches.filter((b) => b.added.has(identity.id)).length;
-  assert.equal(announcements, 1, "one allocation, one announcement");
-});
+testEachBackend(
+  "a new identity is announced once, not again when the watch echoes it",
+  async (f) => {
+    await using fx = await f.create();
+    await using home = await open(fx, "home");
+    await using other = await open(fx, "other");
+    await using owner = new Owner(home, false);
+    const web = Labels.parse(["k8s:app=web"]);
+    const { identity } = await home.allocate(web);
+    await owner.has(identity.id, web);
+    // Another node's identity reaches `home` only through its watch, after the echo of `web`'s
+    // master (the feed keeps the store's order): once the owner has it, the echo was handled.
+    const db = await other.allocate(Labels.parse(["k8s:app=db"]));
+    await owner.has(db.identity.id, db.identity.labels);
+    const announcements = owner.batches.filter((b) => b.added.has(identity.id)).length;
+    assert.equal(announcements, 1, "one allocation, one announcement");
+  },
+);

@@ -2,7 +2,9 @@
  * {@linkcode EtcdBackend}: configuration plus the connection to etcd; sessions do the work.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import { EtcdBackend } from "./backend.ts";
+ *
  * await using backend = await EtcdBackend.connect({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
  * backend.checkKey("k8s:app=web;");
  * console.log(backend.requestStats());

@@ -4,7 +4,13 @@
  * turns client errors into idalloc's error classes.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import { bytes, EtcdClient } from "./client.ts";
+ * import { resolveEtcdOptions } from "./options.ts";
+ * import { RateLimiter } from "./rate_limiter.ts";
+ *
+ * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
+ * const signal = AbortSignal.timeout(5_000);
  * const client = new EtcdClient(settings, new RateLimiter(settings.qps));
  * const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
  * await client.close();

@@ -10,7 +10,14 @@
  * keys, and later pages grow back gradually.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import type { EtcdClient } from "./client.ts";
+ * import { rangePages } from "./paging.ts";
+ * import { EtcdLayout } from "./paths.ts";
+ * import { prefixRange } from "./txn.ts";
+ * declare const client: EtcdClient, signal: AbortSignal;
+ * const { masterRange } = new EtcdLayout("cilium/state/identities/v1");
+ *
  * for await (const page of rangePages(client, "list masters", prefixRange(masterRange), signal)) {
  *   console.log(page.revision, page.kvs.length);
  * }

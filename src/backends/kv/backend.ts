@@ -27,7 +27,7 @@ import { DenoKvSession } from "./session.ts";
  * shared by several processes, `:memory:`, and Deno Deploy.
  *
  * @example One backend per node, the Kv owned by the caller
- * ```ts ignore
+ * ```ts
  * import { Allocator } from "@idalloc/idalloc";
  * import { DenoKvBackend } from "@idalloc/idalloc/kv";
  *

@@ -106,23 +106,12 @@ export async function listMasters(
   noun = "IDs",
 ): Promise<Array<[number, string]>> {
   const rows: Array<[number, string]> = [];
-  const stop = new AbortController();
-  const signal = AbortSignal.any([ctx.signal, stop.signal]);
-  try {
-    for await (const event of session.watch(signal) as AsyncIterable<BackendEvent>) {
-      if (event.type === "synced") {
-        // Abort before leaving the loop: the Deno KV feed's cleanup waits for its wake-up source,
-        // which only an abort (or the next poll) releases.
-        stop.abort();
-        break;
-      }
-      if (event.type === "upsert") {
-        rows.push([event.id, event.key]);
-        if ((rows.length & 1023) === 0) progress.update(`listing… ${rows.length} ${noun}`);
-      }
+  for await (const event of session.watch(ctx.signal) as AsyncIterable<BackendEvent>) {
+    if (event.type === "synced") break;
+    if (event.type === "upsert") {
+      rows.push([event.id, event.key]);
+      if ((rows.length & 1023) === 0) progress.update(`listing… ${rows.length} ${noun}`);
     }
-  } finally {
-    stop.abort();
   }
   ctx.signal.throwIfAborted();
   rows.sort((a, b) => a[0] - b[0]);

@@ -76,10 +76,15 @@ export async function statusCommand(
   ctx.untimed();
   const exists = await noteIfEmpty(ctx, store);
   const progress = ctx.progress();
-  const ids = exists ? await listMasters(ctx, session, progress) : [];
-  const references = exists ? await readReferences(ctx, store, progress) : [];
+  // Three independent reads; a store of network members answers them side by side.
+  const [ids, references, leases] = exists
+    ? await Promise.all([
+      listMasters(ctx, session, progress),
+      readReferences(ctx, store, progress),
+      store.admin.nodeLeases(ctx.signal),
+    ])
+    : [[], [], []];
   progress.clear();
-  const leases = exists ? await store.admin.nodeLeases(ctx.signal) : [];
   const health = await sessionStatus(ctx, session);
   const liveKeys = new Set(references.filter((r) => r.live).map((r) => r.key));
   const inUse = ids.filter(([, key]) => liveKeys.has(key)).length;
