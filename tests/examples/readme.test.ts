@@ -1,7 +1,7 @@
 /**
  * The README's "Use it" code runs as written, with the command line the README gives for it, in a
  * project of its own (no `unstable` setting inherited from this repository), and comes to its
- * end without sitting in a watch until its deadline.
+ * end without sitting in a watch until its deadline; module examples print what their comments say.
  */
 import assert from "node:assert/strict";
 
@@ -52,5 +52,49 @@ Deno.test("README: the 'Use it' code runs as written and ends before its deadlin
     });
   } finally {
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** The first `ts` example of a module's documentation, without the comment's ` * `. */
+async function moduleExample(path: string): Promise<string> {
+  const source = await Deno.readTextFile(`${ROOT}${path}`);
+  const code = /```ts\n([\s\S]*?) \* ```/.exec(source)?.[1];
+  assert.ok(code, `no ts example in ${path}`);
+  return code.split("\n").map((line) => line.replace(/^ \* ?/, "")).join("\n");
+}
+
+Deno.test("module docs: the printed values in the examples are the real ones", async () => {
+  const repo = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
+  for (const path of ["src/allocator/allocator.ts", "src/identity/mod.ts"]) {
+    const code = await moduleExample(path);
+    const dir = await Deno.makeTempDir({ prefix: "idalloc-doc-" });
+    try {
+      const imports = Object.fromEntries(
+        Object.entries(repo.imports as Record<string, string>)
+          .map(([k, v]) => [k, v.startsWith("./") ? `${ROOT}${v.slice(2)}` : v]),
+      );
+      await Deno.writeTextFile(`${dir}/deno.json`, JSON.stringify({ imports }));
+      await Deno.writeTextFile(`${dir}/main.ts`, code);
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "--unstable-kv", "--config", `${dir}/deno.json`, `${dir}/main.ts`],
+        cwd: ROOT,
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      const printed = new TextDecoder().decode(out.stdout).trim().split("\n");
+      // `console.log(…); // what it prints` (a comment may go on after a colon).
+      const promised = [...code.matchAll(/console\.log\(.*\); \/\/ (.*)$/gm)].map((m) => m[1]);
+      assert.equal(printed.length, promised.length, `${path}: ${printed.join(" | ")}`);
+      printed.forEach((line, i) => {
+        const comment = promised[i];
+        assert.ok(
+          comment === line || comment.startsWith(`${line}: `),
+          `${path}: prints '${line}', its comment says '${comment}'`,
+        );
+      });
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   }
 });
