@@ -40,6 +40,14 @@ export const ExitCode: ExitCodes = {
   Interrupted: 130,
 };
 
+/**
+ * One error line as the CLI prints it: `idalloc: <message>`, or with `--json` one JSON object
+ * `{"error": {"code", "name", "message"}}`.
+ */
+export function errorLine(json: boolean, code: number, name: string, message: string): string {
+  return json ? JSON.stringify({ error: { code, name, message } }) : `idalloc: ${message}`;
+}
+
 /** What the CLI prints and returns for an error. */
 export interface Failure {
   /** The exit code. */

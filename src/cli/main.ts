@@ -34,7 +34,7 @@
  * @module
  */
 import { configure, getTextFormatter, reset } from "@logtape/logtape";
-import { classify, ExitCode } from "./exit.ts";
+import { classify, errorLine, ExitCode } from "./exit.ts";
 import { InvalidOptionsError } from "../errors.ts";
 import { type CliIo, Output, processIo } from "./io.ts";
 import { Interrupt, RunContext } from "./context.ts";
@@ -109,13 +109,7 @@ export async function main(args: string[], io: CliIo = processIo()): Promise<num
     });
     code = failure.code;
     if (failure.message !== "") {
-      output.err.line(
-        json
-          ? JSON.stringify({
-            error: { code: failure.code, name: nameOf(err), message: failure.message },
-          })
-          : `idalloc: ${failure.message}`,
-      );
+      output.err.line(errorLine(json, failure.code, nameOf(err), failure.message));
     }
     if (debug && failure.code === ExitCode.Internal && err instanceof Error && err.stack) {
       output.err.line(err.stack);

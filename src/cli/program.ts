@@ -9,6 +9,7 @@ import { Command, CommanderError, Option } from "commander";
 import denoJson from "../../deno.json" with { type: "json" };
 import { durationOption, type GlobalOptions, globalOptions, integerOption } from "./args.ts";
 import { completionScript, SHELLS } from "./completion.ts";
+import { errorLine } from "./exit.ts";
 import { storeSyntax } from "./stores/mod.ts";
 import type { RunContext } from "./context.ts";
 import type { Output } from "./io.ts";
@@ -203,13 +204,7 @@ export async function parseCommandLine(
       outputError: (text, write) =>
         write(
           json
-            ? JSON.stringify({
-              error: {
-                code: 1,
-                name: "UsageError",
-                message: text.replace(/^error: /, "").trim(),
-              },
-            }) + "\n"
+            ? errorLine(true, 1, "UsageError", text.replace(/^error: /, "").trim()) + "\n"
             : `idalloc: ${text}`,
         ),
       getOutHelpWidth: () => 100,

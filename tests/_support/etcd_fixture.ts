@@ -141,6 +141,13 @@ class EtcdStoreFixture implements StoreFixture {
     return out;
   }
 
+  async plantReference(key: string, node: string, id: number): Promise<void> {
+    // On a lease of its own, like a node's reference (etcd keeps it while the lease lives).
+    const lease = this.#raw.lease(600, { autoKeepAlive: false });
+    await lease.put(this.#layout.refKey(key, node)).value(String(id));
+    this.#planted.push(lease);
+  }
+
   async plantCorruptEntries(): Promise<void> {
     await this.#raw.put(`${this.#layout.masterRange}not-a-number`).value("k8s:corrupt=1;");
     await this.#raw.put(this.#layout.masterKey(987_654)).value("");
@@ -153,13 +160,6 @@ class EtcdStoreFixture implements StoreFixture {
 
   async deleteReference(key: string, node: string): Promise<void> {
     await this.#raw.delete().key(this.#layout.refKey(key, node));
-  }
-
-  async plantReference(key: string, node: string, id: number): Promise<void> {
-    // On a lease of its own, like a node's reference (etcd keeps it while the lease lives).
-    const lease = this.#raw.lease(600, { autoKeepAlive: false });
-    await lease.put(this.#layout.refKey(key, node)).value(String(id));
-    this.#planted.push(lease);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -55,17 +55,17 @@ export interface StoreFixture extends AsyncDisposable {
   masters(): Promise<Map<number, string>>;
   /** Every reference in the store. */
   references(): Promise<StoredReference[]>;
+  /**
+   * Writes node `node`'s live reference of `key` naming `id` directly, bypassing every guard (a
+   * split another writer made, for operator tools to find).
+   */
+  plantReference(key: string, node: string, id: number): Promise<void>;
   /** Writes garbage under the namespace (a master with a non-numeric ID, a master with a bad value, a bad reference). */
   plantCorruptEntries(): Promise<void>;
   /** Deletes master `id` directly (an operator's mistake, store loss). */
   deleteMaster(id: number): Promise<void>;
   /** Deletes node `node`'s reference to `key` directly. */
   deleteReference(key: string, node: string): Promise<void>;
-  /**
-   * Writes node `node`'s live reference of `key` naming `id` directly, bypassing every guard (a
-   * split another writer made, for operator tools to find).
-   */
-  plantReference(key: string, node: string, id: number): Promise<void>;
 }
 
 /** Makes fixtures of one backend kind. */

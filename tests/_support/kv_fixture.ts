@@ -151,6 +151,20 @@ export class KvStoreFixture implements StoreFixture {
     }));
   }
 
+  async plantReference(key: string, node: string, id: number): Promise<void> {
+    // A live lease of the node's own (kept if it has one), and a reference under it.
+    const leaseKey = this.layout.lease(node);
+    const current = await this.kv.get(leaseKey);
+    let lease = current.versionstamp === null
+      ? undefined
+      : decode.lease(current as Deno.KvEntry<unknown>);
+    if (lease === undefined || lease.expiresAt < Date.now() + 60_000) {
+      lease = { lease: lease?.lease ?? `planted-${node}`, expiresAt: Date.now() + 600_000 };
+      await this.kv.set(leaseKey, lease);
+    }
+    await this.kv.set(this.layout.ref(key, node), { id, lease: lease.lease });
+  }
+
   async plantCorruptEntries(): Promise<void> {
     const P = KV_FIXTURE_PREFIX;
     await this.kv.atomic()
@@ -184,20 +198,6 @@ export class KvStoreFixture implements StoreFixture {
 
   async deleteReference(key: string, node: string): Promise<void> {
     await this.kv.delete(this.layout.ref(key, node));
-  }
-
-  async plantReference(key: string, node: string, id: number): Promise<void> {
-    // A live lease of the node's own (kept if it has one), and a reference under it.
-    const leaseKey = this.layout.lease(node);
-    const current = await this.kv.get(leaseKey);
-    let lease = current.versionstamp === null
-      ? undefined
-      : decode.lease(current as Deno.KvEntry<unknown>);
-    if (lease === undefined || lease.expiresAt < Date.now() + 60_000) {
-      lease = { lease: lease?.lease ?? `planted-${node}`, expiresAt: Date.now() + 600_000 };
-      await this.kv.set(leaseKey, lease);
-    }
-    await this.kv.set(this.layout.ref(key, node), { id, lease: lease.lease });
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -8,7 +8,7 @@ import type { AllocatorOptions } from "../../allocator/types.ts";
 import type { BackendEvent, BackendSession } from "../../allocator/backend.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { RunContext } from "../context.ts";
-import { ExitCode } from "../exit.ts";
+import { errorLine, ExitCode } from "../exit.ts";
 import type { Progress } from "../io.ts";
 import type { Store } from "../store.ts";
 
@@ -54,11 +54,7 @@ export async function notFound(ctx: RunContext, store: Store, what: string): Pro
 
 /** Says on stderr that `what` is not there (JSON with `--json`); returns the exit code. */
 export function reportNotFound(ctx: RunContext, what: string): number {
-  if (ctx.options.json) {
-    ctx.output.err.line(
-      JSON.stringify({ error: { code: ExitCode.NotFound, name: "NotFound", message: what } }),
-    );
-  } else ctx.output.warn(what);
+  ctx.output.err.line(errorLine(ctx.options.json, ExitCode.NotFound, "NotFound", what));
   return ExitCode.NotFound;
 }
 
