@@ -292,22 +292,3 @@ testEachBackend("remote-node scope and withheld local IDs, as Cilium", async (fa
   assert.equal(identities.lookupById(0x02000001), undefined);
   assert.equal((await fx.masters()).size, 0);
 });
-
-testEachBackend(
-  "a new identity is announced once, not again when the watch echoes it",
-  async (f) => {
-    await using fx = await f.create();
-    await using home = await open(fx, "home");
-    await using other = await open(fx, "other");
-    await using owner = new Owner(home, false);
-    const web = Labels.parse(["k8s:app=web"]);
-    const { identity } = await home.allocate(web);
-    await owner.has(identity.id, web);
-    // Another node's identity reaches `home` only through its watch, after the echo of `web`'s
-    // master (the feed keeps the store's order): once the owner has it, the echo was handled.
-    const db = await other.allocate(Labels.parse(["k8s:app=db"]));
-    await owner.has(db.identity.id, db.identity.labels);
-    const announcements = owner.batches.filter((b) => b.added.has(identity.id)).length;
-    assert.equal(announcements, 1, "one allocation, one announcement");
-  },
-);
