@@ -2,15 +2,8 @@
  * What the parts of an etcd session share: the connection, the layout, the node and its leases.
  *
  * @example
- * ```ts
- * import type { SessionCore } from "./core.ts";
- * import type { EtcdClient } from "./client.ts";
- * import type { LeaseManager } from "./leases.ts";
- * import { EtcdLayout } from "./paths.ts";
- * declare const client: EtcdClient, leases: LeaseManager;
- *
- * const layout = new EtcdLayout("cilium/state/identities/v1");
- * const core: SessionCore = { client, layout, node: "10.0.0.1", leases };
+ * ```ts ignore
+ * const core: SessionCore = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
  * ```
  *
  * @module
