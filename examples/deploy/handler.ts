@@ -34,8 +34,18 @@ const createSchema = z.object({
   labels: z.array(z.string().min(1).max(1024)).min(1).max(256),
 }).strict();
 
-const idSchema = z.string().regex(/^[0-9]{1,16}$/, "must be a positive integer").transform(Number)
-  .refine((n) => Number.isSafeInteger(n) && n > 0, "must be a positive integer");
+/** An identity ID in a path: a positive whole number; the message names what was sent. */
+function parseId(text: string): number {
+  const n = /^[0-9]{1,16}$/.test(text) ? Number(text) : NaN;
+  if (!Number.isSafeInteger(n) || n <= 0) {
+    throw new HttpError(
+      400,
+      "invalid_id",
+      `an identity ID is a positive whole number, got ${JSON.stringify(text)}`,
+    );
+  }
+  return n;
+}
 
 /** An error answer. */
 class HttpError extends Error {
@@ -98,7 +108,7 @@ function parse<T>(schema: z.ZodType<T>, input: unknown, code: string): T {
   const parsed = schema.safeParse(input);
   if (parsed.success) return parsed.data;
   const message = parsed.error.issues
-    .map((i) => `${i.path.length ? i.path.join(".") : "value"}: ${i.message}`)
+    .map((i) => `${i.path.length ? i.path.join(".") : "the body"}: ${i.message}`)
     .join("; ");
   throw new HttpError(400, code, message);
 }
@@ -212,7 +222,7 @@ export function createHandler(
       }
       const match = /^\/v1\/identities\/([^/]+)$/.exec(path);
       if (match) {
-        const id = parse(idSchema, decodeURIComponent(match[1]), "invalid_id");
+        const id = parseId(decodeURIComponent(match[1]));
         if (req.method === "GET") {
           const identity = await service.get(id, signal);
           if (!identity) throw new HttpError(404, "not_found", `identity ${id} does not exist`);
@@ -229,7 +239,12 @@ export function createHandler(
           allow: "GET, DELETE",
         });
       }
-      if (path === "/v1/status" && req.method === "GET") {
+      if (path === "/v1/status") {
+        if (req.method !== "GET") {
+          throw new HttpError(405, "method_not_allowed", `${req.method} is not allowed here`, {
+            allow: "GET",
+          });
+        }
         const session = service.identities;
         return json(200, { ...service.status(), remotes: session.remotes() });
       }

@@ -11,7 +11,7 @@
  * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
  *
  * const { id, isNew } = await alloc.allocate("app=web;");
- * console.log(id, isNew, await alloc.getById(id)); // e.g. 40905 true app=web;
+ * console.log(id, isNew, await alloc.getById(id)); // 16352 true app=web;
  * await alloc.release("app=web;");
  * ```
  *

@@ -16,7 +16,7 @@
  * only ever a hint.
  *
  * @example A backend is handed to the allocator, which opens and closes the session
- * ```ts ignore
+ * ```ts
  * import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
  * using kv = await Deno.openKv(":memory:");
  * const backend = new DenoKvBackend(kv, { prefix: ["ids"], node: "a" });
@@ -26,6 +26,9 @@
  * @module
  */
 import type { GcSkip } from "./damage.ts";
+import type { BackendAdmin } from "./admin.ts";
+
+export type { BackendAdmin, NodeLease, SplitKey, StoredReference } from "./admin.ts";
 
 /** One change of the store's ID ↔ key mappings, as a backend's watch reports it. */
 export type BackendEvent =
@@ -195,6 +198,11 @@ export interface Backend {
   checkKey(key: string): void;
   /** Opens the session the allocator works through. */
   openSession(options: SessionOptions): Promise<BackendSession>;
+  /**
+   * The operator's view of the store (namespaces, node leases, references), for tools such as
+   * the CLI. It holds nothing that needs closing beyond what the backend already holds.
+   */
+  admin(): BackendAdmin;
 }
 
 /** A live connection of one allocator to the store. Every method takes an `AbortSignal`. */

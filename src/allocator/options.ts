@@ -5,13 +5,14 @@
  */
 import { z } from "zod";
 import { InvalidOptionsError } from "../errors.ts";
+import { parseOptions } from "../validate.ts";
 import type { Backoff } from "./backoff.ts";
 import { type AllocatorOptions, type CacheValidator, type KeyCodec, stringCodec } from "./types.ts";
 
 const safeInt = z.number().int().refine(Number.isSafeInteger, "must be a safe integer");
 
 const optionsSchema = z.object({
-  min: safeInt.min(1, "minimum ID must be >= 1").default(1),
+  min: safeInt.min(1).default(1),
   max: safeInt.min(1),
   prefixMask: safeInt.min(0).default(0),
   codec: z.object({ encode: z.function(), decode: z.function() }).optional(),
@@ -65,14 +66,7 @@ export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettin
       "allocator option 'max' is required: an unbounded range is refused (Cilium's default max gives an empty pool)",
     );
   }
-  const parsed = optionsSchema.safeParse(options);
-  if (!parsed.success) {
-    const detail = parsed.error.issues
-      .map((issue) => `'${issue.path.join(".") || "options"}' ${issue.message}`)
-      .join("; ");
-    throw new InvalidOptionsError(`invalid allocator options: ${detail}`, { cause: parsed.error });
-  }
-  const o = parsed.data;
+  const o = parseOptions(optionsSchema, options, "allocator options");
   return {
     ...o,
     // zod checked the shapes; the functions themselves are the caller's, passed through untouched.

@@ -5,7 +5,9 @@
  * @module
  */
 import { z } from "zod";
-import { InvalidIdError, InvalidOptionsError } from "../errors.ts";
+import { InvalidIdError } from "../errors.ts";
+import { parseOptions } from "../validate.ts";
+import { driverOf, storeSyntax } from "./stores/mod.ts";
 
 const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -32,42 +34,31 @@ const duration = (min: number) =>
     .refine((ms) => ms >= min, `must be at least ${formatDuration(min)}`);
 
 const integer = (min: number) =>
-  z.string()
-    .refine((s) => /^\d+$/.test(s.trim()), "must be a whole number")
-    .transform((s) => Number(s))
-    .refine((n) => Number.isSafeInteger(n) && n >= min, `must be a safe integer >= ${min}`);
-
-/** Where the data lives: a Deno KV file (or KV Connect URL), or etcd endpoints. */
-export type StoreSpec =
-  | { readonly kind: "deno-kv"; readonly path: string }
-  | { readonly kind: "etcd"; readonly hosts: readonly string[] };
-
-function parseStore(text: string): StoreSpec | undefined {
-  if (text.startsWith("kv:")) {
-    const path = text.slice(3);
-    return path === "" ? undefined : { kind: "deno-kv", path };
-  }
-  if (text.startsWith("etcd://")) {
-    const hosts = text.slice("etcd://".length).split(",").map((h) => h.trim());
-    const valid = hosts.every((h) => {
-      if (h === "") return false;
-      try {
-        const url = new URL(`http://${h}`);
-        return url.host !== "" && url.port !== "" && (url.pathname === "/" || url.pathname === "");
-      } catch {
-        return false;
-      }
-    });
-    return valid ? { kind: "etcd", hosts } : undefined;
-  }
-  return undefined;
-}
+  z.string().transform((s, ctx) => {
+    const text = s.trim();
+    if (!/^[+-]?\d+$/.test(text)) {
+      ctx.addIssue({ code: "custom", message: `must be a whole number, got '${s}'` });
+      return z.NEVER;
+    }
+    const n = Number(text);
+    if (n < min) {
+      ctx.addIssue({ code: "custom", message: `must be at least ${min}, got ${text}` });
+      return z.NEVER;
+    }
+    if (!Number.isSafeInteger(n)) {
+      ctx.addIssue({
+        code: "custom",
+        message: `must be at most ${Number.MAX_SAFE_INTEGER}, got ${text}`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  });
 
 /** Options every command understands, after validation. */
 export interface GlobalOptions {
-  readonly store: StoreSpec;
-  /** The `--store` text, for messages. */
-  readonly storeText: string;
+  /** `--store` as given: `kv:<file>`, `etcd://…` (checked against the drivers). */
+  readonly store: string;
   /** The raw `--prefix`, or `undefined` for the backend's default. */
   readonly prefix?: string;
   readonly node: string;
@@ -80,7 +71,8 @@ export interface GlobalOptions {
   readonly user?: string;
   readonly password?: string;
   readonly timeoutMs: number;
-  readonly connectTimeoutMs: number;
+  /** `--connect-timeout`, when given (else `--timeout` bounds connecting). */
+  readonly connectTimeoutMs?: number;
   readonly leaseTtlMs: number;
   readonly pollMs: number;
   readonly clockSkewMs: number;
@@ -94,11 +86,12 @@ export interface GlobalOptions {
 
 const globalSchema = z.object({
   store: z.string().refine(
-    (s) => parseStore(s) !== undefined,
-    "must be kv:<file> (or kv:<KV Connect URL>) or etcd://host:port[,host:port…]",
+    (s) => driverOf(s) !== undefined,
+    { error: () => `must be ${storeSyntax()}` },
   ),
   prefix: z.string().min(1, "must not be empty").optional(),
-  node: z.string().min(1).max(253).refine((s) => !s.includes("/"), "must not contain '/'"),
+  node: z.string().min(1, "must not be empty").max(253, "must be at most 253 characters")
+    .refine((s) => !s.includes("/"), "must not contain '/'"),
   ca: z.string().min(1).optional(),
   cert: z.string().min(1).optional(),
   key: z.string().min(1).optional(),
@@ -106,7 +99,7 @@ const globalSchema = z.object({
   user: z.string().min(1).optional(),
   password: z.string().optional(),
   timeout: duration(1),
-  connectTimeout: duration(1),
+  connectTimeout: duration(1).optional(),
   leaseTtl: duration(500),
   poll: duration(10),
   clockSkew: duration(0),
@@ -118,16 +111,11 @@ const globalSchema = z.object({
   verbose: z.boolean().default(false),
 }).refine((o) => o.max > o.min, { message: "must be greater than --min", path: ["max"] })
   .refine((o) => (o.cert === undefined) === (o.key === undefined), {
-    message: "--cert and --key go together",
+    message: "and --key go together",
     path: ["cert"],
   })
-  .refine((o) => !o.store.startsWith("kv:") || o.leaseTtl >= 2 * o.clockSkew, {
-    // Deno KV judges leases with the skew margin on both sides.
-    message: "must be at least twice --clock-skew on Deno KV",
-    path: ["leaseTtl"],
-  })
   .refine((o) => (o.user === undefined) === (o.password === undefined), {
-    message: "--user needs --password (or IDALLOC_ETCD_PASSWORD)",
+    message: "needs --password (or IDALLOC_ETCD_PASSWORD)",
     path: ["user"],
   });
 
@@ -137,22 +125,16 @@ export function flagName(path: readonly PropertyKey[]): string {
   return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 }
 
-/** Parses `input` with `schema`; throws {@linkcode InvalidOptionsError} naming the flags. */
+/** Parses `input` with `schema`; throws `InvalidOptionsError` naming the flags. */
 export function validate<T>(schema: z.ZodType<T>, input: unknown): T {
-  const parsed = schema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  const detail = parsed.error.issues
-    .map((issue) => `${flagName(issue.path)} ${issue.message}`)
-    .join("; ");
-  throw new InvalidOptionsError(`invalid option: ${detail}`, { cause: parsed.error });
+  return parseOptions(schema, input, "option", flagName);
 }
 
 /** Validates the global options commander collected (strings and booleans). */
 export function globalOptions(raw: Record<string, unknown>, nodeGiven: boolean): GlobalOptions {
   const o = validate(globalSchema, raw);
   return {
-    store: parseStore(o.store)!,
-    storeText: o.store,
+    store: o.store,
     prefix: o.prefix,
     node: o.node,
     nodeGiven,
@@ -188,48 +170,16 @@ export function integerOption(flag: string, text: string, min = 0): number {
 
 /** An ID argument: a positive safe integer, else {@linkcode InvalidIdError}. */
 export function parseIdArgument(text: string): number {
-  const id = /^\d+$/.test(text.trim()) ? Number(text) : NaN;
-  if (!Number.isSafeInteger(id) || id <= 0) {
-    throw new InvalidIdError(`ID must be a positive whole number, got '${text}'`);
+  const trimmed = text.trim();
+  if (!/^\d+$/.test(trimmed)) {
+    throw new InvalidIdError(`an ID is a positive whole number, got '${text}'`);
   }
-  return id;
-}
-
-/** The Deno KV prefix of `--prefix`: `a/b` → `["a", "b"]`, or a JSON array such as `["a", 1]`. */
-export function kvPrefix(text: string | undefined): (string | number)[] {
-  if (text === undefined) return [...DEFAULT_KV_PREFIX];
-  if (text.trimStart().startsWith("[")) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch (err) {
-      throw new InvalidOptionsError(`invalid option: --prefix is not a JSON array: ${text}`, {
-        cause: err,
-      });
-    }
-    return validate(
-      z.object({
-        prefix: z.array(z.union([z.string().min(1), z.number().finite()])).min(1),
-      }),
-      { prefix: parsed },
-    ).prefix;
-  }
-  const parts = text.split("/");
-  if (parts.some((p) => p === "")) {
-    throw new InvalidOptionsError(
-      `invalid option: --prefix '${text}' has an empty part (write a/b, or a JSON array)`,
+  const id = Number(trimmed);
+  if (id === 0) throw new InvalidIdError("an ID is a positive whole number, got 0");
+  if (!Number.isSafeInteger(id)) {
+    throw new InvalidIdError(
+      `ID ${trimmed} is too large: IDs go up to ${Number.MAX_SAFE_INTEGER}`,
     );
   }
-  return parts;
-}
-
-/** The Deno KV prefix when `--prefix` is not given. */
-export const DEFAULT_KV_PREFIX: readonly string[] = ["idalloc"];
-
-/** A Deno KV prefix as the user would type it back: `a/b`, or JSON when that is ambiguous. */
-export function formatKvPrefix(prefix: readonly Deno.KvKeyPart[]): string {
-  const plain = prefix.every((p) => typeof p === "string" && p !== "" && !p.includes("/"));
-  return plain && !String(prefix[0]).startsWith("[")
-    ? prefix.join("/")
-    : JSON.stringify(prefix, (_, v) => typeof v === "bigint" ? `${v}n` : v);
+  return id;
 }

@@ -8,6 +8,9 @@ import type { GlobalOptions } from "./args.ts";
 import { type Output, Progress } from "./io.ts";
 import { openStore, type Store } from "./store.ts";
 
+/** Signals closer together than this are one interrupt (see {@linkcode Interrupt}), in ms. */
+export const REPEAT_GAP_MS = 1_000;
+
 /** Ends long-running commands: the caller's signal, or SIGINT/SIGTERM of this process. */
 export class Interrupt implements Disposable {
   /** Aborted on interrupt. */
@@ -15,18 +18,29 @@ export class Interrupt implements Disposable {
   readonly #controller = new AbortController();
   readonly #remove: Array<() => void> = [];
 
-  /** @param external the caller's signal; without it, SIGINT and SIGTERM are listened for */
+  /**
+   * @param external the caller's signal; without it, SIGINT and SIGTERM are listened for. The
+   * first one aborts {@linkcode Interrupt.signal}; another one at least {@linkcode REPEAT_GAP_MS}
+   * later exits at once with 130.
+   */
   constructor(external?: AbortSignal) {
     if (external) {
       this.signal = external;
       return;
     }
     this.signal = this.#controller.signal;
+    let first = 0;
     for (const name of ["SIGINT", "SIGTERM"] as const) {
       const handler = () => {
-        // A second Ctrl-C means "now": do not wait for a graceful close that hangs.
-        if (this.#controller.signal.aborted) Deno.exit(130);
-        this.#controller.abort(new DOMException(`${name} received`, "AbortError"));
+        if (!this.#controller.signal.aborted) {
+          first = performance.now();
+          this.#controller.abort(new DOMException(`${name} received`, "AbortError"));
+          return;
+        }
+        // One Ctrl-C can arrive twice: `deno task` forwards the SIGINT its process group already
+        // delivered to us. Only a second Ctrl-C a moment later means "now", and ends the process
+        // without waiting for a graceful close that hangs.
+        if (performance.now() - first >= REPEAT_GAP_MS) Deno.exit(130);
       };
       try {
         Deno.addSignalListener(name, handler);

@@ -40,6 +40,14 @@ export const ExitCode: ExitCodes = {
   Interrupted: 130,
 };
 
+/**
+ * One error line as the CLI prints it: `idalloc: <message>`, or with `--json` one JSON object
+ * `{"error": {"code", "name", "message"}}`.
+ */
+export function errorLine(json: boolean, code: number, name: string, message: string): string {
+  return json ? JSON.stringify({ error: { code, name, message } }) : `idalloc: ${message}`;
+}
+
 /** What the CLI prints and returns for an error. */
 export interface Failure {
   /** The exit code. */
@@ -102,11 +110,16 @@ export function classify(
     return { code, message: `${messageOf(err)}${why}` };
   }
   if (name === "StoreUnavailableError") {
-    const cause = (err as Error).cause;
-    const why = cause instanceof Error && !messageOf(err).includes(messageOf(cause))
-      ? ` (${messageOf(cause)})`
-      : "";
-    return { code: ExitCode.Unavailable, message: `store unavailable: ${messageOf(err)}${why}` };
+    // The message says what failed in plain words; the client's raw text is the cause
+    // (`--debug` prints it).
+    return { code: ExitCode.Unavailable, message: `store unavailable: ${messageOf(err)}` };
+  }
+  if (name === "StoreAccessDeniedError") {
+    return {
+      code: ExitCode.Usage,
+      message: `${messageOf(err)} (check --user and --password, or IDALLOC_ETCD_PASSWORD, and ` +
+        "the user's permissions on --prefix)",
+    };
   }
   if (name !== undefined && name in BY_NAME) {
     const prefix = name === "IdallocError" ? "the store refused: " : "";

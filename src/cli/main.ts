@@ -3,8 +3,8 @@
  * in a Deno KV file or in etcd (Cilium's layout), and Cilium-style security identities.
  *
  * ```sh
- * deno task idalloc allocate 'app=web;'            # ID 40905 for app=web; (created)
- * deno task idalloc get 'app=web;'                 # 40905
+ * deno task idalloc allocate 'app=web;'            # ID 16352 for app=web; (created)
+ * deno task idalloc get 'app=web;'                 # 16352
  * deno task idalloc list                           # a table; --json for scripts
  * deno task idalloc watch                          # JSON lines until Ctrl-C
  * deno task idalloc gc --every 15m                 # like Cilium's operator
@@ -20,7 +20,7 @@
  * the exit code, after closing everything it opened.
  *
  * @example Run a command in-process and capture its output
- * ```ts ignore
+ * ```ts
  * import { main } from "@idalloc/idalloc/cli";
  *
  * let out = "";
@@ -34,7 +34,8 @@
  * @module
  */
 import { configure, getTextFormatter, reset } from "@logtape/logtape";
-import { classify, ExitCode } from "./exit.ts";
+import { classify, errorLine, ExitCode } from "./exit.ts";
+import { InvalidOptionsError } from "../errors.ts";
 import { type CliIo, Output, processIo } from "./io.ts";
 import { Interrupt, RunContext } from "./context.ts";
 import { parseCommandLine } from "./program.ts";
@@ -81,10 +82,12 @@ export async function main(args: string[], io: CliIo = processIo()): Promise<num
   const output = new Output(io);
   using interrupt = new Interrupt(io.signal);
   let debug = args.includes("--debug");
+  const json = args.includes("--json");
   let code: number;
   let ctx: RunContext | undefined;
   try {
-    const parsed = await parseCommandLine(args, output);
+    checkArguments(args);
+    const parsed = await parseCommandLine(args, output, json);
     if (parsed.kind === "exit") {
       code = parsed.code;
     } else {
@@ -105,14 +108,40 @@ export async function main(args: string[], io: CliIo = processIo()): Promise<num
       timedOut: ctx?.timedOut ? formatTimeout(ctx) : undefined,
     });
     code = failure.code;
-    if (failure.message !== "") output.err.line(`idalloc: ${failure.message}`);
+    if (failure.message !== "") {
+      output.err.line(errorLine(json, failure.code, nameOf(err), failure.message));
+    }
     if (debug && failure.code === ExitCode.Internal && err instanceof Error && err.stack) {
       output.err.line(err.stack);
+    } else if (debug) {
+      for (let cause = (err as Error)?.cause; cause !== undefined; cause = (cause as Error).cause) {
+        output.err.line(`  caused by: ${cause instanceof Error ? cause.message : String(cause)}`);
+      }
     }
     await output.out.settle();
     await output.err.settle();
   }
   return code;
+}
+
+/**
+ * Refuses an argument holding U+FFFD, the replacement character: Deno (and `deno task`, which
+ * passes arguments on) decodes bytes that are not UTF-8 into it, so `$'bad\xc3'` and `$'bad\xc4'`
+ * would arrive as the same key and share an ID.
+ */
+function checkArguments(args: readonly string[]): void {
+  const bad = args.findIndex((a) => a.includes("\uFFFD"));
+  if (bad < 0) return;
+  throw new InvalidOptionsError(
+    `argument ${bad + 1} (${
+      JSON.stringify(args[bad])
+    }) is not valid UTF-8 text: it holds U+FFFD, ` +
+      "which stands for bytes that could not be decoded (two such keys would share an ID)",
+  );
+}
+
+function nameOf(err: unknown): string {
+  return err instanceof Error ? err.name : "Error";
 }
 
 function formatTimeout(ctx: RunContext): string {

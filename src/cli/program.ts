@@ -8,11 +8,19 @@
 import { Command, CommanderError, Option } from "commander";
 import denoJson from "../../deno.json" with { type: "json" };
 import { durationOption, type GlobalOptions, globalOptions, integerOption } from "./args.ts";
+import { completionScript, SHELLS } from "./completion.ts";
+import { errorLine } from "./exit.ts";
+import { storeSyntax } from "./stores/mod.ts";
 import type { RunContext } from "./context.ts";
 import type { Output } from "./io.ts";
 import { allocateCommand, releaseCommand } from "./commands/allocate.ts";
 import { gcCommand } from "./commands/gc.ts";
-import { identityAllocateCommand, identityListCommand } from "./commands/identity.ts";
+import {
+  identityAllocateCommand,
+  identityGetCommand,
+  identityListCommand,
+} from "./commands/identity.ts";
+import { refsCommand } from "./commands/refs.ts";
 import { listCommand } from "./commands/list.ts";
 import { getCommand, getIdCommand } from "./commands/lookup.ts";
 import { statusCommand } from "./commands/status.ts";
@@ -33,12 +41,12 @@ export type ParseResult =
 
 const EXIT_CODES_HELP = `
 Exit codes:
-  0    ok
-  1    usage: bad option, key, ID or label; nothing stored under --prefix; no KV file at --store
+  0    ok (an empty list is a list: [] and exit 0)
+  1    usage: bad option, key, ID or label; nothing stored under --prefix (for lookups, watch
+       and gc); credentials or permissions etcd denies
   2    store unavailable: cannot connect or open, or no answer within --timeout
-  3    not found: get / get-id / release found no such key, ID or reference
-  4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry,
-       or another error the store reported (e.g. etcd authentication failed)
+  3    not found: get / get-id / identity get / release found no such key, ID or reference
+  4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry
   5    internal error (a bug; --debug prints the stack trace)
   130  interrupted (Ctrl-C) before a one-shot command finished
 `;
@@ -51,7 +59,9 @@ Examples:
   idalloc watch                                       changes as JSON lines until Ctrl-C
   idalloc gc --every 15m                              collect unused IDs, like Cilium's operator
   idalloc --store etcd://127.0.0.1:2379 status        etcd in Cilium's layout
+  idalloc refs --by-node                              which nodes reference how many keys
   idalloc identity allocate k8s:app=web k8s:io.kubernetes.pod.namespace=prod
+  source <(idalloc completion bash)                   shell completion (bash, zsh, fish)
 `;
 
 const STORE_GROUP = "Store options:";
@@ -75,7 +85,7 @@ function addGlobalOptions(program: Command): void {
   add(
     new Option(
       "--store <spec>",
-      "kv:<file> (an embedded Deno KV file, or a KV Connect URL) or etcd://host:port[,host:port…]",
+      `the store: ${storeSyntax()}`,
     ).default("kv:./idalloc.kv").env("IDALLOC_STORE"),
     STORE_GROUP,
   );
@@ -114,8 +124,10 @@ function addGlobalOptions(program: Command): void {
     TUNING_GROUP,
   );
   add(
-    new Option("--connect-timeout <duration>", "etcd: time to connect and per request")
-      .default("5s"),
+    new Option(
+      "--connect-timeout <duration>",
+      "etcd: time to wait for an answer when connecting and per request (default: --timeout)",
+    ),
     TUNING_GROUP,
   );
   add(
@@ -136,14 +148,48 @@ function addGlobalOptions(program: Command): void {
     OUTPUT_GROUP,
   );
   add(new Option("-v, --verbose", "print idalloc's log (info and up) on stderr"), OUTPUT_GROUP);
-  add(new Option("--debug", "print stack traces of unexpected errors"), OUTPUT_GROUP);
+  add(
+    new Option("--debug", "print stack traces of unexpected errors and the causes of failures"),
+    OUTPUT_GROUP,
+  );
+}
+
+/**
+ * Under every command's own help: the global options by name only (`idalloc --help` explains
+ * them), so that a command's help shows its own options first and stays short.
+ */
+function addGlobalOptionsHint(program: Command): void {
+  const flags = program.options.map((o) => o.long ?? "")
+    .filter((f) => f !== "" && f !== "--version");
+  const lines: string[] = [];
+  let line = "Global options (see idalloc --help):";
+  for (const flag of flags) {
+    if (line.length + flag.length + 2 > 98) {
+      lines.push(line);
+      line = " ";
+    }
+    line += ` ${flag}`;
+  }
+  lines.push(line);
+  const hint = "\n" + lines.join("\n");
+  const visit = (command: Command) => {
+    for (const sub of command.commands) {
+      sub.addHelpText("after", hint);
+      visit(sub);
+    }
+  };
+  visit(program);
 }
 
 /**
  * Parses `args` (without the program name). Help and usage errors are written by commander to
  * `output` and end in `{ kind: "exit" }`.
  */
-export async function parseCommandLine(args: string[], output: Output): Promise<ParseResult> {
+export async function parseCommandLine(
+  args: string[],
+  output: Output,
+  json = false,
+): Promise<ParseResult> {
   let selected: ((ctx: RunContext) => Promise<number>) | undefined;
   const program = new Command("idalloc");
   program
@@ -155,14 +201,19 @@ export async function parseCommandLine(args: string[], output: Output): Promise<
     .configureOutput({
       writeOut: (text) => output.out.write(text),
       writeErr: (text) => output.err.write(text),
-      outputError: (text, write) => write(`idalloc: ${text}`),
+      outputError: (text, write) =>
+        write(
+          json
+            ? errorLine(true, 1, "UsageError", text.replace(/^error: /, "").trim()) + "\n"
+            : `idalloc: ${text}`,
+        ),
       getOutHelpWidth: () => 100,
       getErrHelpWidth: () => 100,
       getOutHasColors: () => false,
       getErrHasColors: () => false,
     })
-    .configureHelp({ showGlobalOptions: true, sortSubcommands: false })
-    .showHelpAfterError("(run with --help for usage)")
+    .configureHelp({ showGlobalOptions: false, sortSubcommands: false })
+    .showHelpAfterError(json ? false : "(run with --help for usage)")
     .addHelpText("after", EXAMPLES_HELP + EXIT_CODES_HELP);
   addGlobalOptions(program);
 
@@ -234,10 +285,24 @@ export async function parseCommandLine(args: string[], output: Output): Promise<
     });
 
   program.command("status")
-    .description("store health, node leases and ID counts")
-    .option("--usage", "also count IDs in use and unused (reads every reference)")
+    .description("store health, node leases, ID and reference counts, split keys")
+    .option("--usage", "accepted for older scripts: usage is always shown now")
+    .addHelpText(
+      "after",
+      "\nSplit keys are keys whose live references name different IDs: only another writer\n" +
+        "(e.g. a Cilium agent racing one that ignored its lock) makes them. They are listed\n" +
+        "with the nodes behind each ID; delete the wrong references with release --node.",
+    )
     .action((o: { usage?: boolean }) =>
       pick((ctx) => statusCommand(ctx, { usage: o.usage ?? false }))
+    );
+
+  program.command("refs")
+    .description("which nodes reference which key, live or dead, with totals")
+    .argument("[key]", "only the references of this key")
+    .option("--by-node", "one row per node: its references, live and dead")
+    .action((key: string | undefined, o: { byNode?: boolean }) =>
+      pick((ctx) => refsCommand(ctx, { key, byNode: o.byNode ?? false }))
     );
 
   const identity = program.command("identity")
@@ -260,6 +325,13 @@ export async function parseCommandLine(args: string[], output: Output): Promise<
         );
       },
     );
+  identity.command("get")
+    .description("print the labels of identity <id> (exit 3 if it does not exist)")
+    .argument("<id>", "the numeric identity")
+    .option("--cluster-name <name>", "this cluster's name (in well-known identities)", "default")
+    .action((id: string, o: { clusterName: string }) =>
+      pick((ctx) => identityGetCommand(ctx, id, { clusterName: o.clusterName }))
+    );
   identity.command("list")
     .description("list the identities in the store (a table, or --json)")
     .option("--reserved", "also list the reserved and well-known identities")
@@ -270,6 +342,24 @@ export async function parseCommandLine(args: string[], output: Output): Promise<
       )
     );
 
+  program.command("completion")
+    .description(`print a shell completion script (${SHELLS.join(", ")})`)
+    .argument("<shell>", SHELLS.join(" | "))
+    .addHelpText(
+      "after",
+      "\nbash:  source <(idalloc completion bash)        (or save it in bash-completion's dir)\n" +
+        "zsh:   source <(idalloc completion zsh)         (compinit must have run)\n" +
+        "fish:  idalloc completion fish > ~/.config/fish/completions/idalloc.fish",
+    )
+    .action((shell: string) => {
+      const script = completionScript(program, shell);
+      pick((ctx) => {
+        ctx.output.out.write(script);
+        return Promise.resolve(0);
+      });
+    });
+
+  addGlobalOptionsHint(program);
   try {
     await program.parseAsync(args, { from: "user" });
   } catch (err) {

@@ -11,6 +11,7 @@ import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";
 import { ClosedError, InvalidIdError, InvalidOptionsError } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
+import { parseOptions } from "../validate.ts";
 import { ChangeHub } from "./changes.ts";
 import { LabelError } from "./errors.ts";
 import { Labels, labelsCodec } from "./labels.ts";
@@ -138,15 +139,6 @@ const remoteSchema = z.object({
   clusterId: z.number().int().min(0),
 });
 
-function parse<T>(schema: z.ZodType<T>, input: unknown, what: string): T {
-  const parsed = schema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  const detail = parsed.error.issues
-    .map((issue) => `'${issue.path.join(".") || what}' ${issue.message}`)
-    .join("; ");
-  throw new InvalidOptionsError(`invalid ${what}: ${detail}`, { cause: parsed.error });
-}
-
 function waitOrAbort(promise: Promise<void>, signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise<void>((resolve, reject) => {
@@ -226,7 +218,7 @@ export class IdentityAllocator implements AsyncDisposable {
     options: IdentityAllocatorOptions = {},
     callOptions?: CallOptions,
   ): Promise<IdentityAllocator> {
-    const settings = parse(optionsSchema, options, "identity allocator options");
+    const settings = parseOptions(optionsSchema, options, "identity allocator options");
     checkClusterId(settings.clusterId, settings.maxConnectedClusters);
     const range = allocationRange(settings.clusterId, settings.maxConnectedClusters);
     const shift = clusterIdShift(settings.maxConnectedClusters);
@@ -486,7 +478,11 @@ export class IdentityAllocator implements AsyncDisposable {
    */
   async watchRemote(name: string, backend: Backend, options: WatchRemoteOptions): Promise<void> {
     this.#checkOpen();
-    const { clusterId } = parse(remoteSchema, { name, clusterId: options?.clusterId }, "remote");
+    const { clusterId } = parseOptions(
+      remoteSchema,
+      { name, clusterId: options?.clusterId },
+      "remote options",
+    );
     checkClusterId(clusterId, this.maxConnectedClusters);
     if (clusterId === this.clusterId) {
       throw new InvalidOptionsError(`remote ${name} has this cluster's own ID ${clusterId}`);

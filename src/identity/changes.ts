@@ -48,6 +48,8 @@ class Subscription {
 /** Fans identity changes out to any number of batched subscribers. */
 export class ChangeHub {
   readonly #subscriptions = new Set<Subscription>();
+  /** What was last announced per ID: a repeat of it is no change. */
+  readonly #announced = new Map<number, string>();
   #closed = false;
 
   /** Number of live subscribers. */
@@ -55,13 +57,21 @@ export class ChangeHub {
     return this.#subscriptions.size;
   }
 
-  /** Records that `id` now maps to `labels`. */
+  /**
+   * Records that `id` now maps to `labels`. Announcing the same mapping again is no change: a new
+   * identity is announced when it is allocated and then echoed by the store's watch, and
+   * subscribers must hear of it once.
+   */
   add(id: number, labels: Labels): void {
+    const text = labels.toString();
+    if (this.#announced.get(id) === text) return;
+    this.#announced.set(id, text);
     for (const sub of this.#subscriptions) sub.add(id, labels);
   }
 
   /** Records that `id` is gone. */
   delete(id: number): void {
+    this.#announced.delete(id);
     for (const sub of this.#subscriptions) sub.delete(id);
   }
 

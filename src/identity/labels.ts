@@ -250,20 +250,30 @@ export class Labels implements Iterable<Label> {
   }
 
   /**
-   * Cilium's `NewLabelsFromModel`: parses each string with {@linkcode Label.parse}, skips strings
-   * whose key is empty, and keeps the last label of each key. A single string is one label.
-   * Throws {@linkcode LabelError} for a label that cannot be stored.
+   * Cilium's `NewLabelsFromModel`: parses each string with {@linkcode Label.parse} and skips
+   * strings whose key is empty. A single string is one label. Throws {@linkcode LabelError} for a
+   * label that cannot be stored, and for two labels of one key that differ (`k8s:a=b` and
+   * `k8s:a=c`): Cilium keeps the last one silently, which turns a typo into another identity.
+   * The same label given twice counts once.
    */
   static parse(labels: string | Iterable<string>): Labels {
     const list = typeof labels === "string" ? [labels] : labels;
-    const out: Label[] = [];
+    const byKey = new Map<string, Label>();
     for (const str of list) {
       if (typeof str !== "string") throw new LabelError("Labels.parse expects strings");
       const parts = splitLabel(str);
       if (parts.key === "") continue;
-      out.push(new Label(parts.source, parts.key, parts.value));
+      const label = new Label(parts.source, parts.key, parts.value);
+      const earlier = byKey.get(label.key);
+      if (earlier !== undefined && earlier.toString() !== label.toString()) {
+        throw new LabelError(
+          `labels ${earlier} and ${label} have the same key '${label.key}': a label set holds ` +
+            "one value per key",
+        );
+      }
+      byKey.set(label.key, label);
     }
-    return Labels.from(out);
+    return Labels.from(byKey.values());
   }
 
   /**

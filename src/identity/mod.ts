@@ -19,14 +19,19 @@
  *
  * const labels = Labels.parse(["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]);
  * const { identity, isNew } = await identities.allocate(labels);
- * console.log(identity.id, isNew); // e.g. 40905 true
+ * console.log(identity.id, isNew); // 4773 true
  * console.log(identities.lookup(labels)?.id === identity.id); // true
  * console.log(identities.lookupById(1)?.labels.toString()); // reserved:host
  * console.log(await identities.release(identity)); // true: this node's last use
  * ```
  *
  * @example Follow changes and another cluster's identities
- * ```ts ignore
+ * ```ts
+ * import type { Backend } from "@idalloc/idalloc";
+ * import type { IdentityAllocator } from "@idalloc/idalloc/identity";
+ * declare const identities: IdentityAllocator; // opened as above
+ * declare const remoteBackend: Backend; // the remote cluster's store, read only
+ *
  * const controller = new AbortController();
  * await identities.watchRemote("cluster-2", remoteBackend, {
  *   clusterId: 2,

@@ -12,14 +12,15 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import { Etcd3 } from "etcd3";
+import { Etcd3, type Lease } from "etcd3";
 import type { Backend } from "../../src/allocator/backend.ts";
-import { EtcdBackend, type EtcdBackendOptions } from "../../src/backends/etcd/mod.ts";
+import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
 import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
 import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
 import type {
   BackendFactory,
   NodeBackendOptions,
+  OpenFromSpec,
   StoredReference,
   StoreFixture,
   StoreSpec,
@@ -72,22 +73,15 @@ export async function dump(
   }));
 }
 
-/**
- * Opens an etcd backend for `node` on the store a {@linkcode StoreSpec} names (used by child
- * processes of the multi-process scenarios).
- */
-export function openEtcdBackend(
-  spec: Extract<StoreSpec, { kind: "etcd" }>,
+/** Opens a node's etcd backend on the store a spec names (in a child process). */
+export const openFromSpec: OpenFromSpec = async (
+  spec: StoreSpec,
   node: string,
-  options: Partial<EtcdBackendOptions> = {},
-): Promise<EtcdBackend> {
-  return EtcdBackend.connect({
-    ...options,
-    endpoints: spec.endpoints,
-    prefix: spec.prefix,
-    node,
-  });
-}
+): Promise<{ backend: Backend } & AsyncDisposable> => {
+  const { endpoints, prefix } = spec.store as { endpoints: string[]; prefix: string };
+  const backend = await EtcdBackend.connect({ endpoints, prefix, node });
+  return { backend, [Symbol.asyncDispose]: () => backend.close() };
+};
 
 class EtcdStoreFixture implements StoreFixture {
   readonly kind = "etcd";
@@ -96,6 +90,7 @@ class EtcdStoreFixture implements StoreFixture {
   readonly #layout: EtcdLayout;
   readonly #raw: Etcd3;
   readonly #backends: EtcdBackend[] = [];
+  readonly #planted: Lease[] = [];
 
   constructor(endpoints: readonly string[], prefix: string) {
     this.#endpoints = endpoints;
@@ -116,7 +111,13 @@ class EtcdStoreFixture implements StoreFixture {
   }
 
   spec(): StoreSpec {
-    return { kind: "etcd", endpoints: [...this.#endpoints], prefix: this.#prefix };
+    const hosts = this.#endpoints.map((e) => e.replace(/^https?:\/\//, "")).join(",");
+    return {
+      kind: "etcd",
+      module: import.meta.url,
+      store: { endpoints: [...this.#endpoints], prefix: this.#prefix },
+      cli: ["--store", `etcd://${hosts}`, "--prefix", this.#prefix],
+    };
   }
 
   async masters(): Promise<Map<number, string>> {
@@ -138,6 +139,13 @@ class EtcdStoreFixture implements StoreFixture {
       out.push({ key: parts.key, node: parts.node, id, live: true });
     }
     return out;
+  }
+
+  async plantReference(key: string, node: string, id: number): Promise<void> {
+    // On a lease of its own, like a node's reference (etcd keeps it while the lease lives).
+    const lease = this.#raw.lease(600, { autoKeepAlive: false });
+    await lease.put(this.#layout.refKey(key, node)).value(String(id));
+    this.#planted.push(lease);
   }
 
   async plantCorruptEntries(): Promise<void> {
@@ -174,6 +182,7 @@ class EtcdStoreFixture implements StoreFixture {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await Promise.allSettled(this.#backends.map((b) => b.close()));
+    await Promise.allSettled(this.#planted.map((l) => l.revoke()));
     try {
       await this.#raw.delete().prefix(this.#prefix + "/");
     } finally {

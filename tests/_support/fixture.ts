@@ -1,6 +1,7 @@
 /**
- * The conformance-suite contract: one factory per backend. A third backend gets the whole suite by
- * adding one `BackendFactory` to `tests/_support/factories.ts`.
+ * The conformance-suite contract: one factory per backend. A third backend gets the whole suite —
+ * conformance, identity, CLI and the child-process scenarios — by adding one `BackendFactory` to
+ * `tests/_support/factories.ts`.
  */
 import type { Backend } from "../../src/allocator/backend.ts";
 
@@ -10,10 +11,28 @@ export interface NodeBackendOptions {
   readonly fast?: boolean;
 }
 
-/** What a child process needs to open the same store: plain JSON. */
-export type StoreSpec =
-  | { readonly kind: "deno-kv"; readonly path: string; readonly prefix: string[] }
-  | { readonly kind: "etcd"; readonly endpoints: string[]; readonly prefix: string };
+/**
+ * What a child process needs to open the same store: plain JSON naming the fixture module that
+ * opens it (it exports {@linkcode OpenFromSpec} as `openFromSpec`), so children need no list of
+ * backends.
+ */
+export interface StoreSpec {
+  /** Backend kind, for messages. */
+  readonly kind: string;
+  /** URL of the fixture module whose `openFromSpec` opens this store. */
+  readonly module: string;
+  /** What that module needs (a file path, endpoints, a prefix…). */
+  readonly store: unknown;
+  /** `--store`/`--prefix` arguments that name this store on the CLI's command line. */
+  readonly cli: readonly string[];
+}
+
+/** A fixture module's opener of a {@linkcode StoreSpec}, run in child processes. */
+export type OpenFromSpec = (
+  spec: StoreSpec,
+  node: string,
+  options?: NodeBackendOptions,
+) => Promise<{ backend: Backend } & AsyncDisposable>;
 
 /** A reference as stored, for invariant checks. */
 export interface StoredReference {
@@ -36,6 +55,11 @@ export interface StoreFixture extends AsyncDisposable {
   masters(): Promise<Map<number, string>>;
   /** Every reference in the store. */
   references(): Promise<StoredReference[]>;
+  /**
+   * Writes node `node`'s live reference of `key` naming `id` directly, bypassing every guard (a
+   * split another writer made, for operator tools to find).
+   */
+  plantReference(key: string, node: string, id: number): Promise<void>;
   /** Writes garbage under the namespace (a master with a non-numeric ID, a master with a bad value, a bad reference). */
   plantCorruptEntries(): Promise<void>;
   /**

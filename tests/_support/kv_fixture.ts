@@ -13,6 +13,7 @@
  * ```
  * @module
  */
+import type { Backend } from "../../src/allocator/backend.ts";
 import { DenoKvBackend, type DenoKvBackendOptions } from "../../src/backends/kv/mod.ts";
 import { KvLayout } from "../../src/backends/kv/layout.ts";
 import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
@@ -20,6 +21,7 @@ import { decode } from "../../src/backends/kv/schema.ts";
 import type {
   BackendFactory,
   NodeBackendOptions,
+  OpenFromSpec,
   StoredReference,
   StoreFixture,
   StoreSpec,
@@ -36,6 +38,21 @@ export function kvTimings(
     ? { pollIntervalMs: 20, maxClockSkewMs: 50, resyncIntervalMs: 1_000 }
     : { pollIntervalMs: 100, maxClockSkewMs: 250, resyncIntervalMs: 5_000 };
 }
+
+/** Opens a node's backend on the KV file a spec names (in a child process). */
+export const openFromSpec: OpenFromSpec = async (
+  spec: StoreSpec,
+  node: string,
+  options?: NodeBackendOptions,
+): Promise<{ backend: Backend } & AsyncDisposable> => {
+  const { path, prefix } = spec.store as { path: string; prefix: string[] };
+  const kv = await Deno.openKv(path);
+  const backend = new DenoKvBackend(kv, { prefix, node, ...kvTimings(options) });
+  return {
+    backend,
+    [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
+  };
+};
 
 /** Makes fresh KV-file fixtures. */
 export const kvFactory: BackendFactory = {
@@ -80,7 +97,21 @@ export class KvStoreFixture implements StoreFixture {
   }
 
   spec(): StoreSpec {
-    return { kind: "deno-kv", path: this.path, prefix: [...KV_FIXTURE_PREFIX] };
+    return {
+      kind: "deno-kv",
+      module: import.meta.url,
+      store: { path: this.path, prefix: [...KV_FIXTURE_PREFIX] },
+      cli: [
+        "--store",
+        `kv:${this.path}`,
+        "--prefix",
+        KV_FIXTURE_PREFIX.join("/"),
+        "--poll",
+        "50ms",
+        "--clock-skew",
+        "100ms",
+      ],
+    };
   }
 
   async masters(): Promise<Map<number, string>> {
@@ -118,6 +149,20 @@ export class KvStoreFixture implements StoreFixture {
       id,
       live: isLive({ id, lease }, leases.get(node), now, this.#skew.get(node) ?? 250),
     }));
+  }
+
+  async plantReference(key: string, node: string, id: number): Promise<void> {
+    // A live lease of the node's own (kept if it has one), and a reference under it.
+    const leaseKey = this.layout.lease(node);
+    const current = await this.kv.get(leaseKey);
+    let lease = current.versionstamp === null
+      ? undefined
+      : decode.lease(current as Deno.KvEntry<unknown>);
+    if (lease === undefined || lease.expiresAt < Date.now() + 60_000) {
+      lease = { lease: lease?.lease ?? `planted-${node}`, expiresAt: Date.now() + 600_000 };
+      await this.kv.set(leaseKey, lease);
+    }
+    await this.kv.set(this.layout.ref(key, node), { id, lease: lease.lease });
   }
 
   async plantCorruptEntries(): Promise<void> {

@@ -1,4 +1,4 @@
-// Cilium's pkg/idpool tests (spec §5.3), adapted: selection is hash-hinted, Insert is range-checked.
+// Cilium's pkg/idpool tests (TestAllocateID, TestLeaseID, …), adapted: selection is hash-hinted, Insert is range-checked.
 import assert from "node:assert/strict";
 import { IdPool, keyHash } from "../../src/allocator/id_pool.ts";
 

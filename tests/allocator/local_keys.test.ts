@@ -1,4 +1,4 @@
-// Cilium's TestLocalKeys (spec §5.2), adapted to entries that exist only once verified.
+// Cilium's TestLocalKeys (`pkg/allocator`), adapted to entries that exist only once verified.
 import assert from "node:assert/strict";
 import { LocalKeys } from "../../src/allocator/local_keys.ts";
 

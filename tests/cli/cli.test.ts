@@ -17,8 +17,11 @@ const COMMANDS = [
   ["watch"],
   ["gc"],
   ["status"],
+  ["refs"],
+  ["completion"],
   ["identity"],
   ["identity", "allocate"],
+  ["identity", "get"],
   ["identity", "list"],
 ];
 
@@ -31,8 +34,14 @@ Deno.test("--help works on every command and documents the exit codes", async ()
     const { code, stdout } = await cli([...command, "--help"]);
     assert.equal(code, 0, command.join(" "));
     assert.match(stdout, new RegExp(`Usage: idalloc ${command.join(" ")}`));
-    assert.match(stdout, /--store <spec>/, "global options are shown on every command");
+    // The command's own options first; the global ones named once at the end, not explained.
+    const own = stdout.indexOf("Options:");
+    const global = stdout.indexOf("Global options (see idalloc --help): --store --prefix");
+    assert.ok(own >= 0 && global > own, `${command.join(" ")}:\n${stdout}`);
+    assert.doesNotMatch(stdout, /--store <spec>/, "global options are not repeated in full");
+    assert.ok(stdout.split("\n").length < 30, `${command.join(" ")} help is short`);
   }
+  assert.match(top.stdout, /--store <spec>/, "the top-level help explains the global options");
 });
 
 Deno.test("allocate, get, get-id and list agree, for people and for scripts", async () => {
@@ -90,17 +99,36 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
   const cases: Array<[string[], number, RegExp]> = [
     [[...store.args, "get", "app=nope;"], 3, /key app=nope; has no ID/],
     [[...store.args, "get-id", "99999"], 3, /ID 99999 is not allocated/],
-    [[...store.args, "get-id", "abc"], 1, /ID must be a positive whole number/],
-    [[...store.args, "get-id", "0"], 1, /ID must be a positive whole number/],
+    [[...store.args, "get-id", "abc"], 1, /an ID is a positive whole number, got 'abc'/],
+    [[...store.args, "get-id", "0"], 1, /an ID is a positive whole number, got 0/],
+    [
+      [...store.args, "get-id", "99999999999999999999"],
+      1,
+      /^idalloc: ID 99999999999999999999 is too large: IDs go up to 9007199254740991$/m,
+    ],
+    [[...store.args, "--min", "-5", "list"], 1, /--min must be at least 1, got -5$/m],
+    [[...store.args, "--min", "1.5", "list"], 1, /--min must be a whole number, got '1.5'/],
+    [
+      [...store.args, "--prefix", "[]", "list"],
+      1,
+      /--prefix must be a non-empty JSON array of non-empty strings and numbers, got \[\]/,
+    ],
+    [[...store.args, "allocate", "bad\uFFFD"], 1, /argument 8 .* is not valid UTF-8/],
+    [[...store.args, "identity", "allocate", "k8s:a=b", "k8s:a=c"], 1, /same key 'a'/],
+    [[...store.args, "completion", "tcsh"], 1, /no completion for shell 'tcsh'/],
     [[...store.args, "allocate", ""], 1, /key must be a non-empty string/],
     [
-      [...store.args, "--prefix", "other", "list"],
+      [...store.args, "--prefix", "other", "gc"],
       1,
       /nothing is stored under prefix other.*idalloc/,
     ],
     [[...store.args, "--prefix", "other", "get", "app=web;"], 1, /wrong --prefix\?/],
     [[...store.args, "--prefix", "a//b", "list"], 1, /empty part/],
-    [["--store", `kv:${store.dir}/missing.kv`, "list"], 1, /no Deno KV store at/],
+    [
+      ["--store", `kv:${store.dir}/missing.kv`, "get", "k"],
+      1,
+      /there is no Deno KV file at .*missing\.kv yet: nothing was allocated there/,
+    ],
     [["--store", "redis://x", "list"], 1, /--store must be kv:<file>/],
     [[...store.args, "--timeout", "5x", "list"], 1, /--timeout must be a duration/],
     [[...store.args, "--min", "100", "--max", "10", "list"], 1, /--max must be greater than --min/],
@@ -108,7 +136,7 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
     [
       ["--store", `kv:${store.path}`, "--lease-ttl", "2s", "list"],
       1,
-      /--lease-ttl must be at least twice --clock-skew/,
+      /--lease-ttl \(2s\) must be at least twice --clock-skew \(5s\) on Deno KV/,
     ],
     [["bogus"], 1, /unknown command 'bogus'/],
     [["list", "--bogus"], 1, /unknown option '--bogus'/],
@@ -116,11 +144,15 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
     [[...store.args, "identity", "allocate", "k8s:a;b"], 1, /;/],
     [[...store.args, "identity", "allocate", "k8s:a", "--cluster-id", "x"], 1, /--cluster-id must/],
     [
-      ["--store", `etcd://127.0.0.1:${freePort()}`, "--connect-timeout", "300ms", "get", "k"],
+      ["--store", `etcd://127.0.0.1:${freePort()}`, "get", "k"],
       2,
-      /store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 300 ms/,
+      /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ refused the connection$/m,
     ],
-    [["--store", "kv:/proc/no/such/dir/ids.kv", "allocate", "k"], 2, /cannot open Deno KV/],
+    [
+      ["--store", "kv:/proc/no/such/dir/ids.kv", "allocate", "k"],
+      1,
+      /--store kv:\/proc\/no\/such\/dir\/ids\.kv: directory \/proc\/no\/such\/dir does not exist/,
+    ],
   ];
   for (const [args, code, message] of cases) {
     const result = await cli(args);
@@ -275,7 +307,8 @@ Deno.test("status reports reachability, IDs and node leases", async () => {
   assert.equal(status.reachable, true);
   assert.equal(status.ids, 1);
   assert.equal(status.minId, web.id);
-  assert.equal(status.usage, null);
+  assert.deepEqual(status.usage, { inUse: 1, unused: 0 });
+  assert.deepEqual(status.references, { total: 1, live: 1 });
   assert.deepEqual(status.nodes.map((n: { node: string; live: boolean }) => [n.node, n.live]), [
     [web.node, true],
   ]);
@@ -283,8 +316,9 @@ Deno.test("status reports reachability, IDs and node leases", async () => {
   assert.match(human.stdout, /^store +deno-kv /m);
   assert.match(human.stdout, new RegExp(`${web.node}: live`));
   const wrong = await cli([...store.args, "--prefix", "nope", "status"]);
-  assert.equal(wrong.code, 1);
-  assert.match(wrong.stderr, /nothing is stored under prefix nope/);
+  assert.equal(wrong.code, 0, "an empty prefix is a status, not an error");
+  assert.match(wrong.stderr, /note: nothing is stored under prefix nope .*idalloc/);
+  assert.match(wrong.stdout, /^IDs +none$/m);
 });
 
 Deno.test("identity allocate and list: global, reserved and node-local identities", async () => {
@@ -361,4 +395,127 @@ Deno.test("gc --every runs one pass per interval until interrupted", async () =>
   // The namespace still exists (its change counter stays), so an empty list is not an error.
   const list = await cli([...store.args, "list", "--json"]);
   assert.deepEqual([list.code, list.stdout], [0, "[]\n"]);
+});
+
+Deno.test("--json: errors are one JSON line on stderr, with the exit code", async () => {
+  await using store = await TempStore.create();
+  await cli([...store.args, "allocate", "app=web;"]);
+  const cases: Array<[string[], number, string, RegExp]> = [
+    [[...store.args, "get-id", "99999"], 3, "NotFound", /ID 99999 is not allocated/],
+    [[...store.args, "get", "app=none;"], 3, "NotFound", /key app=none; has no ID/],
+    [[...store.args, "--min", "-5", "list"], 1, "InvalidOptionsError", /--min must be at least 1/],
+    [[...store.args, "list", "--bogus"], 1, "UsageError", /unknown option '--bogus'/],
+    [[...store.args, "--prefix", "nope", "gc"], 1, "InvalidOptionsError", /nothing is stored/],
+  ];
+  for (const [args, code, name, message] of cases) {
+    const result = await cli([...args, "--json"]);
+    assert.equal(result.code, code, `${args.join(" ")}: ${result.stderr}`);
+    assert.equal(result.stdout, "");
+    const lines = result.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, result.stderr);
+    const { error } = JSON.parse(lines[0]);
+    assert.equal(error.code, code);
+    assert.equal(error.name, name);
+    assert.match(error.message, message);
+  }
+});
+
+/** Runs the bash completion function for `line` (the word being completed is the last one). */
+async function complete(script: string, line: string): Promise<string[]> {
+  const words = line.split(" ");
+  const program = `${script}
+COMP_WORDS=(${words.map((w) => `'${w}'`).join(" ")})
+COMP_CWORD=${words.length - 1}
+_idalloc
+printf '%s\\n' "\${COMPREPLY[@]}"`;
+  const out = await new Deno.Command("bash", {
+    args: ["--norc", "--noprofile", "-c", program],
+    cwd: "/",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout).split("\n").filter((l) => l !== "");
+}
+
+Deno.test("completion: bash completes commands, subcommands, options and values", async () => {
+  const bash = await cli(["completion", "bash"]);
+  assert.equal(bash.code, 0, bash.stderr);
+  const script = bash.stdout;
+  assert.deepEqual(await complete(script, "idalloc al"), ["allocate"]);
+  assert.deepEqual(await complete(script, "idalloc identity g"), ["get"]);
+  assert.deepEqual(await complete(script, "idalloc --store kv:x.kv identity l"), ["list"]);
+  assert.deepEqual(await complete(script, "idalloc gc --ev"), ["--every"]);
+  assert.deepEqual(await complete(script, "idalloc refs --by"), ["--by-node"]);
+  assert.ok((await complete(script, "idalloc list --st")).includes("--store"), "global options");
+  assert.deepEqual(await complete(script, "idalloc completion "), ["bash", "zsh", "fish"]);
+  assert.deepEqual(await complete(script, "idalloc --store "), [], "no guesses for a value");
+  assert.ok((await complete(script, "idalloc --ca /e")).includes("/etc"), "files after --ca");
+
+  const zsh = await cli(["completion", "zsh"]);
+  assert.match(zsh.stdout, /^#compdef idalloc\n/);
+  assert.match(zsh.stdout, /bashcompinit/);
+  assert.match(zsh.stdout, /complete -F _idalloc idalloc/);
+  const fish = await cli(["completion", "fish"]);
+  assert.match(fish.stdout, /complete -c idalloc -n '__fish_use_subcommand' -a allocate -d /);
+  assert.match(fish.stdout, /complete -c idalloc -n '__fish_seen_subcommand_from identity' -a get/);
+  assert.match(fish.stdout, /complete -c idalloc -l ca -rF /);
+  assert.match(fish.stdout, /complete -c idalloc -n '__fish_seen_subcommand_from gc' -l every -r/);
+});
+
+Deno.test("the README lists every option of every command", async () => {
+  const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+  const section = readme.slice(readme.indexOf("## Command line"), readme.indexOf("## Examples"));
+  // The completion script is generated from the parser: every flag it knows, per command.
+  const script = (await cli(["completion", "bash"])).stdout;
+  const flags = new Set(script.match(/--[a-z][a-z-]*/g));
+  for (const flag of flags) assert.ok(section.includes(flag), `README misses ${flag}`);
+  assert.ok(flags.size > 25, `${flags.size} flags`);
+});
+
+Deno.test("counts are said in words: 1 ID, 2 IDs", async () => {
+  await using store = await TempStore.create();
+  await cli([...store.args, "allocate", "only;"]);
+  const one = await cli([...store.args, "list"]);
+  assert.match(one.stderr, /^1 ID under prefix idalloc/m);
+  const refs = await cli([...store.args, "refs"]);
+  assert.match(refs.stderr, /^1 reference \(1 live, 0 dead\) to 1 key from 1 node/m);
+});
+
+Deno.test("etcd that never answers: the message says so in plain words", async () => {
+  // A loopback port that accepts connections and never speaks: no refusal, no answer. The CLI runs
+  // as a process (grpc-js keeps its handshake timers for such a peer a while after close()).
+  using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) held.push(conn);
+  })().catch(() => {});
+  try {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "src/cli/main.ts",
+        "--store",
+        `etcd://127.0.0.1:${listener.addr.port}`,
+        "--connect-timeout",
+        "1s",
+        "get",
+        "k",
+      ],
+      cwd: new URL("../../", import.meta.url).pathname,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 2, stderr);
+    assert.match(
+      stderr,
+      /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s \(no answer\)\n$/,
+    );
+  } finally {
+    for (const conn of held) conn.close();
+    listener.close();
+    await accepting;
+  }
 });

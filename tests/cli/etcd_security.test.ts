@@ -79,5 +79,7 @@ Deno.test({
     assert.equal(wrong.code, 1, wrong.stderr);
     assert.ok(isOneLineError(wrong.stderr), wrong.stderr);
     assert.match(wrong.stderr, /authentication failed/);
+    assert.match(wrong.stderr, /check --user and --password/, "says what to fix");
+    assert.doesNotMatch(wrong.stderr, /\((connect|gc list|get)\)/, "names no internal step");
   },
 });

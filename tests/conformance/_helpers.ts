@@ -22,7 +22,7 @@ export async function openNode(
 }
 
 /**
- * Invariants 1 and 2 of protocol-notes.md, read directly from the store: every live reference of a
+ * The store's invariants, read directly from the store: every live reference of a
  * key carries the same ID, that ID's master maps to that key, and no two masters share a key that
  * has live references.
  */

@@ -1,6 +1,7 @@
 // Random interleavings of allocate, release, GC passes, periodic sync, lease expiry and node
-// death across several nodes (protocol-notes.md "property test"). After every step the store is
-// read directly and invariants 1–3 are checked, plus: every key a live node holds has its master.
+// death across several nodes. After every step the store is
+// read directly and the store invariants are checked (`assertStoreInvariants`), plus: every key a
+// live node holds has its master.
 import assert from "node:assert/strict";
 import type { Allocator } from "../../mod.ts";
 import { testEachBackend } from "../_support/factories.ts";

@@ -143,6 +143,9 @@ Deno.test("deploy: bad input gets a 4xx JSON error", () =>
       [isolate.fetch("/v1/identities/0"), 400, "invalid_id"],
       [isolate.fetch("/v1/identities/99999"), 404, "not_found"],
       [isolate.fetch("/v1/identities", { method: "PUT" }), 405, "method_not_allowed"],
+      [isolate.fetch("/v1/status", { method: "POST" }), 405, "method_not_allowed"],
+      [isolate.fetch("/v1/status", { method: "DELETE" }), 405, "method_not_allowed"],
+      [post(JSON.stringify({ labels: ["k8s:a=b", "k8s:a=c"] })), 400, "invalid_labels"],
       [isolate.fetch("/v1/nope"), 404, "not_found"],
     ];
     for (const [pending, status, code] of cases) {
@@ -152,7 +155,10 @@ Deno.test("deploy: bad input gets a 4xx JSON error", () =>
       const body = await res.json();
       assert.equal(body.error.code, code);
       assert.equal(typeof body.error.message, "string");
+      if (status === 405) assert.ok(res.headers.get("allow"), "405 names the allowed methods");
     }
+    const badId = await (await isolate.fetch("/v1/identities/abc")).json();
+    assert.equal(badId.error.message, 'an identity ID is a positive whole number, got "abc"');
   }));
 
 /** Reads server-sent events until `until` returns true for one. */
@@ -203,6 +209,16 @@ Deno.test("deploy: ?watch streams identities as Server-Sent Events", () =>
       await readEvents(reader, events, (e) =>
         e.event === "added" && (e.data as { id: number }).id === db, buffer);
       assert.deepEqual(events.at(-1), { event: "added", data: { id: db, labels: ["k8s:app=db"] } });
+      // Another isolate's identity reaches this stream only through the store's watch, after the
+      // echo of db's master: once it is here, db would have been announced a second time.
+      await using other = await Isolate.open(`${dir}/ids.kv`, "isolate-b");
+      const api = (await other.post({ labels: ["k8s:app=api"] })).body.id as number;
+      await readEvents(reader, events, (e) =>
+        e.event === "added" && (e.data as { id: number }).id === api, buffer);
+      const dbAdds = events.filter((e) =>
+        e.event === "added" && (e.data as { id: number }).id === db
+      );
+      assert.equal(dbAdds.length, 1, "every new identity is announced once");
     } finally {
       await reader.cancel();
     }

@@ -1,5 +1,5 @@
 /**
- * Cilium's identity-cache catalogue (spec §5.6) on every backend, through the conformance
+ * Cilium's identity-cache tests (`pkg/identity/cache`) on every backend, through the conformance
  * factories: real Deno KV files and a real etcd.
  */
 import assert from "node:assert/strict";

@@ -118,12 +118,22 @@ Deno.test("what cannot round-trip is a LabelError", () => {
   }
 });
 
-Deno.test("Labels keeps the last label of a key and skips empty keys (NewLabelsFromModel)", () => {
-  const labels = Labels.parse(["k8s:app=a", "container:app=b", "", "k8s:=x"]);
-  assert.equal(labels.size, 1);
-  assert.equal(labels.get("app")?.toString(), "container:app=b");
+Deno.test("Labels.parse skips empty keys and refuses two values of one key", () => {
+  const labels = Labels.parse(["k8s:app=a", "k8s:app=a", "", "k8s:=x"]);
+  assert.equal(labels.size, 1, "the same label twice counts once");
+  assert.equal(labels.get("app")?.toString(), "k8s:app=a");
   assert.equal(Labels.fromKvstoreString("").size, 0);
   assert.equal(Labels.parse("k8s:single=1").size, 1);
+  // Cilium's NewLabelsFromModel keeps the last silently: a typo would become another identity.
+  for (const conflicting of [["k8s:a=b", "k8s:a=c"], ["k8s:app=a", "container:app=a"]]) {
+    assert.throws(
+      () => Labels.parse(conflicting),
+      (err: unknown) => err instanceof LabelError && /same key/.test(err.message),
+    );
+  }
+  // Label objects keep Cilium's map semantics: the last one of a key wins.
+  const merged = Labels.from([...Labels.parse("k8s:app=a"), ...Labels.parse("container:app=b")]);
+  assert.equal(merged.get("app")?.toString(), "container:app=b");
 });
 
 Deno.test("compareUtf8 matches UTF-8 byte order", () => {

@@ -2,7 +2,9 @@
  * {@linkcode EtcdBackend}: configuration plus the connection to etcd; sessions do the work.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import { EtcdBackend } from "./backend.ts";
+ *
  * await using backend = await EtcdBackend.connect({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
  * backend.checkKey("k8s:app=web;");
  * console.log(backend.requestStats());
@@ -10,12 +12,19 @@
  *
  * @module
  */
-import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type {
+  Backend,
+  BackendAdmin,
+  BackendSession,
+  SessionOptions,
+} from "../../allocator/backend.ts";
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
+import { EtcdAdmin } from "./admin.ts";
 import { EtcdClient } from "./client.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { keyProblem } from "./key_check.ts";
+import { connectionFailureOf, summarize } from "./failure.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
 import { EtcdLayout } from "./paths.ts";
 import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
@@ -23,6 +32,13 @@ import { EtcdSession } from "./session.ts";
 
 function never(): AbortSignal {
   return new AbortController().signal;
+}
+
+/** How long `connect` retries members that refuse the connection before it gives up, in ms. */
+const REFUSED_GRACE_MS = 1_000;
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
 }
 
 /** Request counters of an {@linkcode EtcdBackend}. */
@@ -78,17 +94,21 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
         connectOptions.signal,
         (o) => client.raw.maintenance.status(o),
         settings.dialTimeoutMs,
+        // A refused connection is an answer: nothing listens there. Waiting the whole dial
+        // timeout only helps a member that is just starting, which a short grace covers.
+        (err, elapsedMs) => elapsedMs >= REFUSED_GRACE_MS && connectionFailureOf(err) === "refused",
       );
     } catch (err) {
       await client.close();
       if (connectOptions.signal?.aborted) throw err;
       if (err instanceof StoreUnavailableError) {
-        throw new StoreUnavailableError(
-          `etcd at ${
-            settings.endpoints.join(", ")
-          } did not answer within ${settings.dialTimeoutMs} ms`,
-          { cause: err },
-        );
+        const where = `etcd at ${settings.endpoints.join(", ")}`;
+        const cause = err.cause ?? err;
+        const message = connectionFailureOf(cause) === "refused"
+          ? `${where} refused the connection`
+          : `${where} did not answer within ${formatMs(settings.dialTimeoutMs)} ` +
+            `(${summarize(cause)})`;
+        throw new StoreUnavailableError(message, { cause: err });
       }
       throw err;
     }
@@ -162,6 +182,14 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
   ): Promise<boolean> {
     this.#client.assertOpen();
     return await removeDamage(this.#client, this.#layout, finding, options?.signal ?? never());
+  }
+
+  /**
+   * The operator's view of this prefix: references (live while stored: etcd expires them with
+   * their leases), the nodes' leases found through them, and deleting one node's reference.
+   */
+  admin(): BackendAdmin {
+    return new EtcdAdmin(this.#client, this.#layout);
   }
 
   /** Closes open sessions and the connection. Idempotent. */

@@ -4,7 +4,13 @@
  * turns client errors into idalloc's error classes.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import { bytes, EtcdClient } from "./client.ts";
+ * import { resolveEtcdOptions } from "./options.ts";
+ * import { RateLimiter } from "./rate_limiter.ts";
+ *
+ * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
+ * const signal = AbortSignal.timeout(5_000);
  * const client = new EtcdClient(settings, new RateLimiter(settings.qps));
  * const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
  * await client.close();
@@ -33,6 +39,7 @@ import {
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { abortable, sleep } from "../../abort.ts";
 import { StoreAccessDeniedError } from "./errors.ts";
+import { summarize } from "./failure.ts";
 import type { EtcdSettings } from "./options.ts";
 import type { RateLimiter } from "./rate_limiter.ts";
 
@@ -382,7 +389,8 @@ export class EtcdClient {
    * (other) members with a short backoff until `timeoutMs` (default: the request timeout) runs out,
    * then {@linkcode StoreUnavailableError}. A missing lease surfaces as {@linkcode LeaseNotFound},
    * refused credentials or permissions as {@linkcode StoreAccessDeniedError}, a response over the
-   * receive limit as {@linkcode ResponseTooLarge} (none of them retried).
+   * receive limit as {@linkcode ResponseTooLarge} (none of them retried). `stopRetrying` may end
+   * the retries before the deadline (a connection refused while connecting).
    * An aborted `signal` rejects at once with its reason.
    */
   async call<T>(
@@ -390,10 +398,12 @@ export class EtcdClient {
     signal: AbortSignal | undefined,
     fn: (options: GrpcCallOptions) => Promise<T>,
     timeoutMs: number = this.#requestTimeoutMs,
+    stopRetrying?: (err: unknown, elapsedMs: number) => boolean,
   ): Promise<T> {
     this.assertOpen();
     signal?.throwIfAborted();
-    const deadline = Date.now() + timeoutMs;
+    const began = Date.now();
+    const deadline = began + timeoutMs;
     let pause = RETRY_MIN_MS;
     // The failure worth reporting: a member we skipped says less than the one that failed.
     let reported: unknown;
@@ -415,7 +425,8 @@ export class EtcdClient {
         if (tooLarge(err)) throw new ResponseTooLarge(err);
         if (accessDenied(err)) {
           this.#lastError = `${what}: ${describe(err)}`;
-          throw new StoreAccessDeniedError(`etcd denied access (${what}): ${describe(err)}`, {
+          // The step (`what`) stays in `lastError`; the message names what etcd refused.
+          throw new StoreAccessDeniedError(`etcd refused access: ${summarize(err)}`, {
             cause: err,
           });
         }
@@ -425,8 +436,8 @@ export class EtcdClient {
           throw new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
         }
         this.#healthy = false;
-        if (Date.now() + pause >= deadline) {
-          throw new StoreUnavailableError(`etcd ${what} failed: ${describe(reported)}`, {
+        if (Date.now() + pause >= deadline || stopRetrying?.(err, Date.now() - began)) {
+          throw new StoreUnavailableError(`etcd ${what} failed: ${summarize(reported)}`, {
             cause: reported,
           });
         }

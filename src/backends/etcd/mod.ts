@@ -12,7 +12,7 @@
  * its references at once.
  *
  * @example Allocate an ID on etcd
- * ```ts ignore
+ * ```ts
  * import { Allocator } from "@idalloc/idalloc";
  * import { EtcdBackend } from "@idalloc/idalloc/etcd";
  *

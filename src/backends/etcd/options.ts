@@ -11,7 +11,7 @@
  * @module
  */
 import { z } from "zod";
-import { InvalidOptionsError } from "../../errors.ts";
+import { parseOptions } from "../../validate.ts";
 
 /** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */
 export const CILIUM_IDENTITIES_PREFIX = "cilium/state/identities/v1";
@@ -137,17 +137,5 @@ const schema = z.object({
 
 /** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
 export function resolveEtcdOptions(options: EtcdBackendOptions): EtcdSettings {
-  if (options === null || typeof options !== "object") {
-    throw new InvalidOptionsError("etcd backend options must be an object");
-  }
-  const parsed = schema.safeParse(options);
-  if (!parsed.success) {
-    const detail = parsed.error.issues
-      .map((issue) => `'${issue.path.join(".") || "options"}' ${issue.message}`)
-      .join("; ");
-    throw new InvalidOptionsError(`invalid etcd backend options: ${detail}`, {
-      cause: parsed.error,
-    });
-  }
-  return parsed.data;
+  return parseOptions(schema, options, "etcd backend options");
 }

@@ -12,7 +12,14 @@
  * and the read goes on after it.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import type { EtcdClient } from "./client.ts";
+ * import { rangePages } from "./paging.ts";
+ * import { EtcdLayout } from "./paths.ts";
+ * import { prefixRange } from "./txn.ts";
+ * declare const client: EtcdClient, signal: AbortSignal;
+ * const { masterRange } = new EtcdLayout("cilium/state/identities/v1");
+ *
  * for await (const page of rangePages(client, "list masters", prefixRange(masterRange), signal)) {
  *   console.log(page.revision, page.kvs.length);
  * }

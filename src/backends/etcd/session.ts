@@ -215,7 +215,7 @@ export class EtcdSession implements BackendSession {
 
   /** See {@linkcode BackendSession.gcDelete}. */
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
-    this.#assertOpen();
+    this.#assertWritable("gcDelete");
     return await gcDelete(this.#core, candidate, this.#signal(signal));
   }
 

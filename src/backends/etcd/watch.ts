@@ -4,7 +4,11 @@
  * the last revision seen; a compacted one re-lists and reports what vanished as deletes.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import type { SessionCore } from "./core.ts";
+ * import { watchMasters } from "./watch.ts";
+ * declare const core: SessionCore, signal: AbortSignal;
+ *
  * for await (const ev of watchMasters(core, signal)) {
  *   if (ev.type === "synced") console.log("initial list complete");
  * }

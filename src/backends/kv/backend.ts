@@ -4,9 +4,15 @@
  *
  * @module
  */
-import type { Backend, BackendSession, SessionOptions } from "../../allocator/backend.ts";
+import type {
+  Backend,
+  BackendAdmin,
+  BackendSession,
+  SessionOptions,
+} from "../../allocator/backend.ts";
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError } from "../../errors.ts";
+import { KvAdmin } from "./admin.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { type KvContext, type KvStats, newStats } from "./io.ts";
 import { KvLayout } from "./layout.ts";
@@ -23,7 +29,7 @@ import { DenoKvSession } from "./session.ts";
  * shared by several processes, `:memory:`, and Deno Deploy.
  *
  * @example One backend per node, the Kv owned by the caller
- * ```ts ignore
+ * ```ts
  * import { Allocator } from "@idalloc/idalloc";
  * import { DenoKvBackend } from "@idalloc/idalloc/kv";
  *
@@ -63,6 +69,9 @@ export class DenoKvBackend implements Backend, StoreDoctor {
     if (typeof key !== "string" || key.length === 0) {
       throw new InvalidKeyError("key must be a non-empty string");
     }
+    // Deno KV stores key parts as UTF-8: a lone surrogate would be replaced, and two different
+    // keys would share one stored key.
+    if (!key.isWellFormed()) throw new InvalidKeyError("key must be well-formed Unicode");
     const keyBytes = this.#ctx.layout.largestKeyBytes(key, this.node);
     if (keyBytes > MAX_KEY_BYTES) {
       throw new InvalidKeyError(
@@ -110,5 +119,13 @@ export class DenoKvBackend implements Backend, StoreDoctor {
   ): Promise<boolean> {
     const signal = options?.signal ?? new AbortController().signal;
     return await removeDamage(this.#ctx, this.#doctorStats, finding, signal);
+  }
+
+  /**
+   * The operator's view of this prefix: namespaces in the `Deno.Kv`, lease records, references
+   * with their liveness (judged like the sessions judge it), and deleting one node's reference.
+   */
+  admin(): BackendAdmin {
+    return new KvAdmin(this.#ctx);
   }
 }

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { InvalidOptionsError } from "../../errors.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";
 import { prefixFits } from "./layout.ts";
+import { parseOptions } from "../../validate.ts";
 
 /** Options of {@linkcode DenoKvBackend}. */
 export interface DenoKvBackendOptions {
@@ -67,7 +68,7 @@ const optionsSchema = z.object({
   groupCommit: z.boolean().default(true),
   now: z.custom<() => number>((v) => typeof v === "function", "must be a function")
     .default(() => Date.now),
-}).refine((o) => prefixFits(o.prefix, o.node), {
+}).strict().refine((o) => prefixFits(o.prefix, o.node), {
   message: `prefix and node leave no room for keys under the ${MAX_KEY_BYTES}-byte key limit`,
   path: ["prefix"],
 }).refine((o) => o.logRetentionMs >= 2 * (o.pollIntervalMs + o.maxClockSkewMs), {
@@ -81,14 +82,7 @@ export function resolveKvOptions(kv: unknown, options: unknown): KvSettings {
     typeof kv !== "object" || kv === null ||
     typeof (kv as Partial<Deno.Kv>).atomic !== "function"
   ) {
-    throw new InvalidOptionsError("Cannot create DenoKvBackend as 'kv' must be a Deno.Kv");
+    throw new InvalidOptionsError("invalid Deno KV backend: 'kv' must be a Deno.Kv");
   }
-  const result = optionsSchema.safeParse(options);
-  if (!result.success) {
-    throw new InvalidOptionsError(
-      `Cannot create DenoKvBackend: ${z.prettifyError(result.error)}`,
-      { cause: result.error },
-    );
-  }
-  return result.data;
+  return parseOptions(optionsSchema, options, "Deno KV backend options");
 }

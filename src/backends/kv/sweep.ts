@@ -24,9 +24,15 @@
  * not expired, so references of an expired record are dead with or without it.
  *
  * @example
- * ```ts ignore
+ * ```ts
+ * import type { KvContext, KvStats } from "./io.ts";
+ * import type { LeaseRecord, Reference } from "./liveness.ts";
+ * import { sweepLeases, sweepRefs } from "./sweep.ts";
+ * declare const ctx: KvContext, stats: KvStats, signal: AbortSignal;
+ * declare const deadRefsOfInUseKeys: Reference[], leases: Map<string, LeaseRecord>;
+ *
  * const left = await sweepRefs(ctx, stats, deadRefsOfInUseKeys, leases, signal);
- * await sweepLeases(ctx, stats, nodesWithRefsLeft, signal);
+ * await sweepLeases(ctx, stats, new Set(left.map((r) => r.node)), signal);
  * ```
  *
  * @module

@@ -27,6 +27,7 @@ import {
   noteNewNamespace,
   notFound,
   printable,
+  reportNotFound,
   requireNamespace,
 } from "./common.ts";
 
@@ -95,10 +96,9 @@ export async function releaseCommand(ctx: RunContext, key: string): Promise<numb
   const session = await store.reader(ctx.signal);
   const id = await session.get(key, ctx.signal);
   if (id === undefined) return await notFound(ctx, store, `key ${printable(key)} has no ID`);
-  const existed = await store.deleteReference(key, node, ctx.signal);
-  if (existed === false) {
-    output.warn(`node ${node} holds no reference to ${printable(key)} (ID ${id})`);
-    return ExitCode.NotFound;
+  const existed = await store.admin.deleteReference(key, node, ctx.signal);
+  if (!existed) {
+    return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)} (ID ${id})`);
   }
   if (ctx.options.json) output.out.line(JSON.stringify({ key, id, node, released: true }));
   else {

@@ -8,22 +8,39 @@ import type { AllocatorOptions } from "../../allocator/types.ts";
 import type { BackendEvent, BackendSession } from "../../allocator/backend.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { RunContext } from "../context.ts";
-import { ExitCode } from "../exit.ts";
+import { errorLine, ExitCode } from "../exit.ts";
 import type { Progress } from "../io.ts";
 import type { Store } from "../store.ts";
 
 /** Throws an {@linkcode InvalidOptionsError} naming other prefixes when nothing is stored here. */
 export async function requireNamespace(ctx: RunContext, store: Store): Promise<void> {
-  if (await store.namespaceExists(ctx.signal)) return;
-  throw new InvalidOptionsError(await missingNamespaceMessage(ctx, store));
+  if (await namespaceExists(ctx, store)) return;
+  throw new InvalidOptionsError(await emptyNamespaceMessage(ctx, store));
 }
 
-async function missingNamespaceMessage(ctx: RunContext, store: Store): Promise<string> {
-  const others = await store.otherNamespaces(ctx.signal);
-  const hint = others.length > 0
-    ? `; prefixes in this store: ${others.slice(0, 8).join(", ")}`
-    : "";
+/** Whether anything is stored under the prefix (never asks a store known to be empty). */
+export async function namespaceExists(ctx: RunContext, store: Store): Promise<boolean> {
+  return store.emptyBecause === undefined && await store.admin.namespaceExists(ctx.signal);
+}
+
+/** Why nothing is found under the prefix, with the prefixes the store does hold. */
+export async function emptyNamespaceMessage(ctx: RunContext, store: Store): Promise<string> {
+  if (store.emptyBecause !== undefined) {
+    return `${store.emptyBecause}: nothing was allocated there, or --store is wrong`;
+  }
+  const others = await store.admin.otherNamespaces(ctx.signal);
+  const hint = others.length > 0 ? `; prefixes in this store: ${others.join(", ")}` : "";
   return `nothing is stored under prefix ${store.prefix} in ${store.where} (wrong --prefix?${hint})`;
+}
+
+/**
+ * For listings: notes on stderr that nothing is stored under the prefix (an empty list is an
+ * answer, not an error: a new cluster has nothing yet). Returns whether anything is stored.
+ */
+export async function noteIfEmpty(ctx: RunContext, store: Store): Promise<boolean> {
+  if (await namespaceExists(ctx, store)) return true;
+  ctx.output.warn(`note: ${await emptyNamespaceMessage(ctx, store)}`);
+  return false;
 }
 
 /**
@@ -31,23 +48,29 @@ async function missingNamespaceMessage(ctx: RunContext, store: Store): Promise<s
  * likely a wrong `--prefix`), else {@linkcode ExitCode.NotFound}.
  */
 export async function notFound(ctx: RunContext, store: Store, what: string): Promise<number> {
-  if (!(await store.namespaceExists(ctx.signal))) {
-    throw new InvalidOptionsError(await missingNamespaceMessage(ctx, store));
-  }
-  ctx.output.warn(what);
+  await requireNamespace(ctx, store);
+  return reportNotFound(ctx, what);
+}
+
+/** Says on stderr that `what` is not there (JSON with `--json`); returns the exit code. */
+export function reportNotFound(ctx: RunContext, what: string): number {
+  ctx.output.err.line(errorLine(ctx.options.json, ExitCode.NotFound, "NotFound", what));
   return ExitCode.NotFound;
 }
 
 /** Warns when an allocation is about to start a new prefix in a store that has others. */
 export async function noteNewNamespace(ctx: RunContext, store: Store): Promise<void> {
-  if (await store.namespaceExists(ctx.signal)) return;
-  const others = await store.otherNamespaces(ctx.signal);
+  if (await namespaceExists(ctx, store)) return;
+  const others = await store.admin.otherNamespaces(ctx.signal);
   if (others.length === 0) return;
   ctx.output.warn(
-    `note: prefix ${store.prefix} is new in ${store.where} (it also has: ${
-      others.slice(0, 8).join(", ")
-    })`,
+    `note: prefix ${store.prefix} is new in ${store.where} (it also has: ${others.join(", ")})`,
   );
+}
+
+/** `1 ID`, `2 IDs`: a count with its noun. */
+export function plural(count: number, singular: string, pluralForm = `${singular}s`): string {
+  return `${count} ${count === 1 ? singular : pluralForm}`;
 }
 
 // deno-lint-ignore no-control-regex
@@ -79,23 +102,12 @@ export async function listMasters(
   noun = "IDs",
 ): Promise<Array<[number, string]>> {
   const rows: Array<[number, string]> = [];
-  const stop = new AbortController();
-  const signal = AbortSignal.any([ctx.signal, stop.signal]);
-  try {
-    for await (const event of session.watch(signal) as AsyncIterable<BackendEvent>) {
-      if (event.type === "synced") {
-        // Abort before leaving the loop: the Deno KV feed's cleanup waits for its wake-up source,
-        // which only an abort (or the next poll) releases.
-        stop.abort();
-        break;
-      }
-      if (event.type === "upsert") {
-        rows.push([event.id, event.key]);
-        if ((rows.length & 1023) === 0) progress.update(`listing… ${rows.length} ${noun}`);
-      }
+  for await (const event of session.watch(ctx.signal) as AsyncIterable<BackendEvent>) {
+    if (event.type === "synced") break;
+    if (event.type === "upsert") {
+      rows.push([event.id, event.key]);
+      if ((rows.length & 1023) === 0) progress.update(`listing… ${rows.length} ${noun}`);
     }
-  } finally {
-    stop.abort();
   }
   ctx.signal.throwIfAborted();
   rows.sort((a, b) => a[0] - b[0]);
@@ -103,20 +115,20 @@ export async function listMasters(
 }
 
 /**
- * What `list` and `identity list` start with: the store (which must hold something under the
- * prefix), then every master through a read-only session, sorted by ID.
+ * What `list` and `identity list` start with: the store, then every master through a read-only
+ * session, sorted by ID. Nothing under the prefix is an empty list (with a note on stderr).
  */
 export async function listStore(
   ctx: RunContext,
   noun = "IDs",
 ): Promise<{ store: Store; rows: Array<[number, string]>; progress: Progress }> {
   const store = await ctx.store();
-  await requireNamespace(ctx, store);
+  const progress = ctx.progress();
+  if (!(await noteIfEmpty(ctx, store))) return { store, rows: [], progress };
   // --timeout bounds reaching the store; a long list runs on (each store request has its own
   // deadline) until it is done or interrupted.
   ctx.untimed();
   const session = await store.reader(ctx.signal);
-  const progress = ctx.progress();
   const rows = await listMasters(ctx, session, progress, noun);
   return { store, rows, progress };
 }

@@ -3,6 +3,8 @@
  * are written as Cilium prints them (`k8s:app=web`, `reserved:host`, `cidr:10.0.0.0/8`); the store
  * holds Cilium's kvstore strings (`k8s:app=web;`).
  *
+ * `identity get <id>` prints one identity's labels (reserved ones without the store).
+ *
  * Reserved label sets map to their fixed IDs and node-local ones (CIDR, FQDN) to IDs that exist
  * only inside the allocating process; neither touches the store. Everything else gets a global
  * identity in `--cluster-id`'s range, held like `allocate` holds a key.
@@ -17,11 +19,20 @@ import {
   labelsCodec,
   ReservedIdentities,
 } from "../../identity/mod.ts";
-import { formatDuration } from "../args.ts";
+import { formatDuration, parseIdArgument } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
-import { aborted, deadline, listStore, noteNewNamespace, printable } from "./common.ts";
+import {
+  aborted,
+  deadline,
+  listStore,
+  noteNewNamespace,
+  notFound,
+  plural,
+  printable,
+  reportNotFound,
+} from "./common.ts";
 
 /** Options of `identity allocate`. */
 export interface IdentityAllocateOptions {
@@ -103,6 +114,58 @@ export async function identityAllocateCommand(
   return ExitCode.Ok;
 }
 
+/** Options of `identity get`. */
+export interface IdentityGetOptions {
+  /** This cluster's name (well-known identities' labels). */
+  readonly clusterName: string;
+}
+
+/**
+ * `identity get <id>`: the labels of one identity, like `cilium-dbg identity get`. Reserved and
+ * well-known identities are answered without the store; node-local ones exist only inside the
+ * process that allocated them, so the store cannot know them.
+ */
+export async function identityGetCommand(
+  ctx: RunContext,
+  text: string,
+  options: IdentityGetOptions,
+): Promise<number> {
+  const { output } = ctx;
+  const id = parseIdArgument(text);
+  const print = (labels: Labels | string, scope: string) => {
+    if (ctx.options.json) {
+      output.out.line(JSON.stringify(
+        typeof labels === "string"
+          ? { id, key: labels, scope }
+          : { id, labels: labels.toJSON(), scope },
+      ));
+    } else {
+      writeTable(output.out, ["ID", "LABELS"], [[
+        String(id),
+        typeof labels === "string" ? `(not a label set) ${printable(labels)}` : labels.toString(),
+      ]]);
+    }
+    return ExitCode.Ok;
+  };
+  const reserved = new ReservedIdentities({ clusterName: options.clusterName }).lookupById(id);
+  if (reserved !== undefined) return print(reserved.labels, "reserved");
+  if (hasLocalScope(id) || hasRemoteNodeScope(id)) {
+    return reportNotFound(
+      ctx,
+      `identity ${id} is node-local: it exists only inside the process that allocated it`,
+    );
+  }
+  const store = await ctx.store();
+  const session = await store.reader(ctx.signal);
+  const key = await session.getById(id, ctx.signal);
+  if (key === undefined) return await notFound(ctx, store, `identity ${id} does not exist`);
+  try {
+    return print(labelsCodec.decode(key), "global");
+  } catch {
+    return print(key, "global");
+  }
+}
+
 /** `identity list [--reserved]`. */
 export async function identityListCommand(
   ctx: RunContext,
@@ -125,7 +188,7 @@ export async function identityListCommand(
     }
   }
   rows.sort((a, b) => a[0] - b[0]);
-  progress.done(`listed ${masters.length} identities`);
+  progress.done(`listed ${plural(masters.length, "identity", "identities")}`);
   if (ctx.options.json) {
     output.out.write("[");
     rows.forEach(([id, labels], i) => {
@@ -145,8 +208,9 @@ export async function identityListCommand(
       ]),
     );
     output.err.line(
-      `${masters.length} identities under prefix ${store.prefix} in ${store.where}` +
-        (foreign > 0 ? ` (${foreign} keys are not label sets)` : ""),
+      `${plural(masters.length, "identity", "identities")} under prefix ${store.prefix} in ` +
+        `${store.where}` +
+        (foreign > 0 ? ` (${plural(foreign, "key is", "keys are")} not label sets)` : ""),
     );
   }
   return ExitCode.Ok;

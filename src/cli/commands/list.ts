@@ -7,13 +7,13 @@
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
-import { listStore, printable } from "./common.ts";
+import { listStore, plural, printable } from "./common.ts";
 
 /** `list [--json]`. */
 export async function listCommand(ctx: RunContext): Promise<number> {
   const { output } = ctx;
   const { store, rows, progress } = await listStore(ctx);
-  progress.done(`listed ${rows.length} IDs`);
+  progress.done(`listed ${plural(rows.length, "ID")}`);
   if (ctx.options.json) {
     output.out.write("[");
     for (let i = 0; i < rows.length; i++) {
@@ -24,6 +24,6 @@ export async function listCommand(ctx: RunContext): Promise<number> {
     return ExitCode.Ok;
   }
   writeTable(output.out, ["ID", "KEY"], rows.map(([id, key]) => [String(id), printable(key)]));
-  output.err.line(`${rows.length} IDs under prefix ${store.prefix} in ${store.where}`);
+  output.err.line(`${plural(rows.length, "ID")} under prefix ${store.prefix} in ${store.where}`);
   return ExitCode.Ok;
 }

@@ -1,25 +1,27 @@
 /**
  * `status`: is the store reachable and how fast does it answer, how many IDs are stored, which
- * nodes hold a lease, and (`--usage`, one more pass over every reference) how many IDs are in use
- * and how many GC would collect.
+ * nodes hold a lease, how many IDs are in use, and which keys are split — keys whose live
+ * references name different IDs, a state only another writer (e.g. a Cilium agent) can make and an
+ * operator must repair. Everything beyond the first read comes from one pass over the masters and
+ * one over the references, through the backend's admin surface.
  *
  * @module
  */
-import type { BackendSession, SessionStatus } from "../../allocator/backend.ts";
-import { InvalidOptionsError } from "../../errors.ts";
+import { type SplitKey, splitKeys } from "../../allocator/admin.ts";
+import type { BackendSession, NodeLease, SessionStatus } from "../../allocator/backend.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
-import type { NodeLease } from "../store.ts";
 import { writeTable } from "../table.ts";
-import { listMasters, pause } from "./common.ts";
+import { listMasters, noteIfEmpty, pause, plural, printable } from "./common.ts";
+import { readReferences } from "./refs.ts";
 
 /** Options of `status`. */
 export interface StatusCommandOptions {
-  /** Also count IDs in use and unused (reads every reference). */
+  /** Accepted for scripts written before usage was always shown. */
   readonly usage: boolean;
 }
 
-/** How long `status` waits for the etcd leader to be known. */
+/** How long `status` waits for the store's leader to be known. */
 const LEADER_WAIT_MS = 1_000;
 
 interface Usage {
@@ -27,24 +29,12 @@ interface Usage {
   readonly unused: number;
 }
 
-async function usageOf(ctx: RunContext, session: BackendSession): Promise<Usage> {
-  const progress = ctx.progress();
-  let inUse = 0;
-  let unused = 0;
-  for await (
-    const candidate of session.gcList({ min: 0, max: Number.MAX_SAFE_INTEGER }, ctx.signal)
-  ) {
-    if (candidate.inUse) inUse++;
-    else unused++;
-    if (((inUse + unused) & 255) === 0) progress.update(`checking usage… ${inUse + unused} IDs`);
-  }
-  progress.clear();
-  return { inUse, unused };
-}
-
 async function sessionStatus(ctx: RunContext, session: BackendSession): Promise<SessionStatus> {
   let status = session.status();
-  for (let waited = 0; status.backend === "etcd" && status.leader === undefined; waited += 50) {
+  // A store of network members looks its leader up in the background when the session opens;
+  // give it a moment (an embedded store has endpoints that are no URLs, and no leader).
+  const members = status.endpoints.some((e) => e.includes("://"));
+  for (let waited = 0; members && status.leader === undefined; waited += 50) {
     if (waited >= LEADER_WAIT_MS) break;
     await pause(50, ctx.signal);
     status = session.status();
@@ -57,10 +47,24 @@ function inSeconds(ms: number): string {
   return s >= 0 ? `in ${s}s` : `${-s}s ago`;
 }
 
-/** `status [--usage]`. */
+function describeLease(lease: NodeLease, now: number): string {
+  const state = lease.live ? "live" : "lapsed";
+  if (lease.expiresAt === undefined) return `${lease.node}: ${state}`;
+  return `${lease.node}: ${state}, lease ends ${inSeconds(lease.expiresAt - now)}`;
+}
+
+function describeSplit(split: SplitKey): string {
+  const byId = split.ids.map((id) => {
+    const nodes = split.references.filter((r) => r.id === id).map((r) => r.node).sort();
+    return `ID ${id} (${nodes.join(", ")})`;
+  });
+  return `${printable(split.key)}: ${byId.join(" vs ")}`;
+}
+
+/** `status`. */
 export async function statusCommand(
   ctx: RunContext,
-  options: StatusCommandOptions,
+  _options: StatusCommandOptions,
 ): Promise<number> {
   const { output } = ctx;
   const store = await ctx.store();
@@ -68,15 +72,24 @@ export async function statusCommand(
   const started = performance.now();
   await session.getById(1, ctx.signal);
   const latencyMs = Math.round((performance.now() - started) * 10) / 10;
-  // The store answered; counting (and --usage) runs as long as it takes.
+  // The store answered; counting runs as long as it takes.
   ctx.untimed();
-  const exists = await store.namespaceExists(ctx.signal);
+  const exists = await noteIfEmpty(ctx, store);
   const progress = ctx.progress();
-  const ids = await listMasters(ctx, session, progress);
+  // Three independent reads; a store of network members answers them side by side.
+  const [ids, references, leases] = exists
+    ? await Promise.all([
+      listMasters(ctx, session, progress),
+      readReferences(ctx, store, progress),
+      store.admin.nodeLeases(ctx.signal),
+    ])
+    : [[], [], []];
   progress.clear();
-  const leases: NodeLease[] | undefined = await store.nodeLeases(ctx.signal);
-  const usage = options.usage ? await usageOf(ctx, session) : undefined;
   const health = await sessionStatus(ctx, session);
+  const liveKeys = new Set(references.filter((r) => r.live).map((r) => r.key));
+  const inUse = ids.filter(([, key]) => liveKeys.has(key)).length;
+  const usage: Usage = { inUse, unused: ids.length - inUse };
+  const splits = splitKeys(references);
   const now = Date.now();
   const summary = {
     store: store.where,
@@ -90,57 +103,55 @@ export async function statusCommand(
     ids: ids.length,
     minId: ids[0]?.[0] ?? null,
     maxId: ids.at(-1)?.[0] ?? null,
-    nodes: leases === undefined ? null : leases.map((l) => ({
+    nodes: leases.map((l) => ({
       node: l.node,
       live: l.live,
-      expiresAt: new Date(l.expiresAt).toISOString(),
+      expiresAt: l.expiresAt === undefined ? null : new Date(l.expiresAt).toISOString(),
     })),
-    usage: usage ?? null,
+    references: {
+      total: references.length,
+      live: references.filter((r) => r.live).length,
+    },
+    usage,
+    splitKeys: splits.map((s) => ({ key: s.key, ids: s.ids, references: s.references })),
   };
   if (ctx.options.json) {
     output.out.line(JSON.stringify(summary));
-  } else {
-    const rows: string[][] = [
-      ["store", store.where],
-      ["prefix", store.prefix],
-      [
-        "reachable",
-        `yes, one read took ${latencyMs} ms${health.healthy ? "" : " (unhealthy)"}` +
-        (health.lastError ? `; last error: ${health.lastError}` : ""),
-      ],
-    ];
-    if (health.leader !== undefined) rows.push(["leader", health.leader]);
+    return ExitCode.Ok;
+  }
+  const rows: string[][] = [
+    ["store", store.where],
+    ["prefix", store.prefix],
+    [
+      "reachable",
+      `yes, one read took ${latencyMs} ms${health.healthy ? "" : " (unhealthy)"}` +
+      (health.lastError ? `; last error: ${health.lastError}` : ""),
+    ],
+  ];
+  if (health.leader !== undefined) rows.push(["leader", health.leader]);
+  rows.push([
+    "IDs",
+    ids.length === 0 ? "none" : `${ids.length} (from ${summary.minId} to ${summary.maxId})`,
+  ]);
+  const live = leases.filter((l) => l.live);
+  rows.push(["nodes", `${live.length} with a live lease, ${leases.length - live.length} lapsed`]);
+  for (const l of leases) rows.push(["", describeLease(l, now)]);
+  rows.push([
+    "references",
+    `${summary.references.live} live, ${summary.references.total - summary.references.live} dead`,
+  ]);
+  rows.push([
+    "usage",
+    `${usage.inUse} in use, ${usage.unused} unused (GC collects them in two passes)`,
+  ]);
+  if (splits.length > 0) {
     rows.push([
-      "IDs",
-      ids.length === 0 ? "none" : `${ids.length} (from ${summary.minId} to ${summary.maxId})`,
+      "split keys",
+      `${plural(splits.length, "key")} whose live references name different IDs ` +
+      "(written by another writer; delete the wrong references with release --node)",
     ]);
-    if (leases === undefined) {
-      rows.push(["nodes", "not listed on etcd (references expire with their etcd leases)"]);
-    } else {
-      const live = leases.filter((l) => l.live);
-      rows.push([
-        "nodes",
-        `${live.length} with a live lease, ${leases.length - live.length} lapsed`,
-      ]);
-      for (const l of leases.sort((a, b) => a.node < b.node ? -1 : 1)) {
-        rows.push([
-          "",
-          `${l.node}: ${l.live ? "live" : "lapsed"}, lease ends ${inSeconds(l.expiresAt - now)}`,
-        ]);
-      }
-    }
-    if (usage !== undefined) {
-      rows.push([
-        "usage",
-        `${usage.inUse} in use, ${usage.unused} unused (GC collects them in two passes)`,
-      ]);
-    }
-    writeTable(output.out, null, rows);
+    for (const split of splits) rows.push(["", describeSplit(split)]);
   }
-  if (!exists) {
-    throw new InvalidOptionsError(
-      `nothing is stored under prefix ${store.prefix} in ${store.where} (wrong --prefix?)`,
-    );
-  }
+  writeTable(output.out, null, rows);
   return ExitCode.Ok;
 }

@@ -23,7 +23,7 @@ import {
 import type { Etcd3 } from "etcd3";
 
 const FOO = "k8s:app=foo;k8s:io.kubernetes.pod.namespace=default;";
-// spec §5.6 TestAllocator: a label value with "//", which Go's path.Join cleans in the value path.
+// Cilium's TestAllocator (pkg/identity/cache): a label value with "//", which Go's path.Join cleans in the value path.
 const SLASHY = "unspec:blah=%%//!!;unspec:id=foo;unspec:user=anna;";
 // A key that is a prefix of another key with "/" after it: the range trap.
 const SHORT = "k8s:a=1;";

@@ -102,7 +102,7 @@ Deno.test("Cilium's layout: paths as Go builds them, '//' cleaned like Cilium", 
     l.refKey(key, "172.0.124.60"),
     `cilium/state/identities/v1/value/${key}/172.0.124.60`,
   );
-  // spec §1: a label value `a//b` becomes `a/b` in the value path.
+  // Go's path.Join, which Cilium's kvstore backend uses: a label value `a//b` becomes `a/b`.
   assert.equal(
     l.refKey("unspec:blah=%%//!!;", "n"),
     "cilium/state/identities/v1/value/unspec:blah=%%/!!;/n",

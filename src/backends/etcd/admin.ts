@@ -1,0 +1,136 @@
+/**
+ * The etcd backend's {@linkcode BackendAdmin}, in Cilium's layout: references are
+ * `<prefix>/value/<key>/<node>` bound to their node's etcd leases, so a stored reference is a live
+ * one (etcd deletes a lease's keys when it expires) and a node's leases are found through its
+ * references.
+ *
+ * @module
+ */
+import type { IKeyValue } from "etcd3";
+import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
+import { idallocLogger } from "../../log.ts";
+import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
+import { rangePages } from "./paging.ts";
+import { type EtcdLayout, parseId } from "./paths.ts";
+import { prefixRange, text } from "./txn.ts";
+
+const log = idallocLogger("etcd");
+
+/** The etcd implementation of {@linkcode BackendAdmin}. */
+export class EtcdAdmin implements BackendAdmin {
+  readonly #client: EtcdClient;
+  readonly #layout: EtcdLayout;
+
+  /**
+   * @param client the backend's connection
+   * @param layout Cilium's layout under the backend's prefix
+   */
+  constructor(client: EtcdClient, layout: EtcdLayout) {
+    this.#client = client;
+    this.#layout = layout;
+  }
+
+  get namespace(): string {
+    return this.#layout.base;
+  }
+
+  async namespaceExists(signal: AbortSignal): Promise<boolean> {
+    const client = this.#client;
+    const res = await client.call("list namespace", signal, (o) =>
+      client.raw.kv.range({
+        ...prefixRange(this.#layout.base.replace(/\/*$/, "/")),
+        limit: 1,
+        keys_only: true,
+      }, o));
+    return res.kvs.length > 0;
+  }
+
+  otherNamespaces(_signal: AbortSignal): Promise<string[]> {
+    // etcd's keyspace is shared with everything else a cluster stores (Cilium's nodes, services,
+    // …): scanning it for allocator layouts would be slow and guesswork.
+    return Promise.resolve([]);
+  }
+
+  async nodeLeases(signal: AbortSignal): Promise<NodeLease[]> {
+    const leasesOf = new Map<string, Set<string>>();
+    for await (const { node, lease } of this.#referenceEntries(signal)) {
+      let set = leasesOf.get(node);
+      if (set === undefined) leasesOf.set(node, set = new Set());
+      if (lease !== "0") set.add(lease);
+    }
+    const ttl = new Map<string, number>();
+    for (const lease of new Set([...leasesOf.values()].flatMap((s) => [...s]))) {
+      ttl.set(lease, await this.#remainingSeconds(lease, signal));
+    }
+    const now = Date.now();
+    const out: NodeLease[] = [];
+    for (const [node, leases] of leasesOf) {
+      const seconds = [...leases].map((l) => ttl.get(l) ?? -1);
+      const longest = Math.max(-1, ...seconds);
+      out.push({
+        node,
+        expiresAt: longest >= 0 ? now + longest * 1000 : undefined,
+        // A reference without a lease (written by hand) never expires.
+        live: longest > 0 || leases.size === 0,
+      });
+    }
+    return out.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  }
+
+  async *references(signal: AbortSignal): AsyncGenerator<StoredReference> {
+    for await (const { key, node, id } of this.#referenceEntries(signal)) {
+      // etcd deletes a lease's keys when it expires: a stored reference is a live one.
+      yield { key, node, id, live: true };
+    }
+  }
+
+  async deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean> {
+    const client = this.#client;
+    const res = await client.call(
+      "delete reference",
+      signal,
+      (o) => client.raw.kv.deleteRange({ key: bytes(this.#layout.refKey(key, node)) }, o),
+    );
+    return Number(res.deleted) > 0;
+  }
+
+  /** Every reference key under the prefix, parsed; corrupt ones are logged and skipped. */
+  async *#referenceEntries(
+    signal: AbortSignal,
+  ): AsyncGenerator<{ key: string; node: string; id: number; lease: string }> {
+    const layout = this.#layout;
+    const range = prefixRange(layout.valuePrefix + "/");
+    for await (const page of rangePages(this.#client, "list references", range, signal)) {
+      for (const kv of page.kvs as IKeyValue[]) {
+        const etcdKey = text(kv.key);
+        const parts = layout.splitRefKey(etcdKey);
+        if (parts === undefined || parts.key === "" || parts.node === "") {
+          log.warning("skipping corrupt reference {etcdKey}: not <key>/<node>", { etcdKey });
+          continue;
+        }
+        const id = parseId(text(kv.value));
+        if (id === undefined) {
+          log.warning("skipping corrupt reference {etcdKey}: the value is not an ID", { etcdKey });
+          continue;
+        }
+        yield { ...parts, id, lease: String(kv.lease) };
+      }
+    }
+  }
+
+  /** The lease's remaining TTL in seconds, or -1 when etcd no longer knows it. */
+  async #remainingSeconds(lease: string, signal: AbortSignal): Promise<number> {
+    const client = this.#client;
+    try {
+      const res = await client.call(
+        "lease ttl",
+        signal,
+        (o) => client.raw.lease.leaseTimeToLive({ ID: lease }, o),
+      );
+      return Number(res.TTL);
+    } catch (err) {
+      if (err instanceof LeaseNotFound) return -1;
+      throw err;
+    }
+  }
+}

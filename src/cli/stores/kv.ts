@@ -1,0 +1,148 @@
+/**
+ * `--store kv:<file>`: an embedded Deno KV file (or a KV Connect URL, or `:memory:`). `--prefix`
+ * is `a/b` or a JSON array of strings and numbers; `--poll` and `--clock-skew` tune the backend.
+ *
+ * A file that does not exist yet is an empty store for commands that only read (they report an
+ * empty result), and is created by commands that allocate. A file in a directory that does not
+ * exist is a usage error: the path is wrong.
+ *
+ * @module
+ */
+import { DenoKvBackend } from "../../backends/kv/mod.ts";
+import { InvalidOptionsError, StoreUnavailableError } from "../../errors.ts";
+import { formatDuration, type GlobalOptions } from "../args.ts";
+import type { DriverOpenOptions, OpenedBackend, StoreDriver } from "./driver.ts";
+
+/** The Deno KV prefix when `--prefix` is not given. */
+export const DEFAULT_KV_PREFIX: readonly string[] = ["idalloc"];
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The Deno KV prefix of `--prefix`: `a/b` → `["a", "b"]`, or a JSON array such as `["a", 1]`. */
+export function kvPrefix(text: string | undefined): (string | number)[] {
+  if (text === undefined) return [...DEFAULT_KV_PREFIX];
+  if (text.trimStart().startsWith("[")) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch (err) {
+      throw new InvalidOptionsError(`invalid option: --prefix is not a JSON array: ${text}`, {
+        cause: err,
+      });
+    }
+    const valid = Array.isArray(parsed) && parsed.length > 0 &&
+      parsed.every((p) =>
+        (typeof p === "string" && p !== "") || (typeof p === "number" && Number.isFinite(p))
+      );
+    if (!valid) {
+      throw new InvalidOptionsError(
+        `invalid option: --prefix must be a non-empty JSON array of non-empty strings and ` +
+          `numbers, got ${text}`,
+      );
+    }
+    return parsed as (string | number)[];
+  }
+  const parts = text.split("/");
+  if (parts.some((p) => p === "")) {
+    throw new InvalidOptionsError(
+      `invalid option: --prefix '${text}' has an empty part (write a/b, or a JSON array)`,
+    );
+  }
+  return parts;
+}
+
+function isLocalFile(path: string): boolean {
+  return path !== ":memory:" && !/^https?:\/\//.test(path);
+}
+
+/** The directory of a local path (`.` for a bare file name). */
+function directoryOf(path: string): string {
+  const slash = path.lastIndexOf("/");
+  return slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
+}
+
+async function exists(path: string): Promise<"file" | "directory" | "none"> {
+  try {
+    const info = await Deno.stat(path);
+    return info.isDirectory ? "directory" : "file";
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return "none";
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorText(err)}`, {
+      cause: err,
+    });
+  }
+}
+
+async function open(
+  path: string,
+  o: GlobalOptions,
+  open: DriverOpenOptions,
+): Promise<OpenedBackend> {
+  const prefix = kvPrefix(o.prefix);
+  if (o.leaseTtlMs < 2 * o.clockSkewMs) {
+    // Deno KV judges leases with the skew margin on both sides.
+    throw new InvalidOptionsError(
+      `invalid option: --lease-ttl (${formatDuration(o.leaseTtlMs)}) must be at least twice ` +
+        `--clock-skew (${formatDuration(o.clockSkewMs)}) on Deno KV`,
+    );
+  }
+  let missing = false;
+  if (isLocalFile(path)) {
+    const dir = directoryOf(path);
+    if (await exists(dir) !== "directory") {
+      throw new InvalidOptionsError(
+        `invalid option: --store kv:${path}: directory ${dir} does not exist`,
+      );
+    }
+    const kind = await exists(path);
+    if (kind === "directory") {
+      throw new InvalidOptionsError(`invalid option: --store kv:${path} is a directory`);
+    }
+    missing = kind === "none" && !open.create;
+  }
+  let kv: Deno.Kv;
+  try {
+    // A file that is not there yet stays uncreated by commands that only read: they see an empty
+    // in-memory store in its place.
+    kv = await Deno.openKv(missing ? ":memory:" : path);
+  } catch (err) {
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorText(err)}`, {
+      cause: err,
+    });
+  }
+  try {
+    const backend = new DenoKvBackend(kv, {
+      prefix,
+      node: o.node,
+      pollIntervalMs: o.pollMs,
+      maxClockSkewMs: o.clockSkewMs,
+      // The feed keeps at least two poll windows of history; keep the default unless polls are slow.
+      logRetentionMs: Math.max(600_000, 2 * (o.pollMs + o.clockSkewMs)),
+    });
+    // A file that is not a KV store opens fine and fails on the first read: fail here instead.
+    await backend.admin().namespaceExists(open.signal);
+    return {
+      backend,
+      where: `deno-kv ${path}`,
+      emptyBecause: missing ? `there is no Deno KV file at ${path} yet` : undefined,
+      close: () => Promise.resolve(kv.close()),
+    };
+  } catch (err) {
+    kv.close();
+    if (err instanceof InvalidOptionsError) throw err;
+    if (open.signal.aborted) throw err;
+    throw new StoreUnavailableError(`cannot read Deno KV store ${path}: ${errorText(err)}`, {
+      cause: err,
+    });
+  }
+}
+
+/** `kv:<file>`. */
+export const kvDriver: StoreDriver = {
+  scheme: "kv:",
+  syntax: "kv:<file> (or kv:<KV Connect URL>)",
+  valid: (rest) => rest !== "",
+  open,
+};
