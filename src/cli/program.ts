@@ -14,6 +14,7 @@ import { storeSyntax } from "./stores/mod.ts";
 import type { RunContext } from "./context.ts";
 import type { Output } from "./io.ts";
 import { allocateCommand, releaseCommand } from "./commands/allocate.ts";
+import { doctorCommand } from "./commands/doctor.ts";
 import { gcCommand } from "./commands/gc.ts";
 import {
   identityAllocateCommand,
@@ -60,6 +61,7 @@ Examples:
   idalloc gc --every 15m                              collect unused IDs, like Cilium's operator
   idalloc --store etcd://127.0.0.1:2379 status        etcd in Cilium's layout
   idalloc refs --by-node                              which nodes reference how many keys
+  idalloc doctor --fix                                find and delete garbage under the prefix
   idalloc identity allocate k8s:app=web k8s:io.kubernetes.pod.namespace=prod
   source <(idalloc completion bash)                   shell completion (bash, zsh, fish)
 `;
@@ -296,6 +298,18 @@ export async function parseCommandLine(
     .action((o: { usage?: boolean }) =>
       pick((ctx) => statusCommand(ctx, { usage: o.usage ?? false }))
     );
+
+  program.command("doctor")
+    .description("list what in the store idalloc cannot use (garbage); --fix deletes it")
+    .option("--fix", "delete each finding, only if unchanged since it was listed")
+    .addHelpText(
+      "after",
+      "\nFinds masters with a bad ID or an unreadable or oversized value, references that name no\n" +
+        "ID, one outside [--min, --max] or (etcd) on no lease, and (Deno KV) counters, indexes,\n" +
+        "lease records and change-feed entries of the wrong shape. Exit 0 when no damage remains,\n" +
+        "4 when some does.",
+    )
+    .action((o: { fix?: boolean }) => pick((ctx) => doctorCommand(ctx, { fix: o.fix ?? false })));
 
   program.command("refs")
     .description("which nodes reference which key, live or dead, with totals")

@@ -126,3 +126,27 @@ testEachBackend("cli: identity get prints one identity's labels", async (f) => {
   assert.equal(missing.code, 3);
   assert.match(missing.stderr, /identity \d+ does not exist/);
 });
+
+testEachBackend("cli: doctor lists the garbage, exits 4, and --fix removes it", async (f) => {
+  await using fx = await f.create();
+  const args = fx.spec().cli;
+  const held = JSON.parse(
+    (await cli([...args, "--node", "na", "allocate", "keep;", "--json"])).stdout,
+  );
+  const clean = await cli([...args, "doctor"]);
+  assert.equal(clean.code, 0, clean.stderr);
+  assert.match(clean.stdout, /^no damage under prefix/);
+  await fx.plantCorruptEntries();
+  const found = await cli([...args, "doctor", "--json"]);
+  assert.equal(found.code, 4, found.stderr);
+  const kinds = new Set(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
+  assert.ok(kinds.has("master-bad-id") && kinds.has("reference-undecodable"), [...kinds].join());
+  const fixed = await cli([...args, "doctor", "--fix", "--json"]);
+  assert.equal(fixed.code, 0, fixed.stderr);
+  const outcomes = JSON.parse(fixed.stdout).map((x: { outcome: string }) => x.outcome);
+  assert.ok(outcomes.length > 0 && outcomes.every((o: string) => o === "removed"));
+  const after = await cli([...args, "doctor"]);
+  assert.equal(after.code, 0, after.stdout);
+  // What was valid is untouched.
+  assert.equal((await fx.masters()).get(held.id), "keep;");
+});
