@@ -19,6 +19,7 @@ import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
 import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
 import type {
   BackendFactory,
+  FixtureOptions,
   NodeBackendOptions,
   OpenFromSpec,
   StoredReference,
@@ -78,8 +79,12 @@ export const openFromSpec: OpenFromSpec = async (
   spec: StoreSpec,
   node: string,
 ): Promise<{ backend: Backend } & AsyncDisposable> => {
-  const { endpoints, prefix } = spec.store as { endpoints: string[]; prefix: string };
-  const backend = await EtcdBackend.connect({ endpoints, prefix, node });
+  const { endpoints, prefix, groupCommit } = spec.store as {
+    endpoints: string[];
+    prefix: string;
+    groupCommit: boolean;
+  };
+  const backend = await EtcdBackend.connect({ endpoints, prefix, node, groupCommit });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };
 };
 
@@ -91,8 +96,10 @@ class EtcdStoreFixture implements StoreFixture {
   readonly #raw: Etcd3;
   readonly #backends: EtcdBackend[] = [];
   readonly #planted: Lease[] = [];
+  readonly #groupCommit: boolean;
 
-  constructor(endpoints: readonly string[], prefix: string) {
+  constructor(endpoints: readonly string[], prefix: string, options: FixtureOptions = {}) {
+    this.#groupCommit = options.groupCommit ?? true;
     this.#endpoints = endpoints;
     this.#prefix = prefix;
     this.#layout = new EtcdLayout(prefix);
@@ -105,6 +112,7 @@ class EtcdStoreFixture implements StoreFixture {
       prefix: this.#prefix,
       node,
       requestTimeoutMs: 5_000,
+      groupCommit: this.#groupCommit,
     });
     this.#backends.push(backend);
     return backend;
@@ -115,7 +123,11 @@ class EtcdStoreFixture implements StoreFixture {
     return {
       kind: "etcd",
       module: import.meta.url,
-      store: { endpoints: [...this.#endpoints], prefix: this.#prefix },
+      store: {
+        endpoints: [...this.#endpoints],
+        prefix: this.#prefix,
+        groupCommit: this.#groupCommit,
+      },
       cli: ["--store", `etcd://${hosts}`, "--prefix", this.#prefix],
     };
   }
@@ -197,8 +209,8 @@ export const etcdFactory: BackendFactory = {
   get unavailable(): string | undefined {
     return etcdUnavailable();
   },
-  async create(): Promise<StoreFixture> {
+  async create(options?: FixtureOptions): Promise<StoreFixture> {
     const etcd = await sharedEtcd();
-    return new EtcdStoreFixture(etcd.endpoints, `idalloc-test/${crypto.randomUUID()}`);
+    return new EtcdStoreFixture(etcd.endpoints, `idalloc-test/${crypto.randomUUID()}`, options);
   },
 };

@@ -19,6 +19,23 @@ export interface BackendSelection {
   readonly pending?: Readonly<Record<string, string>>;
 }
 
+/**
+ * Like {@linkcode testEachBackend}, and once more per backend with group commit off (`"<kind>:
+ * <name> [group commit off]"`): the conformance scenarios hold either way.
+ */
+export function testEachBackendAndMode(
+  name: string,
+  fn: (factory: BackendFactory, t: Deno.TestContext) => Promise<void>,
+  selection: BackendSelection = {},
+): void {
+  testEachBackend(name, fn, selection);
+  testEachBackend(`${name} [group commit off]`, (factory, t) =>
+    fn({
+      ...factory,
+      create: (options) => factory.create({ ...options, groupCommit: false }),
+    }, t), selection);
+}
+
 /** Registers `fn` once per backend as `"<kind>: <name>"`; a backend that can't run here is skipped. */
 export function testEachBackend(
   name: string,

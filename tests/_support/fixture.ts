@@ -5,6 +5,12 @@
  */
 import type { Backend } from "../../src/allocator/backend.ts";
 
+/** Options of a whole fixture: they apply to every backend it makes, children's included. */
+export interface FixtureOptions {
+  /** The backends' group commit (`groupCommit` of either backend). @default {true} */
+  readonly groupCommit?: boolean;
+}
+
 /** Options for a node's backend in a fixture. */
 export interface NodeBackendOptions {
   /** Overrides for the backend's own timing knobs (poll intervals etc.), backend-specific. */
@@ -100,5 +106,5 @@ export interface BackendFactory {
   /** Undefined when the backend can run here; otherwise why not (e.g. no etcd on PATH). */
   readonly unavailable?: string;
   /** A fresh isolated namespace. */
-  create(): Promise<StoreFixture>;
+  create(options?: FixtureOptions): Promise<StoreFixture>;
 }

@@ -20,6 +20,7 @@ import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
 import { decode } from "../../src/backends/kv/schema.ts";
 import type {
   BackendFactory,
+  FixtureOptions,
   NodeBackendOptions,
   OpenFromSpec,
   StoredReference,
@@ -45,9 +46,13 @@ export const openFromSpec: OpenFromSpec = async (
   node: string,
   options?: NodeBackendOptions,
 ): Promise<{ backend: Backend } & AsyncDisposable> => {
-  const { path, prefix } = spec.store as { path: string; prefix: string[] };
+  const { path, prefix, groupCommit } = spec.store as {
+    path: string;
+    prefix: string[];
+    groupCommit: boolean;
+  };
   const kv = await Deno.openKv(path);
-  const backend = new DenoKvBackend(kv, { prefix, node, ...kvTimings(options) });
+  const backend = new DenoKvBackend(kv, { prefix, node, groupCommit, ...kvTimings(options) });
   return {
     backend,
     [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
@@ -58,7 +63,7 @@ export const openFromSpec: OpenFromSpec = async (
 export const kvFactory: BackendFactory = {
   kind: "deno-kv",
   unavailable: undefined,
-  create: () => KvStoreFixture.create(),
+  create: (options) => KvStoreFixture.create(options),
 };
 
 /** One fresh KV file. */
@@ -71,21 +76,23 @@ export class KvStoreFixture implements StoreFixture {
   /** The layout under {@linkcode KV_FIXTURE_PREFIX}. */
   readonly layout: KvLayout = new KvLayout(KV_FIXTURE_PREFIX);
   readonly #dir: string;
+  readonly #groupCommit: boolean;
   readonly #handles: Deno.Kv[] = [];
   /** Skew margin per node, to judge liveness as the node's own backend does. */
   readonly #skew = new Map<string, number>();
 
-  private constructor(dir: string, kv: Deno.Kv) {
+  private constructor(dir: string, kv: Deno.Kv, options: FixtureOptions) {
     this.#dir = dir;
+    this.#groupCommit = options.groupCommit ?? true;
     this.path = `${dir}/ids.kv`;
     this.kv = kv;
   }
 
   /** Creates the temp dir and the KV file. */
-  static async create(): Promise<KvStoreFixture> {
+  static async create(options: FixtureOptions = {}): Promise<KvStoreFixture> {
     const dir = await Deno.makeTempDir({ prefix: "idalloc-kv-" });
     const kv = await Deno.openKv(`${dir}/ids.kv`);
-    return new KvStoreFixture(dir, kv);
+    return new KvStoreFixture(dir, kv, options);
   }
 
   async backend(node: string, options?: NodeBackendOptions): Promise<DenoKvBackend> {
@@ -93,14 +100,19 @@ export class KvStoreFixture implements StoreFixture {
     this.#handles.push(kv);
     const timings = kvTimings(options);
     this.#skew.set(node, timings.maxClockSkewMs!);
-    return new DenoKvBackend(kv, { prefix: KV_FIXTURE_PREFIX, node, ...timings });
+    return new DenoKvBackend(kv, {
+      prefix: KV_FIXTURE_PREFIX,
+      node,
+      groupCommit: this.#groupCommit,
+      ...timings,
+    });
   }
 
   spec(): StoreSpec {
     return {
       kind: "deno-kv",
       module: import.meta.url,
-      store: { path: this.path, prefix: [...KV_FIXTURE_PREFIX] },
+      store: { path: this.path, prefix: [...KV_FIXTURE_PREFIX], groupCommit: this.#groupCommit },
       cli: [
         "--store",
         `kv:${this.path}`,

@@ -8,10 +8,10 @@ import {
   KeyNotHeldError,
   PoolExhaustedError,
 } from "../../mod.ts";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, eventually, keys, openNode } from "./_helpers.ts";
 
-testEachBackend(
+testEachBackendAndMode(
   "TestAllocateCached: 32 keys, a second node, releases, GC to 32 then 0",
   async (f) => {
     await using fx = await f.create();
@@ -52,7 +52,7 @@ testEachBackend(
   },
 );
 
-testEachBackend("allocate, get, getNoCache, getById, entries and watch agree", async (f) => {
+testEachBackendAndMode("allocate, get, getNoCache, getById, entries and watch agree", async (f) => {
   await using fx = await f.create();
   await using a = await openNode(fx, "a", { min: 256, max: 65535 });
   await using b = await openNode(fx, "b", { min: 256, max: 65535 });
@@ -90,7 +90,7 @@ testEachBackend("allocate, get, getNoCache, getById, entries and watch agree", a
   await assertStoreInvariants(fx);
 });
 
-testEachBackend("a released key keeps its ID until GC, and gets it back", async (f) => {
+testEachBackendAndMode("a released key keeps its ID until GC, and gets it back", async (f) => {
   await using fx = await f.create();
   await using a = await openNode(fx, "a", { max: 1000 });
   const first = await a.allocate("k;");
@@ -102,7 +102,7 @@ testEachBackend("a released key keeps its ID until GC, and gets it back", async 
   await assert.rejects(a.release("never;"), KeyNotHeldError);
 });
 
-testEachBackend("pool exhaustion ends in a typed error with the cause", async (f) => {
+testEachBackendAndMode("pool exhaustion ends in a typed error with the cause", async (f) => {
   await using fx = await f.create();
   await using a = await openNode(fx, "a", { min: 1, max: 3, maxAttempts: 2 });
   for (const k of ["a;", "b;", "c;"]) await a.allocate(k);
@@ -114,22 +114,25 @@ testEachBackend("pool exhaustion ends in a typed error with the cause", async (f
   assert.equal((await fx.masters()).size, 3);
 });
 
-testEachBackend("bad input: options, empty and oversize keys, nothing written", async (f) => {
-  await using fx = await f.create();
-  const backend = await fx.backend("a", { fast: true });
-  await assert.rejects(Allocator.open(backend, {} as never), InvalidOptionsError);
-  await assert.rejects(Allocator.open(backend, { max: 10, min: 20 }), InvalidOptionsError);
-  await using a = await openNode(fx, "a2", { max: 100 });
-  await assert.rejects(a.allocate(""), InvalidKeyError);
-  await assert.rejects(a.allocate("x".repeat(4 * 1024 * 1024)), InvalidKeyError);
-  await assert.rejects(a.allocate(42 as unknown as string), InvalidKeyError);
-  assert.equal((await fx.masters()).size, 0);
-  assert.equal((await fx.references()).length, 0);
-  const ok = await a.allocate("fine;");
-  assert.equal(ok.isNew, true);
-});
+testEachBackendAndMode(
+  "bad input: options, empty and oversize keys, nothing written",
+  async (f) => {
+    await using fx = await f.create();
+    const backend = await fx.backend("a", { fast: true });
+    await assert.rejects(Allocator.open(backend, {} as never), InvalidOptionsError);
+    await assert.rejects(Allocator.open(backend, { max: 10, min: 20 }), InvalidOptionsError);
+    await using a = await openNode(fx, "a2", { max: 100 });
+    await assert.rejects(a.allocate(""), InvalidKeyError);
+    await assert.rejects(a.allocate("x".repeat(4 * 1024 * 1024)), InvalidKeyError);
+    await assert.rejects(a.allocate(42 as unknown as string), InvalidKeyError);
+    assert.equal((await fx.masters()).size, 0);
+    assert.equal((await fx.references()).length, 0);
+    const ok = await a.allocate("fine;");
+    assert.equal(ok.isNew, true);
+  },
+);
 
-testEachBackend(
+testEachBackendAndMode(
   "an aborted signal rejects with its reason and leaves the store consistent",
   async (f) => {
     await using fx = await f.create();

@@ -1,6 +1,6 @@
 // Many nodes allocating the same keys at once: in one process and in separate processes.
 import assert from "node:assert/strict";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, keys, openNode } from "./_helpers.ts";
 import { ChildNode } from "./_processes.ts";
 
@@ -13,32 +13,35 @@ function assertAgreement(maps: Array<Record<string, number>>): void {
   assert.equal(new Set(Object.values(reference)).size, KEYS.length, "IDs are unique");
 }
 
-testEachBackend("4 allocators in one process allocate the same 300 keys at once", async (f) => {
-  await using fx = await f.create();
-  const nodes = await Promise.all(
-    // Leases long enough not to lapse on a starved CI machine: this is about agreement, not lapses.
-    ["n1", "n2", "n3", "n4"].map((n) =>
-      openNode(fx, n, { max: 4096, maxAttempts: 64, leaseTtlMs: 15_000 })
-    ),
-  );
-  try {
-    const maps = await Promise.all(nodes.map(async (node) => {
-      const results = await Promise.all(KEYS.map((k) => node.allocate(k)));
-      return Object.fromEntries(KEYS.map((k, i) => [k, results[i].id]));
-    }));
-    assertAgreement(maps);
-    const stored = await fx.masters();
-    assert.equal(stored.size, KEYS.length, "exactly one master per key, none burnt");
-    for (const [k, id] of Object.entries(maps[0])) assert.equal(stored.get(id), k);
-    const refs = await fx.references();
-    assert.equal(refs.length, KEYS.length * nodes.length);
-    await assertStoreInvariants(fx);
-  } finally {
-    await Promise.all(nodes.map((n) => n.close()));
-  }
-});
+testEachBackendAndMode(
+  "4 allocators in one process allocate the same 300 keys at once",
+  async (f) => {
+    await using fx = await f.create();
+    const nodes = await Promise.all(
+      // Leases long enough not to lapse on a starved CI machine: this is about agreement, not lapses.
+      ["n1", "n2", "n3", "n4"].map((n) =>
+        openNode(fx, n, { max: 4096, maxAttempts: 64, leaseTtlMs: 15_000 })
+      ),
+    );
+    try {
+      const maps = await Promise.all(nodes.map(async (node) => {
+        const results = await Promise.all(KEYS.map((k) => node.allocate(k)));
+        return Object.fromEntries(KEYS.map((k, i) => [k, results[i].id]));
+      }));
+      assertAgreement(maps);
+      const stored = await fx.masters();
+      assert.equal(stored.size, KEYS.length, "exactly one master per key, none burnt");
+      for (const [k, id] of Object.entries(maps[0])) assert.equal(stored.get(id), k);
+      const refs = await fx.references();
+      assert.equal(refs.length, KEYS.length * nodes.length);
+      await assertStoreInvariants(fx);
+    } finally {
+      await Promise.all(nodes.map((n) => n.close()));
+    }
+  },
+);
 
-testEachBackend(
+testEachBackendAndMode(
   "3 allocators in separate processes allocate the same 300 keys at once",
   async (f) => {
     await using fx = await f.create();

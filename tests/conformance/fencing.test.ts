@@ -8,84 +8,87 @@
 import assert from "node:assert/strict";
 import { Allocator, type AllocatorEvent } from "../../mod.ts";
 import { keyHash } from "../../src/allocator/id_pool.ts";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import { eventually } from "../_support/eventually.ts";
 import { StallChild } from "./_stall_child.ts";
 
 const K = "k8s:app=stalled;";
 
-testEachBackend("a node stalled past its lease stops answering the ID it lost", async (factory) => {
-  await using fx = await factory.create();
-  // etcd grants leases of whole seconds, at least 2.
-  const leaseTtlMs = factory.kind === "etcd" ? 2_000 : 1_000;
-  await using child = new StallChild(fx.spec(), "node-a", K, 10, leaseTtlMs);
-  const held = await child.next((l) => l.event === "held");
-  const x = held.id!;
-  await child.next((l) => l.event === "sample" && l.get === x);
+testEachBackendAndMode(
+  "a node stalled past its lease stops answering the ID it lost",
+  async (factory) => {
+    await using fx = await factory.create();
+    // etcd grants leases of whole seconds, at least 2.
+    const leaseTtlMs = factory.kind === "etcd" ? 2_000 : 1_000;
+    await using child = new StallChild(fx.spec(), "node-a", K, 10, leaseTtlMs);
+    const held = await child.next((l) => l.event === "held");
+    const x = held.id!;
+    await child.next((l) => l.event === "sample" && l.get === x);
 
-  const backend = await fx.backend("node-b", { fast: true });
-  await using b = await Allocator.open(backend, { max: 10, leaseTtlMs: 5_000 });
-  await b.waitForInitialSync();
-  await eventually(() => b.cachedId(K) === x, "node b sees the key's ID");
+    const backend = await fx.backend("node-b", { fast: true });
+    await using b = await Allocator.open(backend, { max: 10, leaseTtlMs: 5_000 });
+    await b.waitForInitialSync();
+    await eventually(() => b.cachedId(K) === x, "node b sees the key's ID");
 
-  child.stop();
-  const stoppedAt = Date.now();
-  // Node b collects the stalled node's key once its lease lapsed (two passes)…
-  await eventually(async () => (await b.runGc()).deletedIds.includes(x), `ID ${x} is collected`);
-  // …and gives the ID to another key: one whose hash makes ID x its first candidate.
-  await eventually(() => b.cachedKey(x) === undefined, "node b's cache drops the ID");
-  let i = 0;
-  while (1 + keyHash(`k8s:taker=${i};`) % 10 !== x) i++;
-  const taker = `k8s:taker=${i};`;
-  assert.equal((await b.allocate(taker)).id, x);
+    child.stop();
+    const stoppedAt = Date.now();
+    // Node b collects the stalled node's key once its lease lapsed (two passes)…
+    await eventually(async () => (await b.runGc()).deletedIds.includes(x), `ID ${x} is collected`);
+    // …and gives the ID to another key: one whose hash makes ID x its first candidate.
+    await eventually(() => b.cachedKey(x) === undefined, "node b's cache drops the ID");
+    let i = 0;
+    while (1 + keyHash(`k8s:taker=${i};`) % 10 !== x) i++;
+    const taker = `k8s:taker=${i};`;
+    assert.equal((await b.allocate(taker)).id, x);
 
-  child.resume();
-  const resumedAt = Date.now();
-  const reassigned = await child.next((l) => l.event === "watch" && l.type === "reassigned");
-  const n = reassigned.newId!;
-  assert.deepEqual(
-    { key: reassigned.key, oldId: reassigned.oldId },
-    { key: K, oldId: x },
-    "the held key was reassigned from the ID it lost",
-  );
-  assert.notEqual(n, x);
-  await child.next((l) => l.event === "sample" && l.t0 > reassigned.t && l.get === n);
-  const final = await child.finish();
-
-  // No call that started after the resume answered the lost ID, by any of the three paths.
-  const after = child.lines.filter((l) => l.event === "sample" && l.t0 >= resumedAt);
-  for (const s of after) {
-    assert.ok(
-      s.get !== x && s.cached !== x && s.allocate !== x,
-      `answered ${x} after resuming: ${JSON.stringify(s)}`,
+    child.resume();
+    const resumedAt = Date.now();
+    const reassigned = await child.next((l) => l.event === "watch" && l.type === "reassigned");
+    const n = reassigned.newId!;
+    assert.deepEqual(
+      { key: reassigned.key, oldId: reassigned.oldId },
+      { key: K, oldId: x },
+      "the held key was reassigned from the ID it lost",
     );
-  }
-  // The store, node a and node b agree on the key's new ID; the lost ID is the taker's.
-  const masters = await fx.masters();
-  assert.equal(masters.get(n), K);
-  assert.equal(masters.get(x), taker);
-  const refs = (await fx.references()).filter((r) => r.key === K && r.live);
-  assert.deepEqual(refs.map((r) => [r.node, r.id]), [["node-a", n]]);
-  await eventually(() => b.cachedId(K) === n, "node b learns the new ID");
-  assert.equal(await b.getNoCache(K), n);
-  const fence = final.fence!;
-  assert.equal(fence.reassigned, 1);
-  assert.ok(fence.lapses + fence.replacements >= 1, JSON.stringify(fence));
-  assert.equal(final.healthy, true);
+    assert.notEqual(n, x);
+    await child.next((l) => l.event === "sample" && l.t0 > reassigned.t && l.get === n);
+    const final = await child.finish();
 
-  // For the record (the closing note quotes these): how soon after resuming the node stopped
-  // answering from memory, and when it had the new ID.
-  const firstFenced = after.find((s) => s.fenced || s.get !== x);
-  console.error(
-    `[${factory.kind}] stalled ${resumedAt - stoppedAt} ms; after resuming: first sample ` +
-      `${firstFenced ? firstFenced.t0 - resumedAt : "-"} ms, reassigned ` +
-      `${
-        (reassigned.t as number) - resumedAt
-      } ms; stale answers after resuming: 0 of ${after.length}`,
-  );
-});
+    // No call that started after the resume answered the lost ID, by any of the three paths.
+    const after = child.lines.filter((l) => l.event === "sample" && l.t0 >= resumedAt);
+    for (const s of after) {
+      assert.ok(
+        s.get !== x && s.cached !== x && s.allocate !== x,
+        `answered ${x} after resuming: ${JSON.stringify(s)}`,
+      );
+    }
+    // The store, node a and node b agree on the key's new ID; the lost ID is the taker's.
+    const masters = await fx.masters();
+    assert.equal(masters.get(n), K);
+    assert.equal(masters.get(x), taker);
+    const refs = (await fx.references()).filter((r) => r.key === K && r.live);
+    assert.deepEqual(refs.map((r) => [r.node, r.id]), [["node-a", n]]);
+    await eventually(() => b.cachedId(K) === n, "node b learns the new ID");
+    assert.equal(await b.getNoCache(K), n);
+    const fence = final.fence!;
+    assert.equal(fence.reassigned, 1);
+    assert.ok(fence.lapses + fence.replacements >= 1, JSON.stringify(fence));
+    assert.equal(final.healthy, true);
 
-testEachBackend(
+    // For the record (the closing note quotes these): how soon after resuming the node stopped
+    // answering from memory, and when it had the new ID.
+    const firstFenced = after.find((s) => s.fenced || s.get !== x);
+    console.error(
+      `[${factory.kind}] stalled ${resumedAt - stoppedAt} ms; after resuming: first sample ` +
+        `${firstFenced ? firstFenced.t0 - resumedAt : "-"} ms, reassigned ` +
+        `${
+          (reassigned.t as number) - resumedAt
+        } ms; stale answers after resuming: 0 of ${after.length}`,
+    );
+  },
+);
+
+testEachBackendAndMode(
   "a held key whose ID the store gives to another key moves to a new ID",
   async (factory) => {
     await using fx = await factory.create();
@@ -127,7 +130,7 @@ testEachBackend(
   },
 );
 
-testEachBackend(
+testEachBackendAndMode(
   "a lost lease fences every held key until its references are back",
   async (factory) => {
     await using fx = await factory.create();

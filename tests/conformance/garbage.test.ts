@@ -9,7 +9,7 @@ import {
   type StoreDoctor,
 } from "../../mod.ts";
 import type { StoreFixture } from "../_support/fixture.ts";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, eventually, openNode } from "./_helpers.ts";
 
 /** The fixture's store as a {@linkcode StoreDoctor}, through a backend of its own. */
@@ -25,7 +25,7 @@ async function findings(doctor: StoreDoctor, max = 1000): Promise<DamageFinding[
   return out;
 }
 
-testEachBackend(
+testEachBackendAndMode(
   "garbage 1: a corrupt gen counter never half-applies a commit; a new key is new and watched",
   async (f) => {
     await using fx = await f.create();
@@ -47,7 +47,7 @@ testEachBackend(
   { only: ["deno-kv"] },
 );
 
-testEachBackend(
+testEachBackendAndMode(
   "garbage 2: a corrupt touch counter never makes a key impossible to allocate or collect",
   async (f) => {
     await using fx = await f.create();
@@ -69,7 +69,7 @@ testEachBackend(
   { only: ["deno-kv"] },
 );
 
-testEachBackend(
+testEachBackendAndMode(
   "garbage 3/5: an oversized master is skipped and counted; GC goes on collecting",
   async (f) => {
     await using fx = await f.create();
@@ -90,7 +90,7 @@ testEachBackend(
   },
 );
 
-testEachBackend(
+testEachBackendAndMode(
   "garbage 4: a corrupt master of a live key is repaired, never replaced by a second ID",
   async (f) => {
     await using fx = await f.create();
@@ -110,7 +110,7 @@ testEachBackend(
   },
 );
 
-testEachBackend(
+testEachBackendAndMode(
   "damage report: lists the garbage, removes it only if unchanged, then the store is clean",
   async (f) => {
     await using fx = await f.create();

@@ -4,7 +4,7 @@
 // live node holds has its master.
 import assert from "node:assert/strict";
 import type { Allocator } from "../../mod.ts";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, openNode } from "./_helpers.ts";
 
 const KEYS = Array.from({ length: 10 }, (_, i) => `prop${i};`);
@@ -28,7 +28,7 @@ interface Node {
   held: Map<string, number>;
 }
 
-testEachBackend("property: random interleavings keep every invariant", async (f) => {
+testEachBackendAndMode("property: random interleavings keep every invariant", async (f) => {
   const seed = Number(Deno.env.get("IDALLOC_PROPERTY_SEED") ?? Date.now() % 1_000_000);
   const random = prng(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];

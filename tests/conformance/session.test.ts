@@ -12,7 +12,7 @@ import type {
   GcCandidate,
 } from "../../src/allocator/backend.ts";
 import { ReadOnlyError } from "../../src/errors.ts";
-import { testEachBackend } from "../_support/factories.ts";
+import { testEachBackendAndMode } from "../_support/factories.ts";
 import type { StoreFixture } from "../_support/fixture.ts";
 import { openNode } from "./_helpers.ts";
 
@@ -46,7 +46,7 @@ async function snapshot(fx: StoreFixture): Promise<string> {
   return JSON.stringify({ masters, refs });
 }
 
-testEachBackend("a read-only session refuses every write and writes nothing", async (f) => {
+testEachBackendAndMode("a read-only session refuses every write and writes nothing", async (f) => {
   await using fx = await f.create();
   await using writer = await open(await fx.backend("writer", { fast: true }));
   const signal = AbortSignal.timeout(10_000);
@@ -72,7 +72,7 @@ testEachBackend("a read-only session refuses every write and writes nothing", as
   assert.ok(!leases.some((l) => l.node === "reader"), "a read-only session takes no lease");
 });
 
-testEachBackend(
+testEachBackendAndMode(
   "gcDelete deletes only a master unused and unchanged since it was listed",
   async (f) => {
     await using fx = await f.create();
@@ -101,29 +101,32 @@ testEachBackend(
   },
 );
 
-testEachBackend("ensure re-creates a missing master only where the ID is still free", async (f) => {
-  await using fx = await f.create();
-  await using a = await open(await fx.backend("a", { fast: true }));
-  await using b = await open(await fx.backend("b", { fast: true }));
-  const signal = AbortSignal.timeout(10_000);
-  const { id } = await a.acquire(request("mine;", 100));
+testEachBackendAndMode(
+  "ensure re-creates a missing master only where the ID is still free",
+  async (f) => {
+    await using fx = await f.create();
+    await using a = await open(await fx.backend("a", { fast: true }));
+    await using b = await open(await fx.backend("b", { fast: true }));
+    const signal = AbortSignal.timeout(10_000);
+    const { id } = await a.acquire(request("mine;", 100));
 
-  await fx.deleteMaster(id);
-  const [recreated] = await a.ensure([{ key: "mine;", id }], signal);
-  assert.equal(recreated.master, "recreated");
-  assert.equal((await fx.masters()).get(id), "mine;");
+    await fx.deleteMaster(id);
+    const [recreated] = await a.ensure([{ key: "mine;", id }], signal);
+    assert.equal(recreated.master, "recreated");
+    assert.equal((await fx.masters()).get(id), "mine;");
 
-  // The master is lost again and another node takes the ID for another key meanwhile.
-  await fx.deleteMaster(id);
-  await fx.deleteReference("mine;", "a");
-  const theirs = await b.acquire(request("theirs;", id));
-  assert.equal(theirs.id, id);
-  const [conflict] = await a.ensure([{ key: "mine;", id }], signal);
-  assert.equal(conflict.master, "conflict");
-  assert.equal((await fx.masters()).get(id), "theirs;", "never rewritten to another key");
-});
+    // The master is lost again and another node takes the ID for another key meanwhile.
+    await fx.deleteMaster(id);
+    await fx.deleteReference("mine;", "a");
+    const theirs = await b.acquire(request("theirs;", id));
+    assert.equal(theirs.id, id);
+    const [conflict] = await a.ensure([{ key: "mine;", id }], signal);
+    assert.equal(conflict.master, "conflict");
+    assert.equal((await fx.masters()).get(id), "theirs;", "never rewritten to another key");
+  },
+);
 
-testEachBackend(
+testEachBackendAndMode(
   "getNoCache of a key too large for the store is no ID, not an outage",
   async (f) => {
     await using fx = await f.create();
