@@ -1,25 +1,42 @@
 /**
- * `deno task bench`: every benchmark, one table. etcd rows need `etcd` on PATH (skipped with a
- * note otherwise). `deno task bench kv` / `etcd` / `identity` runs one group.
+ * `deno task bench`: every benchmark, one table. `deno task bench kv` / `etcd` / `inprocess` /
+ * `identity` runs one group; `--runs N` sets the cold runs per cell of the kv and etcd groups.
+ *
+ * - `kv`, `etcd` (`compare.ts`): the issue-level side-by-side table, each cell a cold process on a
+ *   fresh store, raw ceiling next to idalloc, medians and p50/p99. etcd rows need `etcd` on PATH
+ *   (skipped with a note otherwise).
+ * - `inprocess` (`allocator_kv.ts`): warm in-process rates on Deno KV, cached re-allocations.
+ * - `identity` (`identity.ts`): the identity layer.
  *
  * @module
  */
 import { benchAllocatorKv } from "./allocator_kv.ts";
-import { benchEtcd } from "./etcd.ts";
+import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
 import type { BenchRow } from "./_table.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
 
+const args = [...Deno.args];
+const runsAt = args.indexOf("--runs");
+const runs = runsAt === -1 ? 3 : Number(args.splice(runsAt, 2)[1]);
+if (!Number.isSafeInteger(runs) || runs < 1) {
+  console.error("--runs takes a whole number of runs per cell, at least 1");
+  Deno.exit(1);
+}
+
 const groups: Record<string, () => Promise<BenchRow[]>> = {
-  kv: () => benchAllocatorKv(),
+  kv: () => compare("kv", runs),
   etcd: () => {
     const why = etcdUnavailable();
-    return why ? Promise.resolve([{ name: "etcd", value: `skipped: ${why}` }]) : benchEtcd();
+    return why
+      ? Promise.resolve([{ name: "etcd", value: `skipped: ${why}` }])
+      : compare("etcd", runs);
   },
+  inprocess: () => benchAllocatorKv(),
   identity: () => benchIdentity(),
 };
 
-const chosen = Deno.args.length > 0 ? Deno.args : Object.keys(groups);
+const chosen = args.length > 0 ? args : Object.keys(groups);
 const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];
@@ -31,4 +48,5 @@ for (const name of chosen) {
   rows.push(...await group());
 }
 console.log(`deno ${Deno.version.deno}, ${navigator.hardwareConcurrency} cores, ${Deno.build.os}`);
-console.table(rows);
+const width = Math.max(...rows.map((r) => r.name.length));
+for (const row of rows) console.log(`${row.name.padEnd(width)}  ${row.value}`);
