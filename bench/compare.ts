@@ -12,7 +12,7 @@
  */
 import { type BenchRow, fmt } from "./_table.ts";
 import type { ScenarioResult, ScenarioSpec } from "./scenario.ts";
-import { etcdUnavailable, startEtcd } from "../tests/_support/etcd.ts";
+import { startEtcd } from "../tests/_support/etcd.ts";
 
 const SCENARIO = new URL("./scenario.ts", import.meta.url).pathname;
 const ROOT = new URL("../", import.meta.url).pathname;
