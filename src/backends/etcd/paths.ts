@@ -98,7 +98,11 @@ export class EtcdLayout {
    * the master key itself): `<base>/locks/id/<id>`.
    */
   idLockPath(id: number): string {
-    return goJoin(this.lockPrefix, trimPrefix(this.masterKey(id), this.base));
+    const trimmed = trimPrefix(this.masterKey(id), this.base);
+    // With a clean base the trimmed master key is `/id/<N>`: joining it is a concatenation. (This
+    // runs on every write; Go's cleaning of `locks//id/N` would split the path each time.)
+    if (trimmed === `/id/${id}` && this.lockPrefix !== "/") return `${this.lockPrefix}${trimmed}`;
+    return goJoin(this.lockPrefix, trimmed);
   }
 
   /** `<base>/id/<id>`. */

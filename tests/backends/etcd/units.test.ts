@@ -260,3 +260,23 @@ Deno.test("batches stay under the request budget and the count", () => {
   assert.deepEqual(heavy.map((b) => b.length), [1, 1, 1, 1]);
   assert.ok(MAX_KEY_BYTES * KEY_COPIES_PER_TXN < 1_572_864);
 });
+
+Deno.test("lock paths are Cilium's: path.Join(lockPrefix, TrimPrefix(key, base))", () => {
+  for (const base of ["cilium/state/identities/v1", "a//b/", "/rooted", "x/./y"]) {
+    const layout = new EtcdLayout(base);
+    for (const id of [1, 65535]) {
+      const expected = goJoin(
+        goJoin(base, "locks"),
+        layout.masterKey(id).startsWith(base)
+          ? layout.masterKey(id).slice(base.length)
+          : layout.masterKey(id),
+      );
+      assert.equal(layout.idLockPath(id), expected, `${base} ${id}`);
+    }
+    assert.equal(layout.keyLockPath("k8s:a=b;"), goJoin(goJoin(base, "locks"), "k8s:a=b;"));
+  }
+  assert.equal(
+    new EtcdLayout("cilium/state/identities/v1").idLockPath(7),
+    "cilium/state/identities/v1/locks/id/7",
+  );
+});
