@@ -369,20 +369,26 @@ export class Allocator<K = string> implements AsyncDisposable {
    * raises the fence at once.
    */
   #answersFromMemory(): boolean {
-    if (this.#fence.active) return false;
-    if (Date.now() < this.#session.claimValidUntil()) return true;
-    this.#lapsed();
-    return false;
+    if (Date.now() >= this.#session.claimValidUntil()) {
+      this.#lapsed();
+      return false;
+    }
+    return !this.#fence.active;
   }
 
-  /** The claim ran out before the lease could be renewed (a stall, an unreachable store). */
+  /**
+   * The claim ran out before the lease could be renewed (a stall, an unreachable store). Raised
+   * again each time it is seen while it lasts, so that keys a running re-check verified before the
+   * lapse are not answered: only a re-check that starts after the claim is valid again clears it.
+   */
   #lapsed(): void {
-    if (this.#closing.signal.aborted || this.#fence.status().all) return;
-    this.#fence.raiseAll("lease lapsed");
-    log.warning("lease of {node} lapsed before renewal: fencing {n} held keys until re-checked", {
-      node: this.#backend.node,
-      n: this.#local.size,
-    });
+    if (this.#closing.signal.aborted) return;
+    if (this.#fence.raiseAll("lease lapsed")) {
+      log.warning("lease of {node} lapsed before renewal: fencing {n} held keys until re-checked", {
+        node: this.#backend.node,
+        n: this.#local.size,
+      });
+    }
     this.#resolveFence();
   }
 

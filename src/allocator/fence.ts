@@ -85,11 +85,16 @@ export class Fence {
     return at !== undefined && at > ok;
   }
 
-  /** Every held key is suspect (the lease lapsed or was replaced). */
-  raiseAll(reason: "lease lapsed" | "lease replaced"): void {
-    if (reason === "lease lapsed") this.#lapses++;
-    else this.#replacements++;
+  /**
+   * Every held key is suspect (the lease lapsed or was replaced). A lapse raised again while the
+   * fence is already up for every key counts once. Returns whether this raise was counted.
+   */
+  raiseAll(reason: "lease lapsed" | "lease replaced"): boolean {
+    const counted = reason === "lease replaced" || this.#allAt === 0;
+    if (counted && reason === "lease lapsed") this.#lapses++;
+    if (reason === "lease replaced") this.#replacements++;
     this.#allAt = this.#raise(reason);
+    return counted;
   }
 
   /**
