@@ -42,6 +42,8 @@ export interface NemesisOptions {
   readonly faults: ReadonlySet<FaultKind>;
   /** Enabled garbage kinds (when `garbage` is enabled). */
   readonly garbage: ReadonlySet<string>;
+  /** `--faults` as given (for the command that reproduces a run). */
+  readonly faultList: string;
   /** Allocate/release cycles of the growth run; 0 skips it. */
   readonly growthOps: number;
   /** Where logs go; a temporary directory when unset. */
@@ -107,7 +109,7 @@ const USAGE = `deno task nemesis [options]
   --nodes N                worker processes, 3 or more (default 4; every third uses the identity layer)
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
-                           a leading "-" removes a kind, e.g. "-stall,-garbage/orphan-ref"
+                           a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref
   --growth N               allocate/release cycles of the growth run (default 200000; 0 skips it)
   --out DIR                keep logs in DIR (default: a temp dir, kept only on violations)
   --keep                   keep the logs of a clean run too
@@ -204,6 +206,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     nodes: o.nodes,
     faults,
     garbage,
+    faultList: o.faults,
     growthOps: o.growth,
     out: o.out,
     keep: o.keep,

@@ -1,7 +1,7 @@
 /**
  * `deno task nemesis`: kills, stalls, outages and garbage under load, with the invariants checked
  * from the store and from every answer the workers gave. A bounded, seeded run per backend prints
- * a table and exits 1 on any violation (2 on bad options or a harness failure).
+ * a table and exits 1 on any violation, 2 on bad options or when the harness itself failed.
  *
  * ```sh
  * deno task nemesis --backend both --seconds 90
@@ -26,6 +26,8 @@ function command(o: NemesisOptions, backend: string): string {
     `--seed ${o.seed}`,
     `--nodes ${o.nodes}`,
   ];
+  if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
+  parts.push("--growth 0");
   return parts.join(" ");
 }
 
@@ -44,6 +46,8 @@ async function main(): Promise<number> {
     `nemesis: seed ${options.seed}, faults ${[...options.faults].join(", ")}; logs in ${root}`,
   );
   let ok = true;
+  /** Whether the harness itself failed somewhere, so that a check may not have run fully. */
+  let harness = false;
   for (const backend of options.backends) {
     if (backend === "etcd") {
       const why = etcdUnavailable();
@@ -52,22 +56,36 @@ async function main(): Promise<number> {
         continue;
       }
     }
-    const report = await runBackend(backend, options, `${root}/${backend}`);
-    writeReport(sink, report, command(options, backend));
-    ok &&= clean(report);
-    if (options.growthOps > 0) {
-      const growth = await runGrowth(backend, options.growthOps, `${root}/${backend}-growth`);
-      writeGrowth(sink, growth);
-      ok &&= growth.violations.length === 0;
+    try {
+      const report = await runBackend(backend, options, `${root}/${backend}`);
+      writeReport(sink, report, command(options, backend));
+      ok &&= clean(report);
+      harness ||= report.harness.length > 0;
+      if (options.growthOps > 0) {
+        const growth = await runGrowth(backend, options.growthOps, `${root}/${backend}-growth`);
+        writeGrowth(sink, growth);
+        ok &&= growth.violations.length === 0;
+      }
+    } catch (err) {
+      harness = true;
+      sink.line(
+        `== nemesis ${backend}: the harness failed: ${err instanceof Error ? err.stack : err}`,
+      );
     }
     await sink.flush();
   }
-  sink.line(ok ? "nemesis: no violation" : "nemesis: VIOLATIONS FOUND (see above)");
+  sink.line(
+    !ok
+      ? "nemesis: VIOLATIONS FOUND (see above)"
+      : harness
+      ? "nemesis: no violation found, but the harness had problems (see above)"
+      : "nemesis: no violation",
+  );
   await sink.flush();
-  if (ok && !options.keep && options.out === undefined) {
+  if (ok && !harness && !options.keep && options.out === undefined) {
     await Deno.remove(root, { recursive: true }).catch(() => {});
   }
-  return ok ? 0 : 1;
+  return !ok ? 1 : harness ? 2 : 0;
 }
 
 Deno.exit(await main());

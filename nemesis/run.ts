@@ -326,6 +326,9 @@ export async function runBackend(
     if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl") logs.push(`${dir}/${e.name}`);
   }
   const records = await readRecords(logs, harness);
+  for (const r of records) {
+    if (r.t === "note") harness.push(`${r.inc} noted: ${r.text}`);
+  }
   const history = checkHistory(records, { silentChangeAllowed: identityIncs });
   const calls = checkCalls(records, { callTimeoutMs: TIMINGS.callTimeoutMs, stops });
   violations.push(

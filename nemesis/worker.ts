@@ -117,7 +117,8 @@ async function identityClient(
       return { id: identity.id, isNew };
     },
     release: async (key, signal) => {
-      const identity = held.get(key) ?? { id: 0, labels: labels(key) };
+      const identity = held.get(key);
+      if (!identity) throw new Error(`harness: release of ${key}, which the worker never got`);
       const lastUse = await identities.release(identity, { signal });
       if (lastUse) held.delete(key);
       return lastUse;
@@ -268,6 +269,7 @@ async function main(): Promise<void> {
   const heartbeat = async (): Promise<void> => {
     while (!stopping) {
       await sleep(HEARTBEAT_MS);
+      if (stopping) break;
       const keys = [...refs.keys()].filter((k) => !busy.has(k));
       if (keys.length === 0) continue;
       for (const k of keys) busy.add(k);

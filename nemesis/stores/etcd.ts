@@ -12,23 +12,18 @@ import { rawClient } from "../../tests/_support/etcd_fixture.ts";
 import type { SnapshotMaster, SnapshotRef, StoreSnapshot } from "../checks/store.ts";
 import type { StoreSpec } from "../records.ts";
 import {
+  GARBAGE_KINDS,
   garbageId,
   garbageKey,
   type GarbageKind,
   type GarbageTargets,
+  KV_ONLY_GARBAGE,
   type NemesisStore,
   type Planted,
 } from "./store.ts";
 
-/** Garbage an etcd store can hold (no key index, no counters in Cilium's layout). */
-const ETCD_GARBAGE: readonly GarbageKind[] = [
-  "non-numeric-id",
-  "empty-master",
-  "bad-ref",
-  "invalid-utf8",
-  "oversized",
-  "orphan-ref",
-];
+/** Garbage an etcd store can hold. */
+const ETCD_GARBAGE: readonly GarbageKind[] = GARBAGE_KINDS.filter((k) => !KV_ONLY_GARBAGE.has(k));
 
 /** A master value just under etcd's default 1.5 MiB request limit. */
 const OVERSIZED_CHARS = 1_000_000;

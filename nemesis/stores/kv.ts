@@ -43,15 +43,19 @@ export async function openKvStore(
   const P = [...prefix];
   const spec: StoreSpec = { kind: "kv", path, prefix: [...prefix], ...timings };
 
-  async function all(): Promise<Deno.KvEntry<unknown>[]> {
-    const out: Deno.KvEntry<unknown>[] = [];
-    for await (const e of kv.list({ prefix: P }, { batchSize: 500 })) out.push(e);
-    return out;
+  function all(): Promise<Deno.KvEntry<unknown>[]> {
+    return whenNotBusy(async () => {
+      const out: Deno.KvEntry<unknown>[] = [];
+      for await (const e of kv.list({ prefix: P }, { batchSize: 500 })) out.push(e);
+      return out;
+    });
   }
 
   /** Writes `value` at `key` only if nothing is there; true if it wrote. */
   async function create(key: Deno.KvKey, value: unknown): Promise<boolean> {
-    const res = await kv.atomic().check({ key, versionstamp: null }).set(key, value).commit();
+    const res = await whenNotBusy(() =>
+      kv.atomic().check({ key, versionstamp: null }).set(key, value).commit()
+    );
     return res.ok;
   }
 
@@ -198,8 +202,8 @@ export async function openKvStore(
 
     async revokeLease(node: string): Promise<string> {
       const key = layout.lease(node);
-      const entry = await kv.get(key);
-      await kv.delete(key);
+      const entry = await whenNotBusy(() => kv.get(key));
+      await whenNotBusy(() => kv.delete(key));
       return entry.versionstamp === null
         ? `${node} had no lease record`
         : `deleted ${node}'s lease record ${describe(entry.value)}`;
@@ -223,6 +227,21 @@ export async function openKvStore(
     },
   };
   return store;
+}
+
+/**
+ * Runs `fn`, retrying while SQLite reports the file busy: the workers write the same file from
+ * their own processes all the time.
+ */
+async function whenNotBusy<T>(fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (attempt >= 200 || !/database is (locked|busy)/i.test(String(err))) throw err;
+      await new Promise((r) => setTimeout(r, 5 + Math.random() * 20));
+    }
+  }
 }
 
 function describe(value: unknown): string {

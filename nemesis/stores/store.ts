@@ -23,6 +23,9 @@ export const GARBAGE_KINDS = [
 /** One kind of planted garbage. */
 export type GarbageKind = typeof GARBAGE_KINDS[number];
 
+/** Garbage only Deno KV's layout can hold (etcd's has no key index and no counters). */
+export const KV_ONLY_GARBAGE: ReadonlySet<GarbageKind> = new Set(["bad-index", "bad-counter"]);
+
 /** What planting wrote, for the report. */
 export interface Planted {
   readonly kind: GarbageKind;
