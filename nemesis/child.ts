@@ -19,7 +19,6 @@ export class Child implements AsyncDisposable {
   #closed = false;
   readonly #stderrDone: Promise<void>;
   readonly #stdoutDone: Promise<void>;
-  #stopped = false;
 
   private constructor(name: string, process: Deno.ChildProcess, stderrFile: Deno.FsFile) {
     this.name = name;
@@ -60,11 +59,6 @@ export class Child implements AsyncDisposable {
   /** The process ID. */
   get pid(): number {
     return this.#process.pid;
-  }
-
-  /** Whether SIGSTOP was sent and no SIGCONT since. */
-  get stopped(): boolean {
-    return this.#stopped;
   }
 
   /** Resolves with the exit status. */
@@ -137,8 +131,6 @@ export class Child implements AsyncDisposable {
     } catch {
       return false;
     }
-    if (signal === "SIGSTOP") this.#stopped = true;
-    if (signal === "SIGCONT") this.#stopped = false;
     return true;
   }
 

@@ -200,12 +200,18 @@ export type HoldsRecord = Extract<LogRecord, { t: "holds" }>;
 /** One GC pass. */
 export type GcRecord = Extract<LogRecord, { t: "gc" }>;
 
-/** Parses a log file's text; lines that do not parse are returned separately. */
-export function parseRecords(text: string): { records: LogRecord[]; bad: string[] } {
+/**
+ * Parses a log file's text; lines that do not parse are returned separately. With `only`, lines
+ * not containing it are skipped unread (e.g. `"t":"holds"` to find a few records in a long log).
+ */
+export function parseRecords(
+  text: string,
+  only?: string,
+): { records: LogRecord[]; bad: string[] } {
   const records: LogRecord[] = [];
   const bad: string[] = [];
   for (const line of text.split("\n")) {
-    if (line.trim() === "") continue;
+    if (line.trim() === "" || (only !== undefined && !line.includes(only))) continue;
     let json: unknown;
     try {
       json = JSON.parse(line);

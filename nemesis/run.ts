@@ -145,7 +145,8 @@ export async function runBackend(
     const layer = isIdentityWorker(index) ? "identity" : "allocator";
     const inc = `${node}@${++incarnations}`;
     if (layer === "identity") identityIncs.add(inc);
-    const logPath = `${dir}/worker-${inc.replace("@", "-")}.jsonl`;
+    const files = `${dir}/worker-${inc.replace("@", "-")}`;
+    const logPath = `${files}.jsonl`;
     const config: WorkerConfig = {
       store: store.spec,
       node,
@@ -160,12 +161,7 @@ export async function runBackend(
       targetHeld: layer === "identity" ? 12 : 30,
       logPath,
     };
-    const child = await Child.spawn(
-      inc,
-      "nemesis/worker.ts",
-      config,
-      `${dir}/worker-${inc.replace("@", "-")}.stderr`,
-    );
+    const child = await Child.spawn(inc, "nemesis/worker.ts", config, `${files}.stderr`);
     const slot: Slot = { index, layer, node, inc, generation, child, logPath, expectExit: false };
     child.status.then((status) => {
       if (slot.expectExit || slot.child !== child) return;
@@ -174,7 +170,7 @@ export async function runBackend(
         message: `${inc} exited on its own with code ${status.code}${
           status.signal ? ` (${status.signal})` : ""
         }`,
-        evidence: { inc, stderr: `${dir}/worker-${inc.replace("@", "-")}.stderr` },
+        evidence: { inc, stderr: `${files}.stderr` },
       });
     });
     await child.waitFor("ready", 60_000);
@@ -257,7 +253,7 @@ export async function runBackend(
     }));
     const snapshot = await store.snapshot();
     await Deno.writeTextFile(`${dir}/snapshot.json`, JSON.stringify(snapshot, null, 1));
-    const holdsRecords = (await readRecords(slots.map((s) => s.logPath), harness))
+    const holdsRecords = (await readRecords(slots.map((s) => s.logPath), harness, '"t":"holds"'))
       .filter((r): r is Extract<LogRecord, { t: "holds" }> => r.t === "holds");
     const liveIncs = new Set(slots.map((s) => s.inc));
     const holders: LiveHolds[] = holdsRecords
@@ -380,11 +376,15 @@ function sum(m: ReadonlyMap<string, number>): number {
   return n;
 }
 
-async function readRecords(paths: readonly string[], harness: string[]): Promise<LogRecord[]> {
+async function readRecords(
+  paths: readonly string[],
+  harness: string[],
+  only?: string,
+): Promise<LogRecord[]> {
   const out: LogRecord[] = [];
   for (const path of paths) {
     const text = await Deno.readTextFile(path).catch(() => "");
-    const { records, bad } = parseRecords(text);
+    const { records, bad } = parseRecords(text, only);
     out.push(...records);
     // A SIGKILL may cut the last line short; anything else is a harness bug.
     const lines = text.trimEnd().split("\n");

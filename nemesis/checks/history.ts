@@ -85,7 +85,12 @@ export const SPLIT_CHECK = "history: no key answered with two IDs at once";
 export const ID_CHANGE_CHECK = "held IDs change only by a reassigned event";
 
 type Event =
-  | { kind: "answer"; answer: Answer }
+  | {
+    kind: "answer";
+    answer: Answer;
+    /** For a `reassigned` event: the ID it retired. */
+    retires?: number;
+  }
   | { kind: "release"; start: number; end: number };
 
 /** Builds the runs of a history (exported for tests and diagnosis). */
@@ -105,7 +110,7 @@ export function buildRuns(
   };
   for (const r of records) {
     if (r.t === "reassigned") {
-      push(r.inc, r.key, { kind: "answer", answer: reassignedAnswer(r) });
+      push(r.inc, r.key, { kind: "answer", answer: reassignedAnswer(r), retires: r.oldId });
       answers++;
       continue;
     }
@@ -183,11 +188,37 @@ function runsOfEpisode(
   idChanges: Violation[],
 ): Run[] {
   const runs: Run[] = [];
+  // A last-use release ends a hold: each stretch between two is judged on its own.
+  let segment: Event[] = [];
+  for (const e of events) {
+    if (e.kind === "release") {
+      runs.push(...runsOfHold(segment, options, idChanges));
+      segment = [];
+    } else segment.push(e);
+  }
+  runs.push(...runsOfHold(segment, options, idChanges));
+  return runs;
+}
+
+function runsOfHold(
+  events: readonly Event[],
+  options: HistoryOptions,
+  idChanges: Violation[],
+): Run[] {
+  const runs: Run[] = [];
   let first: Answer | undefined;
   let last: Answer | undefined;
   let count = 0;
-  /** IDs a `reassigned` event retired in this episode, with the event's time. */
+  // The worker may read the new ID before its watch delivers the event: a change is announced
+  // by an event of this hold wherever it falls.
+  const announced = new Set<string>();
+  /** IDs a `reassigned` event retired in this hold, with the event's time. */
   const retired = new Map<number, number>();
+  for (const e of events) {
+    if (e.kind === "answer" && e.retires !== undefined) {
+      announced.add(`${e.retires}>${e.answer.id}`);
+    }
+  }
   const close = () => {
     if (first && last) {
       const lo = first.end;
@@ -202,14 +233,10 @@ function runsOfEpisode(
     count = 0;
   };
   for (const e of events) {
-    if (e.kind === "release") {
-      close();
-      retired.clear();
-      continue;
-    }
+    if (e.kind !== "answer") continue;
     const a = e.answer;
-    if (a.source === "reassigned") {
-      if (last) retired.set(last.id, a.start);
+    if (e.retires !== undefined) {
+      retired.set(e.retires, a.start);
     } else {
       const retiredAt = retired.get(a.id);
       if (retiredAt !== undefined && a.start > retiredAt) {
@@ -221,7 +248,8 @@ function runsOfEpisode(
           evidence: { answer: a, retiredAt },
         });
       } else if (
-        last && last.id !== a.id && !options.silentChangeAllowed?.has(a.inc)
+        last && last.id !== a.id && !announced.has(`${last.id}>${a.id}`) &&
+        !options.silentChangeAllowed?.has(a.inc)
       ) {
         idChanges.push({
           check: ID_CHANGE_CHECK,

@@ -226,3 +226,20 @@ Deno.test("history: one key answered with two IDs at once by two holders is caug
   ];
   assert.deepEqual(checkHistory(moved).splits, []);
 });
+
+Deno.test("history: the new ID may be read before the reassigned event arrives", () => {
+  clockMs = 150_000;
+  const records: LogRecord[] = [
+    call("a", "allocate", "k1", 0, 10, { id: 300 }),
+    call("a", "get", "k1", 20, 21, { id: 300 }),
+    // Woken and fenced: the re-check moved k1 to 302; a read sees it before the watch event.
+    call("a", "get", "k1", 9_000, 9_050, { id: 302 }),
+    reassigned("a", "k1", 300, 302, 9_060),
+    call("a", "get", "k1", 9_100, 9_101, { id: 302 }),
+  ];
+  const result = checkHistory(records);
+  assert.deepEqual(result.idChanges, []);
+  // An event for another change does not announce this one.
+  const other = records.map((r) => r.t === "reassigned" ? { ...r, oldId: 299 } : r);
+  assert.equal(checkHistory(other).idChanges.length, 1);
+});
