@@ -325,7 +325,10 @@ export async function runBackend(
   for (const r of records) {
     if (r.t === "note") harness.push(`${r.inc} noted: ${r.text}`);
   }
-  const history = checkHistory(records, { silentChangeAllowed: identityIncs });
+  const history = checkHistory(records, {
+    silentChangeAllowed: identityIncs,
+    maxGapMs: TIMINGS.leaseTtlMs,
+  });
   const calls = checkCalls(records, { callTimeoutMs: TIMINGS.callTimeoutMs, stops });
   violations.push(
     ...history.overlaps,

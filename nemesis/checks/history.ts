@@ -9,6 +9,9 @@
  * of its last one, its **core**: the node answered the key with that ID at an instant at or before
  * the core and at or after it, and held the key the whole time between.
  *
+ * A silence longer than the lease between two answers of a hold (the node was stopped, or fenced
+ * and re-checking) ends a run too: the node must re-prove its claim before answering again.
+ *
  * For each ID, two cores of different keys must not overlap; for each key, two cores of different
  * IDs must not either (a key split between two IDs). A single answer and every store read
  * (`getNoCache`) is a **point**: it happened somewhere in its `[start, end]`, so it conflicts only
@@ -59,6 +62,14 @@ export interface Run {
 export interface HistoryOptions {
   /** Clock slack in ms: overlaps shorter than this are not reported. @default {2} */
   readonly slackMs?: number;
+  /**
+   * A silence longer than this between two answers of one hold ends its run: a node that could
+   * not answer for longer than its lease (it was stopped, or fenced) must re-prove its claim before
+   * answering again, and what it answers after is a new run, even with the same ID. Unset, a hold
+   * is one run however long its silences (then an ID collected, used by another key and freed
+   * again while the holder was stopped counts against the holder).
+   */
+  readonly maxGapMs?: number;
   /** Incarnations whose held IDs may change without a `reassigned` event (identity workers). */
   readonly silentChangeAllowed?: ReadonlySet<string>;
   /** Violations reported per kind before the rest are only counted. @default {25} */
@@ -260,7 +271,9 @@ function runsOfHold(
         });
       }
     }
-    if (last && last.id !== a.id) close();
+    const silent = options.maxGapMs !== undefined && last !== undefined &&
+      a.start - last.end > options.maxGapMs;
+    if (last && (last.id !== a.id || silent)) close();
     first ??= a;
     last = a;
     count++;

@@ -243,3 +243,27 @@ Deno.test("history: the new ID may be read before the reassigned event arrives",
   const other = records.map((r) => r.t === "reassigned" ? { ...r, oldId: 299 } : r);
   assert.equal(checkHistory(other).idChanges.length, 1);
 });
+
+Deno.test("history: a hold silent for longer than its lease starts a new run (ABA across a stall)", () => {
+  clockMs = 160_000;
+  const records: LogRecord[] = [
+    call("a", "allocate", "k1", 0, 10, { id: 415 }),
+    call("a", "get", "k1", 250, 251, { id: 415 }),
+    // a is stopped 300–10_000: 415 is collected, b uses it for k2 and frees it again.
+    call("b", "allocate", "k2", 5_000, 5_004, { id: 415 }),
+    call("b", "get", "k2", 5_300, 5_301, { id: 415 }),
+    call("b", "release", "k2", 5_400, 5_410, { lastUse: true }),
+    // a wakes, re-checks, finds 415 free and keeps it: every answer it gave was true when given.
+    call("a", "get", "k1", 10_050, 10_051, { id: 415 }),
+    call("a", "get", "k1", 10_300, 10_301, { id: 415 }),
+  ];
+  assert.deepEqual(checkHistory(records, { maxGapMs: 3_000 }).overlaps, []);
+  // Judged as one continuous hold, the stall counts against a.
+  assert.equal(checkHistory(records).overlaps.length, 1);
+  // Still caught with the gap rule: a wakes and answers 415 while b holds it.
+  const stale: LogRecord[] = [
+    ...records.slice(0, 4),
+    call("a", "get", "k1", 5_200, 5_201, { id: 415 }),
+  ];
+  assert.equal(checkHistory(stale, { maxGapMs: 3_000 }).overlaps.length, 1);
+});
