@@ -86,12 +86,12 @@ export async function runNemesis(
   ctx: FaultContext,
   kinds: readonly FaultKind[],
   until: number,
-  signal: AbortSignal,
+  signal?: AbortSignal,
 ): Promise<void> {
   if (kinds.length === 0) return;
   let order: FaultKind[] = [];
   let garbageOrder: GarbageKind[] = [];
-  while (Date.now() < until && !signal.aborted) {
+  while (Date.now() < until && !signal?.aborted) {
     if (order.length === 0) order = shuffle(ctx.random, [...kinds]);
     const kind = order.shift()!;
     let garbage: GarbageKind | undefined;

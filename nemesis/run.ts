@@ -12,7 +12,7 @@ import { prng, shuffle } from "../tests/_support/prng.ts";
 import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
-import type { Violation } from "./checks/violation.ts";
+import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import {
   ETCD_ONLY,
@@ -234,7 +234,7 @@ export async function runBackend(
     }
     await sleep(3_000);
     // No fault starts in the last five seconds; the one in progress finishes.
-    await runNemesis(ctx, kinds, end - 5_000, new AbortController().signal);
+    await runNemesis(ctx, kinds, end - 5_000);
     if (Date.now() < end) await sleep(end - Date.now());
 
     // ---------------------------------------------------------------- settle and compare
@@ -295,7 +295,7 @@ export async function runBackend(
         message: `${drain.left.length} master(s) of released keys still stored ${
           Math.round(drain.waitedMs / 1_000)
         } s after every node released everything: ${
-          drain.left.slice(0, 5).map((m) => `${m.id} → ${m.key}`).join(", ")
+          drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
         }`,
         evidence: drain,
       });
