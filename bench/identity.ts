@@ -21,6 +21,7 @@ import { type BenchRow, fmt } from "./_table.ts";
 import type { Backend } from "../src/allocator/backend.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import type { BackendFactory } from "../tests/_support/fixture.ts";
+import { prng, zipf } from "../tests/_support/prng.ts";
 
 /** Sizes of the workload. */
 export interface IdentityBenchOptions {
@@ -33,38 +34,6 @@ export interface IdentityBenchOptions {
 }
 
 const perSec = (n: number, ms: number) => `${fmt((n / ms) * 1000)}/s`;
-
-/** A small seeded PRNG (mulberry32), so every run draws the same sequence. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Indices in `[0, n)` with P(i) ∝ 1 / (i + 1)^s. */
-function zipf(n: number, draws: number, s: number, random: () => number): Uint32Array {
-  const cdf = new Float64Array(n);
-  let sum = 0;
-  for (let i = 0; i < n; i++) cdf[i] = sum += 1 / (i + 1) ** s;
-  const out = new Uint32Array(draws);
-  for (let d = 0; d < draws; d++) {
-    const u = random() * sum;
-    let lo = 0;
-    let hi = n - 1;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (cdf[mid] < u) lo = mid + 1;
-      else hi = mid;
-    }
-    out[d] = lo;
-  }
-  return out;
-}
 
 /** Pod-like label sets: app, namespace, service account, cluster, and a version label. */
 function labelStrings(i: number): string[] {
@@ -183,7 +152,7 @@ export async function benchIdentity(
     // the store, later draws are local reference counts.
     await using b = await IdentityAllocator.open(await store.backend("node-b"));
     await b.waitForInitialSync();
-    const picks = zipf(distinct, draws, exponent, prng(42));
+    const picks = Uint32Array.from({ length: draws }, zipf(prng(42), distinct, exponent));
     const touched = new Set<number>();
     for (const i of picks) touched.add(i);
     t = performance.now();

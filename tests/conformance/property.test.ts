@@ -6,20 +6,10 @@ import assert from "node:assert/strict";
 import type { Allocator } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, openNode } from "./_helpers.ts";
+import { picker, prng } from "../_support/prng.ts";
 
 const KEYS = Array.from({ length: 10 }, (_, i) => `prop${i};`);
 const STEPS = 120;
-
-/** mulberry32: a seeded PRNG, so a failing run can be replayed with IDALLOC_PROPERTY_SEED. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Node {
   name: string;
@@ -31,7 +21,7 @@ interface Node {
 testEachBackendAndMode("property: random interleavings keep every invariant", async (f) => {
   const seed = Number(Deno.env.get("IDALLOC_PROPERTY_SEED") ?? Date.now() % 1_000_000);
   const random = prng(seed);
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
+  const pick = picker(random);
   await using fx = await f.create();
   let generation = 0;
   const open = async (slot: number): Promise<Node> => {

@@ -1,0 +1,156 @@
+/**
+ * A nemesis child process as the orchestrator sees it: spawned with its JSON configuration,
+ * commands written to its stdin, acknowledgements read from its stdout, its stderr (idalloc's
+ * log) copied to a file, and signals (SIGKILL, SIGSTOP, SIGCONT) sent by PID.
+ *
+ * @module
+ */
+
+const ROOT = new URL("../", import.meta.url).pathname;
+
+/** One child process. */
+export class Child implements AsyncDisposable {
+  /** A name for messages. */
+  readonly name: string;
+  readonly #process: Deno.ChildProcess;
+  readonly #stdin: WritableStreamDefaultWriter<Uint8Array>;
+  readonly #lines: string[] = [];
+  #waiters: Array<() => void> = [];
+  #closed = false;
+  readonly #stderrDone: Promise<void>;
+  readonly #stdoutDone: Promise<void>;
+
+  private constructor(name: string, process: Deno.ChildProcess, stderrFile: Deno.FsFile) {
+    this.name = name;
+    this.#process = process;
+    this.#stdin = process.stdin.getWriter();
+    this.#stderrDone = process.stderr.pipeTo(stderrFile.writable).catch(() => {});
+    this.#stdoutDone = this.#readStdout();
+  }
+
+  /**
+   * Spawns `deno run -A <script> <config JSON>` from the repository root.
+   *
+   * @param script path relative to the repository root
+   * @param stderrPath file receiving the child's stderr
+   * @param v8Flags extra V8 flags (e.g. `--expose-gc`)
+   */
+  static async spawn(
+    name: string,
+    script: string,
+    config: unknown,
+    stderrPath: string,
+    v8Flags: readonly string[] = [],
+  ): Promise<Child> {
+    const stderrFile = await Deno.open(stderrPath, { write: true, create: true, append: true });
+    const args = ["run", "-A"];
+    if (v8Flags.length > 0) args.push(`--v8-flags=${v8Flags.join(",")}`);
+    args.push(script, JSON.stringify(config));
+    const process = new Deno.Command(Deno.execPath(), {
+      args,
+      cwd: ROOT,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    return new Child(name, process, stderrFile);
+  }
+
+  /** The process ID. */
+  get pid(): number {
+    return this.#process.pid;
+  }
+
+  /** Resolves with the exit status. */
+  get status(): Promise<Deno.CommandStatus> {
+    return this.#process.status;
+  }
+
+  async #readStdout(): Promise<void> {
+    let buffer = "";
+    try {
+      for await (const chunk of this.#process.stdout.pipeThrough(new TextDecoderStream())) {
+        buffer += chunk;
+        let newline;
+        while ((newline = buffer.indexOf("\n")) >= 0) {
+          this.#lines.push(buffer.slice(0, newline).trim());
+          buffer = buffer.slice(newline + 1);
+        }
+        this.#wake();
+      }
+    } finally {
+      this.#closed = true;
+      this.#wake();
+    }
+  }
+
+  #wake(): void {
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const w of waiters) w();
+  }
+
+  /**
+   * Waits until the child printed `line` (consuming it and everything before it); throws if its
+   * stdout ends first or `timeoutMs` passes.
+   */
+  async waitFor(line: string, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const at = this.#lines.indexOf(line);
+      if (at >= 0) {
+        this.#lines.splice(0, at + 1);
+        return;
+      }
+      if (this.#closed) throw new Error(`${this.name} exited before printing '${line}'`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`${this.name} did not print '${line}' within ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.#waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /** Writes one command line to the child's stdin (ignored once it exited). */
+  async send(command: string): Promise<void> {
+    try {
+      await this.#stdin.write(new TextEncoder().encode(command + "\n"));
+    } catch {
+      // The child is gone; its absence is handled by whoever waits for its answer.
+    }
+  }
+
+  /** Sends `signal` to the child; false if it is gone. */
+  signal(signal: "SIGKILL" | "SIGSTOP" | "SIGCONT" | "SIGTERM"): boolean {
+    try {
+      this.#process.kill(signal);
+    } catch {
+      return false;
+    }
+    return true;
+  }
+
+  /** SIGKILLs the child (after SIGCONT, so a stopped child dies too) and waits for it. */
+  async kill(): Promise<void> {
+    this.signal("SIGCONT");
+    this.signal("SIGKILL");
+    await this.#process.status;
+  }
+
+  /** Waits for the child's pipes to drain after it exited. */
+  async settled(): Promise<void> {
+    await this.#process.status;
+    await this.#stdin.close().catch(() => {});
+    await Promise.all([this.#stdoutDone.catch(() => {}), this.#stderrDone]);
+  }
+
+  /** Kills the child unless it exited, and releases its pipes. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+    await this.settled();
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * The nemesis GC loop: its own node, in its own process, running one GC pass every
+ * `gcIntervalMs` over the whole range for the entire run (Cilium's operator), and logging each
+ * pass (what it deleted) as a JSON line. `stop` on stdin closes it.
+ *
+ * `deno run -A nemesis/gc_loop.ts '<GcConfig JSON>'`
+ *
+ * @module
+ */
+import { Allocator } from "../src/allocator/allocator.ts";
+import { sleep } from "../src/abort.ts";
+import { configFromArgs, logToStderr, openBackend, stdinLines } from "./process_support.ts";
+import { gcConfigSchema, LineLog } from "./records.ts";
+
+const config = configFromArgs(gcConfigSchema);
+// "info" shows every collected ID with its key: the evidence a violation report cites.
+await logToStderr("info");
+const log = new LineLog(config.logPath);
+const closing = new AbortController();
+await using opened = await openBackend(config.store, config.node);
+await using alloc = await Allocator.open(opened.backend, {
+  min: config.range.min,
+  max: config.range.max,
+  leaseTtlMs: config.timings.leaseTtlMs,
+  syncIntervalMs: config.timings.syncIntervalMs,
+});
+
+const loop = (async () => {
+  const who = { node: config.node, inc: config.node };
+  while (!closing.signal.aborted) {
+    const start = Date.now();
+    try {
+      const signal = AbortSignal.any([
+        closing.signal,
+        AbortSignal.timeout(config.timings.callTimeoutMs),
+      ]);
+      const stats = await alloc.runGc({ signal });
+      log.write({
+        t: "gc",
+        ...who,
+        start,
+        end: Date.now(),
+        deleted: [...stats.deletedIds],
+        marked: stats.marked,
+        alive: stats.alive,
+      });
+    } catch (err) {
+      if (closing.signal.aborted) break;
+      log.write({ t: "gc", ...who, start, end: Date.now(), error: String(err).slice(0, 500) });
+    }
+    await sleep(config.timings.gcIntervalMs, closing.signal).catch(() => {});
+  }
+})();
+console.log("ready");
+
+for await (const command of stdinLines()) {
+  if (command === "stop") break;
+}
+closing.abort();
+await loop;
+log.close();
+console.log("stopped");

@@ -1,0 +1,157 @@
+/**
+ * The growth run's allocator, in its own process so its memory is its own: allocate/release cycles
+ * over a key set with a sliding window of held keys and a GC pass every second, sampling memory
+ * (after a forced V8 GC), the store's file size and the entries under the prefix every
+ * `sampleEvery` cycles. Samples go to `samplesPath` as JSON lines; `done` on stdout at the end.
+ *
+ * `deno run -A --v8-flags=--expose-gc nemesis/growth_worker.ts '<GrowthConfig JSON>'`
+ *
+ * @module
+ */
+import { z } from "zod";
+import { Allocator } from "../src/allocator/allocator.ts";
+import { prng } from "../tests/_support/prng.ts";
+import { configFromArgs, logToStderr, openBackend } from "./process_support.ts";
+import { storeSpecSchema, timingsSchema } from "./records.ts";
+import { openEtcdStore } from "./stores/etcd.ts";
+import { openKvStore } from "./stores/kv.ts";
+import type { NemesisStore } from "./stores/store.ts";
+
+/** The growth allocator's configuration. */
+export const growthConfigSchema = z.object({
+  store: storeSpecSchema,
+  cycles: z.number().int().positive(),
+  sampleEvery: z.number().int().positive(),
+  keys: z.number().int().positive(),
+  /** Keys held at once: each cycle allocates one and releases the oldest. */
+  window: z.number().int().positive(),
+  /** Change-feed retention of the Deno KV backend, short so the run spans many retentions. */
+  logRetentionMs: z.number().int().positive(),
+  timings: timingsSchema,
+  samplesPath: z.string().min(1),
+  seed: z.number().int(),
+});
+
+/** The growth allocator's configuration. */
+export type GrowthConfig = z.infer<typeof growthConfigSchema>;
+
+/** One sample of the growth run. */
+export interface GrowthSample {
+  readonly cycles: number;
+  readonly elapsedMs: number;
+  readonly rss: number;
+  readonly heapUsed: number;
+  /** Bytes of the KV file and its WAL (0 on etcd). */
+  readonly fileBytes: number;
+  /** Entries under the prefix by category. */
+  readonly counts: Record<string, number>;
+  /** Masters created or deleted since `logWindowMs` before this sample: what the feed may hold. */
+  readonly recentChanges: number;
+  readonly logWindowMs: number;
+}
+
+/** Concurrent call loops of the one allocator. */
+const LANES = 4;
+
+async function fileBytes(path: string): Promise<number> {
+  let n = 0;
+  for (const suffix of ["", "-wal"]) {
+    n += await Deno.stat(path + suffix).then((s) => s.size, () => 0);
+  }
+  return n;
+}
+
+async function main(): Promise<void> {
+  const config = configFromArgs(growthConfigSchema);
+  await logToStderr("warning");
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) throw new Error("run with --v8-flags=--expose-gc");
+  const random = prng(config.seed);
+  const keys = Array.from({ length: config.keys }, (_, i) => `k8s:growth=${i};`);
+  const spec = config.store;
+  await using opened = await openBackend(spec, "growth", { logRetentionMs: config.logRetentionMs });
+  await using alloc = await Allocator.open(opened.backend, {
+    min: 256,
+    max: 256 + 2 * config.keys,
+    leaseTtlMs: config.timings.leaseTtlMs,
+    syncIntervalMs: config.timings.syncIntervalMs,
+  });
+  await using store: NemesisStore = spec.kind === "kv"
+    ? await openKvStore(spec.path, spec.prefix, spec)
+    : openEtcdStore(spec.endpoints, spec.prefix, spec.requestTimeoutMs);
+  const out = await Deno.open(config.samplesPath, { write: true, create: true, append: true });
+  const encoder = new TextEncoder();
+
+  // Master changes per second, to bound what the change feed may legitimately hold.
+  const changes: { at: number; n: number }[] = [];
+  const changed = (n: number) => {
+    if (n > 0) changes.push({ at: Date.now(), n });
+  };
+  // Entries expire after the retention, and a local file keeps expired rows about a minute more.
+  const logWindowMs = config.logRetentionMs + 65_000;
+  const closing = new AbortController();
+  const gcLoop = (async () => {
+    while (!closing.signal.aborted) {
+      await new Promise((r) => setTimeout(r, config.timings.gcIntervalMs));
+      if (closing.signal.aborted) break;
+      try {
+        changed((await alloc.runGc({ signal: closing.signal })).deleted);
+      } catch {
+        // A pass cut short by the end of the run.
+      }
+    }
+  })();
+
+  const start = Date.now();
+  const sample = async (cycles: number) => {
+    gc();
+    const mem = Deno.memoryUsage();
+    const now = Date.now();
+    const s: GrowthSample = {
+      cycles,
+      elapsedMs: now - start,
+      rss: mem.rss,
+      heapUsed: mem.heapUsed,
+      fileBytes: spec.kind === "kv" ? await fileBytes(spec.path) : 0,
+      counts: await store.counts(),
+      recentChanges: changes.filter((c) => c.at >= now - logWindowMs).reduce((a, c) => a + c.n, 0),
+      logWindowMs,
+    };
+    await out.write(encoder.encode(JSON.stringify(s) + "\n"));
+  };
+
+  // A few lanes, each over its own slice of the keys with its own share of the window, so one
+  // allocator sees concurrent calls without two of them racing on one key.
+  let started = 0;
+  let completed = 0;
+  let nextSample = config.sampleEvery;
+  let sampling: Promise<void> = Promise.resolve();
+  await sample(0);
+  await Promise.all(Array.from({ length: LANES }, async (_, lane) => {
+    const mine = keys.filter((_, i) => i % LANES === lane);
+    const held: string[] = [];
+    while (started < config.cycles) {
+      started++;
+      const key = mine[Math.floor(random() * mine.length)];
+      const r = await alloc.allocate(key);
+      if (r.isNew) changed(1);
+      held.push(key);
+      if (held.length > config.window / LANES) await alloc.release(held.shift()!);
+      completed++;
+      if (completed >= nextSample && completed < config.cycles) {
+        nextSample += config.sampleEvery;
+        const at = completed;
+        sampling = sampling.then(() => sample(at));
+        await sampling;
+      }
+    }
+  }));
+  await sampling;
+  await sample(completed);
+  closing.abort();
+  await gcLoop;
+  out.close();
+  console.log("done");
+}
+
+await main();

@@ -1,0 +1,91 @@
+/**
+ * `deno task nemesis`: kills, stalls, outages and garbage under load, with the invariants checked
+ * from the store and from every answer the workers gave. A bounded, seeded run per backend prints
+ * a table and exits 1 on any violation, 2 on bad options or when the harness itself failed.
+ *
+ * ```sh
+ * deno task nemesis --backend both --seconds 90
+ * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
+ * deno task nemesis --faults -stall --seed 17                   # everything but stalls
+ * ```
+ *
+ * @module
+ */
+import { processIo, Sink } from "../src/cli/io.ts";
+import { etcdUnavailable } from "../tests/_support/etcd.ts";
+import { type NemesisOptions, parseOptions } from "./config.ts";
+import { runGrowth, writeGrowth } from "./growth.ts";
+import { clean, writeReport } from "./report.ts";
+import { runBackend } from "./run.ts";
+
+function command(o: NemesisOptions, backend: string): string {
+  const parts = [
+    "deno task nemesis",
+    `--backend ${backend}`,
+    `--seconds ${o.seconds}`,
+    `--seed ${o.seed}`,
+    `--nodes ${o.nodes}`,
+  ];
+  if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
+  parts.push("--growth 0");
+  return parts.join(" ");
+}
+
+async function main(): Promise<number> {
+  let options: NemesisOptions | undefined;
+  try {
+    options = parseOptions(Deno.args);
+  } catch (err) {
+    console.error(`nemesis: ${err instanceof Error ? err.message : err}`);
+    return 2;
+  }
+  if (!options) return 0;
+  const sink = new Sink(processIo().stdout, 0);
+  const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
+  sink.line(
+    `nemesis: seed ${options.seed}, faults ${[...options.faults].join(", ")}; logs in ${root}`,
+  );
+  let ok = true;
+  /** Whether the harness itself failed somewhere, so that a check may not have run fully. */
+  let harness = false;
+  for (const backend of options.backends) {
+    if (backend === "etcd") {
+      const why = etcdUnavailable();
+      if (why) {
+        sink.line(`== nemesis etcd: skipped: ${why}`);
+        continue;
+      }
+    }
+    try {
+      const report = await runBackend(backend, options, `${root}/${backend}`);
+      writeReport(sink, report, command(options, backend));
+      ok &&= clean(report);
+      harness ||= report.harness.length > 0;
+      if (options.growthOps > 0) {
+        const growth = await runGrowth(backend, options.growthOps, `${root}/${backend}-growth`);
+        writeGrowth(sink, growth);
+        ok &&= growth.violations.length === 0;
+      }
+    } catch (err) {
+      harness = true;
+      sink.line(
+        `== nemesis ${backend}: the harness failed: ${err instanceof Error ? err.stack : err}`,
+      );
+    }
+    await sink.flush();
+  }
+  sink.line(
+    !ok
+      ? "nemesis: VIOLATIONS FOUND (see above)"
+      : harness
+      ? "nemesis: no violation found, but the harness had problems (see above)"
+      : "nemesis: no violation",
+  );
+  await sink.flush();
+  if (ok && !harness && !options.keep && options.out === undefined) {
+    await Deno.remove(root, { recursive: true }).catch(() => {});
+  }
+  return !ok ? 1 : harness ? 2 : 0;
+}
+
+Deno.exit(await main());

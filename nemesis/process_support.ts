@@ -1,0 +1,84 @@
+/**
+ * What every nemesis child process (worker, GC loop, growth run) shares: opening its backend from
+ * a {@linkcode StoreSpec}, sending idalloc's log to stderr (a child is an application, so it may
+ * configure LogTape), and reading commands from stdin.
+ *
+ * @module
+ */
+import { configure, getTextFormatter, type LogLevel } from "@logtape/logtape";
+import type { Backend } from "../src/allocator/backend.ts";
+import { DenoKvBackend } from "../src/backends/kv/mod.ts";
+import { EtcdBackend } from "../src/backends/etcd/mod.ts";
+import type { StoreSpec } from "./records.ts";
+
+/** A backend and what closes it (the KV handle, the etcd client). */
+export interface OpenedBackend extends AsyncDisposable {
+  readonly backend: Backend;
+}
+
+/** Opens `node`'s backend on the store `spec` names. */
+export async function openBackend(
+  spec: StoreSpec,
+  node: string,
+  extra: { logRetentionMs?: number } = {},
+): Promise<OpenedBackend> {
+  if (spec.kind === "kv") {
+    const kv = await Deno.openKv(spec.path);
+    const backend = new DenoKvBackend(kv, {
+      prefix: spec.prefix,
+      node,
+      pollIntervalMs: spec.pollIntervalMs,
+      maxClockSkewMs: spec.maxClockSkewMs,
+      resyncIntervalMs: spec.resyncIntervalMs,
+      ...extra,
+    });
+    return {
+      backend,
+      [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
+    };
+  }
+  const backend = await EtcdBackend.connect({
+    endpoints: spec.endpoints,
+    prefix: spec.prefix,
+    node,
+    requestTimeoutMs: spec.requestTimeoutMs,
+  });
+  return { backend, [Symbol.asyncDispose]: () => backend.close() };
+}
+
+/** Sends idalloc's log records at `level` and above to stderr, one synchronous write each. */
+export async function logToStderr(level: LogLevel): Promise<void> {
+  const format = getTextFormatter();
+  const encoder = new TextEncoder();
+  await configure({
+    sinks: { stderr: (record) => void Deno.stderr.writeSync(encoder.encode(format(record))) },
+    loggers: [
+      { category: ["idalloc"], lowestLevel: level, sinks: ["stderr"] },
+      { category: ["logtape", "meta"], lowestLevel: "warning", sinks: [] },
+    ],
+  });
+}
+
+/** The lines arriving on stdin, until it closes. */
+export async function* stdinLines(): AsyncGenerator<string> {
+  let buffer = "";
+  for await (const chunk of Deno.stdin.readable.pipeThrough(new TextDecoderStream())) {
+    buffer += chunk;
+    let newline;
+    while ((newline = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, newline).trim();
+      buffer = buffer.slice(newline + 1);
+      if (line !== "") yield line;
+    }
+  }
+}
+
+/** Parses the process's only argument as JSON with `schema`; exits 2 on a bad argument. */
+export function configFromArgs<T>(schema: { parse(input: unknown): T }): T {
+  try {
+    return schema.parse(JSON.parse(Deno.args[0] ?? ""));
+  } catch (err) {
+    console.error(`bad configuration argument: ${err}`);
+    Deno.exit(2);
+  }
+}

@@ -1,0 +1,82 @@
+/**
+ * The tables a nemesis run prints: faults injected by kind, calls by outcome, checks passed,
+ * recovery after each store outage, and the first violations with their evidence files.
+ *
+ * @module
+ */
+import { writeTable } from "../src/cli/table.ts";
+import type { Sink } from "../src/cli/io.ts";
+import type { BackendReport } from "./run.ts";
+import { clock } from "./checks/violation.ts";
+
+/** Violations printed per run; the rest are in the run's `report.json`. */
+const SHOWN = 12;
+
+/** Writes the report of one backend run. */
+export function writeReport(sink: Sink, r: BackendReport, command: string): void {
+  const failed = [...r.checks.values()].reduce((n, c) => n + c.failed, 0);
+  sink.line(
+    `== nemesis ${r.backend}: seed ${r.seed}, ${r.seconds} s of faults, ${r.workers.plain} allocator + ` +
+      `${r.workers.identity} identity workers, ${Math.round(r.durationMs / 1_000)} s in all`,
+  );
+  sink.line(`   reproduce: ${command}`);
+  sink.line();
+
+  const byLabel = new Map<string, { n: number; failed: number }>();
+  for (const f of r.faults) {
+    const row = byLabel.get(f.label) ?? { n: 0, failed: 0 };
+    row.n++;
+    if (f.error) row.failed++;
+    byLabel.set(f.label, row);
+  }
+  writeTable(
+    sink,
+    ["fault", "injected", "not applied"],
+    [...byLabel].sort(([a], [b]) => a.localeCompare(b)).map((
+      [label, { n, failed }],
+    ) => [label, String(n), failed ? String(failed) : ""]),
+  );
+  sink.line();
+
+  const rows: string[][] = [];
+  for (const [op, o] of [...r.outcomes].sort(([a], [b]) => a.localeCompare(b))) {
+    let failedCalls = 0;
+    for (const n of o.errors.values()) failedCalls += n;
+    const errors = [...o.errors].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${n}`);
+    rows.push([op, String(o.ok), String(failedCalls), errors.join(", ")]);
+  }
+  writeTable(sink, ["call", "ok", "failed", "failures by error"], rows);
+  sink.line();
+
+  writeTable(
+    sink,
+    ["check", "result", "note"],
+    [...r.checks].map(([name, c]) => [name, c.failed === 0 ? "ok" : `FAIL (${c.failed})`, c.note]),
+  );
+  sink.line();
+
+  if (r.recoveries.length > 0) {
+    writeTable(
+      sink,
+      ["store fault", "back at", "first allocate after"],
+      r.recoveries.map((x) => [
+        x.label,
+        clock(x.backAt),
+        x.ms === undefined ? "none" : `${x.ms} ms`,
+      ]),
+    );
+    sink.line();
+  }
+  for (const h of r.harness) sink.line(`harness: ${h}`);
+  if (failed > 0) {
+    sink.line(`${failed} violation(s); the first ${Math.min(SHOWN, r.violations.length)}:`);
+    for (const v of r.violations.slice(0, SHOWN)) sink.line(`  [${v.check}] ${v.message}`);
+    sink.line(`every violation with its evidence: ${r.dir}/report.json`);
+    sink.line();
+  }
+}
+
+/** Whether a run had no violation. */
+export function clean(r: BackendReport): boolean {
+  return [...r.checks.values()].every((c) => c.failed === 0);
+}

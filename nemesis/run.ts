@@ -1,0 +1,442 @@
+/**
+ * One nemesis run on one backend: start the store, the GC loop and the workers; inject faults for
+ * the fault phase; stop the workers, let the cluster settle and compare the store with what the
+ * live workers hold; probe every key; drain everything and watch GC collect it; then read every
+ * log back and run the history and call checks.
+ *
+ * @module
+ */
+import { sleep } from "../src/abort.ts";
+import { type EtcdCluster, startEtcd } from "../tests/_support/etcd.ts";
+import { prng, shuffle } from "../tests/_support/prng.ts";
+import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
+import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
+import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
+import { short, type Violation } from "./checks/violation.ts";
+import { Child } from "./child.ts";
+import {
+  ETCD_ONLY,
+  ETCD_REQUEST_TIMEOUT_MS,
+  IDENTITY_RANGE,
+  identityKeys,
+  isIdentityWorker,
+  KV_TIMINGS,
+  type NemesisOptions,
+  PLAIN_RANGE,
+  plainKeys,
+  TIMINGS,
+} from "./config.ts";
+import { type FaultContext, type FaultRecord, type FaultTarget, runNemesis } from "./faults.ts";
+import { PROBE_CHECK, probeKeys } from "./probe.ts";
+import {
+  type CallRecord,
+  type GcConfig,
+  LineLog,
+  type LogRecord,
+  type Op,
+  parseRecords,
+  type WorkerConfig,
+} from "./records.ts";
+import { openEtcdStore } from "./stores/etcd.ts";
+import { openKvStore } from "./stores/kv.ts";
+import type { GarbageKind, NemesisStore } from "./stores/store.ts";
+
+/** Check name of the drain. */
+export const DRAIN_CHECK = "GC collects every released key (drain)";
+/** Check name of worker crashes. */
+export const CRASH_CHECK = "no worker process dies on its own";
+
+/** The order of the checks in the table. */
+export const CHECK_ORDER: readonly string[] = [
+  STORE_CHECKS.oneLiveId,
+  STORE_CHECKS.oneKey,
+  STORE_CHECKS.oneMaster,
+  STORE_CHECKS.holds,
+  HISTORY_CHECK,
+  SPLIT_CHECK,
+  ID_CHANGE_CHECK,
+  "every call ends within its signal",
+  "only documented typed errors",
+  PROBE_CHECK,
+  DRAIN_CHECK,
+  CRASH_CHECK,
+];
+
+/** The recovery after a store fault: from the store being back to the first allocate that wrote. */
+export interface Recovery {
+  readonly label: string;
+  readonly backAt: number;
+  /** ms until the first successful store-touching allocate; undefined if none came. */
+  readonly ms?: number;
+}
+
+/** What a backend run produced. */
+export interface BackendReport {
+  readonly backend: "kv" | "etcd";
+  readonly seed: number;
+  readonly seconds: number;
+  readonly startedAt: number;
+  readonly durationMs: number;
+  readonly workers: { plain: number; identity: number };
+  readonly faults: readonly FaultRecord[];
+  readonly outcomes: ReadonlyMap<Op, OpOutcomes>;
+  /** Per check: violations found (0 = passed) and a short note. */
+  readonly checks: ReadonlyMap<string, { failed: number; note: string }>;
+  readonly violations: readonly Violation[];
+  readonly recoveries: readonly Recovery[];
+  /** Problems of the harness itself (unparseable log lines, a worker that did not answer). */
+  readonly harness: readonly string[];
+  readonly dir: string;
+}
+
+interface Slot {
+  readonly index: number;
+  readonly layer: "allocator" | "identity";
+  node: string;
+  inc: string;
+  generation: number;
+  child: Child;
+  logPath: string;
+  /** Set while the orchestrator itself kills the child, so its exit is no crash. */
+  expectExit: boolean;
+}
+
+let incarnations = 0;
+
+/** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
+export async function runBackend(
+  backend: "kv" | "etcd",
+  options: NemesisOptions,
+  dir: string,
+): Promise<BackendReport> {
+  const startedAt = Date.now();
+  await Deno.mkdir(dir, { recursive: true });
+  const random = prng(options.seed);
+  const harness: string[] = [];
+  const violations: Violation[] = [];
+  const faults: FaultRecord[] = [];
+  const stops: StopWindow[] = [];
+  const crashes: Violation[] = [];
+  /** Identity-layer incarnations: their held IDs may change without an event they can see. */
+  const identityIncs = new Set<string>(["probe-identity@probe"]);
+  const families = {
+    plain: shuffle(random, plainKeys()),
+    identity: shuffle(random, identityKeys()),
+  };
+
+  let etcd: EtcdCluster | undefined;
+  let store: NemesisStore;
+  if (backend === "kv") {
+    store = await openKvStore(`${dir}/store.kv`, ["nemesis"], KV_TIMINGS);
+  } else {
+    etcd = await startEtcd({ members: 3 });
+    store = openEtcdStore(etcd.endpoints, "nemesis/state/identities/v1", ETCD_REQUEST_TIMEOUT_MS);
+  }
+  const skewMs = backend === "kv" ? KV_TIMINGS.maxClockSkewMs : 0;
+  const slots: Slot[] = [];
+  let gc: Child | undefined;
+  const probeLog = new LineLog(`${dir}/probe.jsonl`);
+
+  const spawnWorker = async (
+    index: number,
+    node: string,
+    generation: number,
+  ): Promise<Slot> => {
+    const layer = isIdentityWorker(index) ? "identity" : "allocator";
+    const inc = `${node}@${++incarnations}`;
+    if (layer === "identity") identityIncs.add(inc);
+    const files = `${dir}/worker-${inc.replace("@", "-")}`;
+    const logPath = `${files}.jsonl`;
+    const config: WorkerConfig = {
+      store: store.spec,
+      node,
+      inc,
+      layer,
+      seed: options.seed * 1_000 + index * 37 + generation,
+      keys: layer === "identity" ? families.identity : families.plain,
+      range: layer === "identity" ? IDENTITY_RANGE : PLAIN_RANGE,
+      timings: TIMINGS,
+      lanes: 3,
+      pauseMs: [5, 40],
+      targetHeld: layer === "identity" ? 12 : 30,
+      logPath,
+    };
+    const child = await Child.spawn(inc, "nemesis/worker.ts", config, `${files}.stderr`);
+    const slot: Slot = { index, layer, node, inc, generation, child, logPath, expectExit: false };
+    child.status.then((status) => {
+      if (slot.expectExit || slot.child !== child) return;
+      crashes.push({
+        check: CRASH_CHECK,
+        message: `${inc} exited on its own with code ${status.code}${
+          status.signal ? ` (${status.signal})` : ""
+        }`,
+        evidence: { inc, stderr: `${files}.stderr` },
+      });
+    });
+    await child.waitFor("ready", 60_000);
+    return slot;
+  };
+
+  const target = (slot: Slot): FaultTarget => ({
+    node: slot.node,
+    inc: slot.inc,
+    signal: (signal) => {
+      if (signal === "SIGKILL") slot.expectExit = true;
+      return slot.child.signal(signal);
+    },
+  });
+
+  try {
+    const gcConfig: GcConfig = {
+      store: store.spec,
+      node: "gc",
+      range: IDENTITY_RANGE,
+      timings: TIMINGS,
+      logPath: `${dir}/gc.jsonl`,
+    };
+    gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
+    await gc.waitFor("ready", 60_000);
+    for (let i = 0; i < options.nodes; i++) slots.push(await spawnWorker(i, `w${i}`, 0));
+
+    // ---------------------------------------------------------------- fault phase
+    const t0 = Date.now();
+    const end = t0 + options.seconds * 1_000;
+    const kinds = [...options.faults].filter((k) => backend === "etcd" || !ETCD_ONLY.has(k));
+    const ctx: FaultContext = {
+      random,
+      store,
+      etcd,
+      timings: TIMINGS,
+      skewMs,
+      garbage: store.garbageKinds.filter((g) => options.garbage.has(g)) as GarbageKind[],
+      garbageTargets: {
+        keys: [...families.plain, ...families.identity],
+        range: PLAIN_RANGE,
+        random,
+      },
+      slots: slots.length,
+      target: (i) => target(slots[i]),
+      restart: async (i, rename) => {
+        const old = slots[i];
+        old.expectExit = true;
+        await old.child.kill();
+        await old.child.settled();
+        const generation = old.generation + 1;
+        const node = rename ? `w${i}-g${generation}` : old.node;
+        slots[i] = await spawnWorker(i, node, generation);
+        return target(slots[i]);
+      },
+      record: (f) => faults.push(f),
+      stopped: (w) => stops.push(w),
+    };
+    if (kinds.includes("garbage") && ctx.garbage.length === 0) {
+      kinds.splice(kinds.indexOf("garbage"), 1);
+    }
+    await sleep(3_000);
+    // No fault starts in the last five seconds; the one in progress finishes.
+    await runNemesis(ctx, kinds, end - 5_000);
+    if (Date.now() < end) await sleep(end - Date.now());
+
+    // ---------------------------------------------------------------- settle and compare
+    await Promise.all(slots.map(async (s) => {
+      await s.child.send("stop");
+      await s.child.waitFor("stopped", TIMINGS.callTimeoutMs + 15_000).catch((err) => {
+        harness.push(`${s.inc}: ${err}`);
+      });
+    }));
+    // A lease lost near the end is replaced within a third of its TTL and the held references
+    // re-created by the sync that follows; give that time before judging the store.
+    await sleep(TIMINGS.leaseTtlMs + TIMINGS.syncIntervalMs + 1_000);
+    await Promise.all(slots.map(async (s) => {
+      await s.child.send("holds");
+      await s.child.waitFor("holds", 15_000).catch((err) => harness.push(`${s.inc}: ${err}`));
+    }));
+    const snapshot = await store.snapshot();
+    await Deno.writeTextFile(`${dir}/snapshot.json`, JSON.stringify(snapshot, null, 1));
+    const holdsRecords = (await readRecords(slots.map((s) => s.logPath), harness, '"t":"holds"'))
+      .filter((r): r is Extract<LogRecord, { t: "holds" }> => r.t === "holds");
+    const liveIncs = new Set(slots.map((s) => s.inc));
+    const holders: LiveHolds[] = holdsRecords
+      .filter((h) => liveIncs.has(h.inc))
+      .map((h) => ({ node: h.node, inc: h.inc, holds: h.holds }));
+    for (const h of holdsRecords) {
+      if (h.heldKeys >= 0 && h.heldKeys !== Object.keys(h.holds).length) {
+        harness.push(
+          `${h.inc}: the model holds ${
+            Object.keys(h.holds).length
+          } keys, the allocator ${h.heldKeys}`,
+        );
+      }
+    }
+    // A planted master that parses (an oversized one) is garbage, not data.
+    const planted = new Set(faults.flatMap((f) => f.plantedMasters ?? []));
+    const storeResult = checkStore(
+      { ...snapshot, masters: snapshot.masters.filter((m) => !planted.has(m.id)) },
+      holders,
+    );
+    violations.push(...storeResult.violations);
+
+    // ---------------------------------------------------------------- probe and drain
+    violations.push(
+      ...await probeKeys(store.spec, families, PLAIN_RANGE, TIMINGS, probeLog).catch((err) => {
+        harness.push(`probe: ${err}`);
+        return [];
+      }),
+    );
+    await Promise.all(slots.map(async (s) => {
+      s.expectExit = true;
+      await s.child.send("drain");
+      await s.child.waitFor("drained", 120_000).catch((err) => harness.push(`${s.inc}: ${err}`));
+    }));
+    const drain = await waitForDrain(store, new Set([...families.plain, ...families.identity]));
+    if (drain.left.length > 0) {
+      violations.push({
+        check: DRAIN_CHECK,
+        message: `${drain.left.length} master(s) of released keys still stored ${
+          Math.round(drain.waitedMs / 1_000)
+        } s after every node released everything: ${
+          drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
+        }`,
+        evidence: drain,
+      });
+    }
+    violations.push(...crashes);
+  } finally {
+    await Promise.allSettled(slots.map(async (s) => {
+      s.expectExit = true;
+      await s.child[Symbol.asyncDispose]();
+    }));
+    if (gc) {
+      await gc.send("stop");
+      await gc.waitFor("stopped", 30_000).catch((err) => harness.push(`gc: ${err}`));
+      await gc[Symbol.asyncDispose]();
+    }
+    probeLog.close();
+    await store[Symbol.asyncDispose]();
+    await etcd?.close();
+  }
+
+  // ---------------------------------------------------------------- history and calls
+  const logs: string[] = [];
+  for await (const e of Deno.readDir(dir)) {
+    if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl") logs.push(`${dir}/${e.name}`);
+  }
+  const records = await readRecords(logs, harness);
+  for (const r of records) {
+    if (r.t === "note") harness.push(`${r.inc} noted: ${r.text}`);
+  }
+  const history = checkHistory(records, {
+    silentChangeAllowed: identityIncs,
+    maxGapMs: TIMINGS.leaseTtlMs,
+  });
+  const calls = checkCalls(records, { callTimeoutMs: TIMINGS.callTimeoutMs, stops });
+  violations.push(
+    ...history.overlaps,
+    ...history.splits,
+    ...history.idChanges,
+    ...calls.hangs,
+    ...calls.errors,
+  );
+
+  const counts = new Map<string, { failed: number; note: string }>();
+  for (const name of CHECK_ORDER) counts.set(name, { failed: 0, note: "" });
+  for (const v of violations) counts.get(v.check)!.failed++;
+  for (const dropped of [history.dropped, calls.dropped]) {
+    for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
+  }
+  counts.get(HISTORY_CHECK)!.note = `${history.answers} answers in ${history.runs} runs`;
+  const callTotal = [...calls.outcomes.values()].reduce((n, o) => n + o.ok + sum(o.errors), 0);
+  counts.get("every call ends within its signal")!.note = `${callTotal} calls`;
+
+  const report: BackendReport = {
+    backend,
+    seed: options.seed,
+    seconds: options.seconds,
+    startedAt,
+    durationMs: Date.now() - startedAt,
+    workers: {
+      plain: slots.filter((s) => s.layer === "allocator").length,
+      identity: slots.filter((s) => s.layer === "identity").length,
+    },
+    faults,
+    outcomes: calls.outcomes,
+    checks: counts,
+    violations,
+    recoveries: recoveries(faults, records),
+    harness,
+    dir,
+  };
+  await Deno.writeTextFile(
+    `${dir}/report.json`,
+    JSON.stringify({ ...report, outcomes: undefined, checks: Object.fromEntries(counts) }, null, 1),
+  );
+  return report;
+}
+
+function sum(m: ReadonlyMap<string, number>): number {
+  let n = 0;
+  for (const v of m.values()) n += v;
+  return n;
+}
+
+async function readRecords(
+  paths: readonly string[],
+  harness: string[],
+  only?: string,
+): Promise<LogRecord[]> {
+  const out: LogRecord[] = [];
+  for (const path of paths) {
+    const text = await Deno.readTextFile(path).catch(() => "");
+    const { records, bad } = parseRecords(text, only);
+    out.push(...records);
+    // A SIGKILL may cut the last line short; anything else is a harness bug.
+    const lines = text.trimEnd().split("\n");
+    for (const line of bad) {
+      if (line !== lines[lines.length - 1]) {
+        harness.push(`${path}: unparseable line ${line.slice(0, 200)}`);
+      }
+    }
+  }
+  return out;
+}
+
+/** From each store fault's `backAt` to the first successful allocate that touched the store. */
+function recoveries(faults: readonly FaultRecord[], records: readonly LogRecord[]): Recovery[] {
+  const writes = records
+    .filter((r): r is Extract<CallRecord, { ok: true }> =>
+      r.t === "call" && r.ok && r.op === "allocate" && (r.firstUse ?? !r.held)
+    )
+    .map((r) => r.end)
+    .sort((a, b) => a - b);
+  return faults.filter((f) => f.backAt !== undefined).map((f) => {
+    const first = writes.find((end) => end >= f.backAt!);
+    return {
+      label: f.label,
+      backAt: f.backAt!,
+      ms: first === undefined ? undefined : first - f.backAt!,
+    };
+  });
+}
+
+/** Polls the store until no master of `keys` is left, or the bound passes. */
+async function waitForDrain(
+  store: NemesisStore,
+  keys: ReadonlySet<string>,
+): Promise<{ left: StoreSnapshot["masters"][number][]; waitedMs: number; refs: unknown[] }> {
+  const start = Date.now();
+  // Leases of killed nodes lapse, then two GC passes; plus room for a slow pass.
+  const bound = TIMINGS.leaseTtlMs + KV_TIMINGS.maxClockSkewMs + 6 * TIMINGS.gcIntervalMs + 15_000;
+  for (;;) {
+    const snapshot = await store.snapshot();
+    const left = snapshot.masters.filter((m) => keys.has(m.key));
+    if (left.length === 0 || Date.now() - start > bound) {
+      const leftKeys = new Set(left.map((m) => m.key));
+      return {
+        left,
+        waitedMs: Date.now() - start,
+        refs: snapshot.refs.filter((r) => leftKeys.has(r.key)),
+      };
+    }
+    await sleep(500);
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * The Deno KV store of a nemesis run: a fresh file in the run's directory, read through the
+ * backend's own layout and decoders, so an entry counts as data exactly when the backend would
+ * accept it.
+ *
+ * @module
+ */
+import { KvLayout } from "../../src/backends/kv/layout.ts";
+import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
+import { decode } from "../../src/backends/kv/schema.ts";
+import type { SnapshotMaster, SnapshotRef, StoreSnapshot } from "../checks/store.ts";
+import type { StoreSpec } from "../records.ts";
+import {
+  GARBAGE_KINDS,
+  garbageId,
+  garbageKey,
+  type GarbageKind,
+  type GarbageTargets,
+  type NemesisStore,
+  type Planted,
+} from "./store.ts";
+
+/** Timings of the workers' KV backends. */
+export interface KvTimings {
+  readonly pollIntervalMs: number;
+  readonly maxClockSkewMs: number;
+  readonly resyncIntervalMs: number;
+}
+
+/** The value size that stays just under Deno KV's 64 KiB limit. */
+const OVERSIZED_CHARS = 60_000;
+
+let planted = 0;
+
+/** Opens (creating) the KV file at `path` as the run's store under `prefix`. */
+export async function openKvStore(
+  path: string,
+  prefix: readonly string[],
+  timings: KvTimings,
+): Promise<NemesisStore> {
+  const kv = await Deno.openKv(path);
+  const layout = new KvLayout(prefix);
+  const P = [...prefix];
+  const spec: StoreSpec = { kind: "kv", path, prefix: [...prefix], ...timings };
+
+  function all(): Promise<Deno.KvEntry<unknown>[]> {
+    return whenNotBusy(async () => {
+      const out: Deno.KvEntry<unknown>[] = [];
+      for await (const e of kv.list({ prefix: P }, { batchSize: 500 })) out.push(e);
+      return out;
+    });
+  }
+
+  /** Writes `value` at `key` only if nothing is there; true if it wrote. */
+  async function create(key: Deno.KvKey, value: unknown): Promise<boolean> {
+    const res = await whenNotBusy(() =>
+      kv.atomic().check({ key, versionstamp: null }).set(key, value).commit()
+    );
+    return res.ok;
+  }
+
+  /** Creates at the first of a few candidate keys that is free. */
+  async function createSomewhere(
+    candidates: () => Deno.KvKey,
+    value: unknown,
+    attempts = 20,
+  ): Promise<Deno.KvKey | undefined> {
+    for (let i = 0; i < attempts; i++) {
+      const key = candidates();
+      if (await create(key, value)) return key;
+    }
+    return undefined;
+  }
+
+  const show = (key: Deno.KvKey, value: unknown) =>
+    `${JSON.stringify(key.map((p) => p instanceof Uint8Array ? `bytes:${[...p]}` : p))} = ${
+      describe(value)
+    }`;
+
+  const store: NemesisStore = {
+    kind: "kv",
+    spec,
+    garbageKinds: GARBAGE_KINDS,
+
+    async snapshot(): Promise<StoreSnapshot> {
+      const entries = await all();
+      const masters: SnapshotMaster[] = [];
+      const index: { key: string; id: number }[] = [];
+      const rawRefs: { key: string; node: string; id: number; lease: string }[] = [];
+      const leases = new Map<string, LeaseRecord>();
+      const skipped: Record<string, number> = {};
+      const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
+      const n = P.length;
+      for (const e of entries) {
+        switch (e.key[n]) {
+          case "id": {
+            const id = layout.parseId(e.key);
+            const value = id === undefined ? undefined : decode.master(e);
+            if (id === undefined || value === undefined) skip("master");
+            else masters.push({ id, key: value.key });
+            break;
+          }
+          case "key": {
+            const key = e.key[n + 1];
+            const value = e.key.length === n + 2 && typeof key === "string"
+              ? decode.keyIndex(e)
+              : undefined;
+            if (value === undefined || typeof key !== "string") skip("key index");
+            else index.push({ key, id: value.id });
+            break;
+          }
+          case "ref": {
+            const parsed = layout.parseRef(e.key);
+            const value = parsed === undefined ? undefined : decode.ref(e);
+            if (parsed === undefined || value === undefined) skip("reference");
+            else rawRefs.push({ ...parsed, ...value });
+            break;
+          }
+          case "lease": {
+            const node = layout.parseLease(e.key);
+            if (node === undefined) skip("lease");
+            else leases.set(node, { value: decode.lease(e), versionstamp: e.versionstamp });
+            break;
+          }
+          case "touch":
+          case "log":
+          case "gen":
+            break;
+          default:
+            skip("foreign");
+        }
+      }
+      const now = Date.now();
+      const refs: SnapshotRef[] = rawRefs.map((r) => ({
+        key: r.key,
+        node: r.node,
+        id: r.id,
+        live: isLive({ id: r.id, lease: r.lease }, leases.get(r.node), now, timings.maxClockSkewMs),
+      }));
+      return { at: now, masters, refs, index, strictMasters: true, skipped };
+    },
+
+    async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
+      const tag = `nemesis-ghost-${++planted}`;
+      const written: string[] = [];
+      const masterIds: number[] = [];
+      const put = async (key: Deno.KvKey, value: unknown) => {
+        if (await create(key, value)) written.push(show(key, value));
+      };
+      const somewhere = async (candidates: () => Deno.KvKey, value: unknown) => {
+        const key = await createSomewhere(candidates, value);
+        if (key) written.push(show(key, value));
+      };
+      switch (kind) {
+        case "non-numeric-id":
+          await put([...P, "id", tag], { key: garbageKey(targets) });
+          break;
+        case "empty-master":
+          await somewhere(() => [...P, "id", garbageId(targets)], { key: "" });
+          await somewhere(() => [...P, "id", garbageId(targets)], {});
+          break;
+        case "bad-ref":
+          await put([...P, "ref", garbageKey(targets), tag], { id: "seven", lease: 42 });
+          break;
+        case "invalid-utf8":
+          await somewhere(() => [...P, "id", garbageId(targets)], {
+            key: new Uint8Array([0xff, 0xfe, 0x80]),
+          });
+          await put([...P, "id", new Uint8Array([0xc3, 0x28, planted & 0xff])], { key: "x;" });
+          await put([...P, "ref", new Uint8Array([0xe2, 0x28, 0xa1]), tag], {
+            id: 300,
+            lease: "x",
+          });
+          break;
+        case "oversized": {
+          const key = await createSomewhere(() => [...P, "id", garbageId(targets)], {
+            key: `k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`,
+          });
+          if (key) {
+            written.push(show(key, { key: `k8s:nemesis-oversized=x…;` }));
+            masterIds.push(key[P.length + 1] as number);
+          }
+          break;
+        }
+        case "orphan-ref":
+          // A reference naming an ID under a lease nobody holds: dead from the start.
+          await put([...P, "ref", garbageKey(targets), tag], {
+            id: garbageId(targets),
+            lease: tag,
+          });
+          break;
+        case "bad-index":
+          // Only where the key has no index: an existing index is valid data.
+          await somewhere(() => [...P, "key", garbageKey(targets)], { id: "seven" });
+          break;
+        case "bad-counter":
+          await somewhere(() => [...P, "touch", garbageKey(targets)], "not a counter");
+          break;
+      }
+      return { kind, entries: written, masterIds };
+    },
+
+    async revokeLease(node: string): Promise<string> {
+      const key = layout.lease(node);
+      const entry = await whenNotBusy(() => kv.get(key));
+      await whenNotBusy(() => kv.delete(key));
+      return entry.versionstamp === null
+        ? `${node} had no lease record`
+        : `deleted ${node}'s lease record ${describe(entry.value)}`;
+    },
+
+    async counts(): Promise<Record<string, number>> {
+      const snapshot = await store.snapshot();
+      const out: Record<string, number> = {};
+      const n = P.length;
+      for (const e of await all()) {
+        const part = String(e.key[n]);
+        out[part] = (out[part] ?? 0) + 1;
+      }
+      out["ref (dead)"] = snapshot.refs.filter((r) => !r.live).length;
+      return out;
+    },
+
+    [Symbol.asyncDispose](): Promise<void> {
+      kv.close();
+      return Promise.resolve();
+    },
+  };
+  return store;
+}
+
+/**
+ * Runs `fn`, retrying while SQLite reports the file busy: the workers write the same file from
+ * their own processes all the time.
+ */
+async function whenNotBusy<T>(fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (attempt >= 200 || !/database is (locked|busy)/i.test(String(err))) throw err;
+      await new Promise((r) => setTimeout(r, 5 + Math.random() * 20));
+    }
+  }
+}
+
+function describe(value: unknown): string {
+  const text = JSON.stringify(
+    value,
+    (_k, v) => v instanceof Uint8Array ? `bytes:${[...v]}` : typeof v === "bigint" ? String(v) : v,
+  );
+  return text.length > 120 ? `${text.slice(0, 60)}…(${text.length} chars)` : text;
+}
