@@ -25,7 +25,7 @@ import type {
 } from "../../allocator/backend.ts";
 import { ClosedError, ConflictError, ReadOnlyError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { acquire } from "./acquire.ts";
+import { acquire, agreedId } from "./acquire.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
 import type { SessionCore } from "./core.ts";
 import { ensure } from "./ensure.ts";
@@ -180,8 +180,9 @@ export class EtcdSession implements BackendSession {
       this.#signal(signal),
       (o) => client.raw.kv.range({ ...prefixRange(refPrefix + "/") }, o),
     );
-    const snap = snapshotOf(refPrefix, res.kvs, String(res.header.revision));
-    return snap.exact.find((r) => r.id !== undefined)?.id;
+    // The ID the key's well-formed references on a lease agree on: a reference without a lease
+    // (garbage) never answers for the key; references that disagree are a SplitKeyError.
+    return agreedId(snapshotOf(refPrefix, res.kvs, String(res.header.revision)), key, undefined);
   }
 
   /** See {@linkcode BackendSession.getById}. */

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { abortable, sleep } from "../../abort.ts";
 import { CorruptEntryError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { KvLayout } from "./layout.ts";
@@ -206,7 +207,10 @@ async function guard<T>(
 ): Promise<T> {
   for (let attempt = 0;; attempt++) {
     try {
-      return await fn();
+      // Raced against the caller's signal: a call can wait on SQLite's write lock for as long as
+      // another process holds it (one stopped mid-commit holds it until it resumes). A commit
+      // that lands after the abort is the caller's to clean up, as with any aborted write.
+      return await abortable(fn(), signal);
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       if (err instanceof IdallocError) throw err;
@@ -238,20 +242,6 @@ async function guard<T>(
 
 function isBusy(err: unknown): boolean {
   return /database is (locked|busy)/i.test(errorMessage(err));
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 /** The message of an unknown thrown value. */
