@@ -1,12 +1,13 @@
 /**
  * `deno task bench`: every benchmark, one table. etcd rows need `etcd` on PATH (skipped with a
- * note otherwise). `deno task bench kv` / `etcd` / `identity` runs one group.
+ * note otherwise). `deno task bench kv` / `etcd` / `identity` / `telemetry` runs one group.
  *
  * @module
  */
 import { benchAllocatorKv } from "./allocator_kv.ts";
 import { benchEtcd } from "./etcd.ts";
 import { benchIdentity } from "./identity.ts";
+import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
 
@@ -17,6 +18,7 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
     return why ? Promise.resolve([{ name: "etcd", value: `skipped: ${why}` }]) : benchEtcd();
   },
   identity: () => benchIdentity(),
+  telemetry: () => benchTelemetry(),
 };
 
 const chosen = Deno.args.length > 0 ? Deno.args : Object.keys(groups);
