@@ -47,10 +47,8 @@ export async function benchTelemetry(rounds = 3, keys = 2_000, cachedCalls = 2_0
   BenchRow[]
 > {
   const dir = await Deno.makeTempDir({ prefix: "idalloc-bench-telemetry-" });
-  const results = {
-    none: [] as { cached: number; newKeys: number }[],
-    sdk: [] as typeof results.none,
-  };
+  type Rates = { cached: number; newKeys: number };
+  const results: { none: Rates[]; sdk: Rates[] } = { none: [], sdk: [] };
   try {
     using kv = await Deno.openKv(`${dir}/bench.kv`);
     await measure(kv, "warm-up", keys, cachedCalls / 10); // the file's first writes are slow
