@@ -50,6 +50,7 @@ import {
 } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
 import {
+  type AllocationCounts,
   type AllocatorGauges,
   AllocatorTelemetry,
   identityOf,
@@ -82,6 +83,8 @@ export interface AllocatorStatus {
   readonly healthy: boolean;
   /** The fence: held keys under re-check after a lease lapse, replacement or conflict. */
   readonly fence: FenceStatus;
+  /** `allocate` calls since open by outcome (what the metric `idalloc.allocations` counts). */
+  readonly allocations: AllocationCounts;
   /** The backend session's status. */
   readonly session: ReturnType<BackendSession["status"]>;
 }
@@ -925,7 +928,12 @@ export class Allocator<K = string> implements AsyncDisposable {
   /** Counters and the session's health. */
   status(): AllocatorStatus {
     const session = this.#session.status();
-    return { ...this.#gauges(session), synced: this.#synced, session };
+    return {
+      ...this.#gauges(session),
+      synced: this.#synced,
+      allocations: this.#telemetry.counts(),
+      session,
+    };
   }
 
   /**

@@ -122,11 +122,6 @@ export class AllocatorTelemetry implements ObservationSource {
     });
   }
 
-  /** Backend, namespace and node. */
-  get base(): Attributes {
-    return this.#sets.base;
-  }
-
   /**
    * Starts reporting `gauges` (and the allocation counts) through the observable instruments, and
    * the `idalloc.initial_sync` span.

@@ -11,7 +11,7 @@
  * import { StoreTelemetry } from "./store.ts";
  * const telemetry = new StoreTelemetry("deno-kv", "idalloc/demo", "node-a");
  * const value = await telemetry.round("read", undefined, () => Promise.resolve(42));
- * console.log(value, telemetry.totals().operations); // 42 1
+ * console.log(value); // 42
  * ```
  *
  * @module
@@ -29,16 +29,6 @@ import {
 
 /** Outcome of one store round trip. */
 export type RoundTripOutcome = "ok" | "check_failed" | "cancelled" | "error";
-
-/** Plain in-process totals of a {@linkcode StoreTelemetry} (what `idalloc status` prints). */
-export interface StoreTotals {
-  /** Round trips made. */
-  readonly operations: number;
-  /** Round trips that failed (`error`). */
-  readonly failed: number;
-  /** Time spent in them, in seconds. */
-  readonly seconds: number;
-}
 
 /** One round trip under way; end it exactly once. */
 export class RoundTrip {
@@ -75,9 +65,6 @@ export class StoreTelemetry {
   /** Backend kind (`deno-kv`, `etcd`). */
   readonly backend: string;
   readonly #sets: AttributeSets;
-  #operations = 0;
-  #failed = 0;
-  #seconds = 0;
 
   /**
    * @param backend the backend kind
@@ -91,11 +78,6 @@ export class StoreTelemetry {
       [ATTR.prefix]: prefix,
       [ATTR.node]: node,
     });
-  }
-
-  /** Backend, namespace and node. */
-  get base(): Attributes {
-    return this.#sets.base;
   }
 
   /** The attributes of `operation`. */
@@ -131,9 +113,6 @@ export class StoreTelemetry {
 
   /** Records a finished round trip (see {@linkcode RoundTrip.end}). */
   record(operation: string, outcome: RoundTripOutcome, err: unknown, seconds: number): void {
-    this.#operations++;
-    this.#seconds += seconds;
-    if (outcome === "error") this.#failed++;
     const type = outcome === "error" ? errorType(err) : "";
     const counted = this.#sets.get(`r\0${operation}\0${outcome}\0${type}`, () => ({
       [ATTR.operation]: operation,
@@ -191,11 +170,6 @@ export class StoreTelemetry {
       1,
       this.#sets.get(`c\0${type}`, () => ({ [ATTR.errorType]: type })),
     );
-  }
-
-  /** Plain totals since this telemetry was made. */
-  totals(): StoreTotals {
-    return { operations: this.#operations, failed: this.#failed, seconds: this.#seconds };
   }
 }
 

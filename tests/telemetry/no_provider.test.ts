@@ -24,6 +24,8 @@ Deno.test("telemetry: no provider installed — nothing recorded, nothing breaks
     assert.equal((await alloc.allocate("k1")).firstUse, false);
     assert.deepEqual(await alloc.release("k2"), { lastUse: true });
     assert.equal((await alloc.runGc()).marked, 1);
+    // The counts behind `idalloc.allocations` are the allocator's own, provider or not.
+    assert.deepEqual(alloc.status().allocations, { new: 3, existing: 0, cached: 1, failed: 0 });
     await alloc.sync();
     await using identities = await IdentityAllocator.open(
       new DenoKvBackend(kv, { prefix: ["none-ids"], node: "a" }),

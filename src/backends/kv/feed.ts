@@ -190,6 +190,7 @@ async function poll(
   // about `wanted` entries instead of reading the whole skew window (which made a burst of
   // allocations cost quadratic feed reads).
   const batch = Math.min(Number(wanted) + 16, LIST_BATCH);
+  const timePart = layout.logs().length;
   for await (const entry of list(ctx, stats, selector, signal, batch, true)) {
     if (entry.versionstamp <= cursor.vs || entry.versionstamp > next.vs) continue;
     if (!layout.isLog(entry.key)) {
@@ -198,7 +199,7 @@ async function poll(
     }
     const value = decode.log(entry);
     // The writer's clock stamp (the key's time part) dates the change for the watch-lag metric.
-    const ms = entry.key[layout.logs().length];
+    const ms = entry.key[timePart];
     const at = typeof ms === "number" ? ms : undefined;
     if (value !== undefined) entries.push({ ...value, vs: entry.versionstamp, at });
     if (BigInt(entries.length) === wanted) break;

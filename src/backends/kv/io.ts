@@ -48,14 +48,15 @@ export function chargeShared(stats: KvStats, kind: Kind): void {
   if (stats.parent) stats[kind]++;
 }
 
-/** Runs one round trip, reported to `stats.telemetry` if it has one. */
-function reported<T>(
+/** One round trip (through `guard`), reported to `stats.telemetry` if it has one. */
+function roundTrip<T>(
   stats: KvStats,
   what: string,
   signal: AbortSignal,
   fn: () => Promise<T>,
 ): Promise<T> {
-  return stats.telemetry ? stats.telemetry.round(what, signal, fn) : fn();
+  const run = () => guard(stats, what, signal, fn);
+  return stats.telemetry ? stats.telemetry.round(what, signal, run) : run();
 }
 
 /** Everything a part of the session needs to reach the store. */
@@ -79,14 +80,7 @@ export async function getMany(
     signal.throwIfAborted();
     charge(stats, "reads");
     const chunk = keys.slice(i, i + MAX_GET_MANY);
-    out.push(
-      ...await reported(
-        stats,
-        "read",
-        signal,
-        () => guard(stats, "read", signal, () => ctx.kv.getMany<unknown[]>(chunk)),
-      ),
-    );
+    out.push(...await roundTrip(stats, "read", signal, () => ctx.kv.getMany<unknown[]>(chunk)));
   }
   return out;
 }
@@ -100,12 +94,7 @@ export async function get(
 ): Promise<Deno.KvEntryMaybe<unknown>> {
   signal.throwIfAborted();
   charge(stats, "reads");
-  return await reported(
-    stats,
-    "read",
-    signal,
-    () => guard(stats, "read", signal, () => ctx.kv.get(key)),
-  );
+  return await roundTrip(stats, "read", signal, () => ctx.kv.get(key));
 }
 
 /**
@@ -162,12 +151,7 @@ export async function commit(
 ): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
   signal.throwIfAborted();
   charge(stats, "commits");
-  return await reported(
-    stats,
-    "commit",
-    signal,
-    () => guard(stats, "commit", signal, () => op.commit()),
-  );
+  return await roundTrip(stats, "commit", signal, () => op.commit());
 }
 
 /** One change of a master, for the change feed. */
