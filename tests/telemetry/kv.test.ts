@@ -42,6 +42,7 @@ Deno.test("telemetry on Deno KV: group commit, two nodes, watch lag, release and
     assert.equal((await a.allocate("x")).firstUse, false); // cached
     assert.deepEqual(await b.release("x"), { lastUse: true });
     await a.runGc();
+    await a.sync();
 
     const m = await sdk.collect();
     assert.equal(sum(m, "idalloc.allocations", { ...A, "idalloc.outcome": "new" }), 3);
@@ -89,6 +90,16 @@ Deno.test("telemetry on Deno KV: group commit, two nodes, watch lag, release and
     const commits = allocates.flatMap((s) => childrenOf(spans, s)).map((s) => s.name);
     // The shared commit is traced once, under its first member.
     assert.deepEqual(commits, ["deno-kv commit", "deno-kv commit", "deno-kv commit"]);
+    const [sync] = spansNamed(spans, "idalloc.sync");
+    assert.deepEqual(
+      [
+        sync.attributes["idalloc.reason"],
+        sync.attributes["idalloc.keys"],
+        sync.attributes["idalloc.outcome"],
+      ],
+      ["requested", 3, "ok"],
+    );
+    assert.ok(childrenOf(spans, sync).some((s) => s.name === "deno-kv read"), "ensure reads");
   }));
 
 Deno.test("telemetry: identity counts by scope", () =>
