@@ -87,6 +87,11 @@ Deno.test({
       "the cache holds the three IDs",
     );
     assert.equal(sum(m, "idalloc.ids.free", BASE), 97);
+    // The three masters came back through the watch, each dated by its notification's arrival.
+    await eventually(
+      async () => sum(await sdk.collect(), "idalloc.watch.lag", BASE) === 3,
+      "three changes applied from the watch",
+    );
     assert.equal(sum(m, "idalloc.healthy", BASE), 1);
     assert.equal(sum(m, "idalloc.lease.lapses", BASE), 0);
     assert.equal(sum(m, "idalloc.keys.fenced", BASE), 0);
