@@ -25,6 +25,7 @@
  */
 export { Allocator, type AllocatorStatus } from "./src/allocator/allocator.ts";
 export type { FenceReason, FenceStatus } from "./src/allocator/fence.ts";
+export type { AllocationCounts } from "./src/telemetry/allocator.ts";
 export {
   type AllocateResult,
   type AllocatorEvent,

@@ -1,18 +1,20 @@
 /**
  * `deno task bench`: every benchmark, one table. `deno task bench kv` / `etcd` / `inprocess` /
- * `identity` runs one group; `--runs N` sets the cold runs per cell of the kv and etcd groups.
+ * `identity` / `telemetry` runs one group; `--runs N` sets the cold runs per cell of the kv and etcd groups.
  *
  * - `kv`, `etcd` (`compare.ts`): the issue-level side-by-side table, each cell a cold process on a
  *   fresh store, raw ceiling next to idalloc, medians and p50/p99. etcd rows need `etcd` on PATH
  *   (skipped with a note otherwise).
  * - `inprocess` (`allocator_kv.ts`): warm in-process rates on Deno KV, cached re-allocations.
  * - `identity` (`identity.ts`): the identity layer.
+ * - `telemetry` (`telemetry.ts`): what OpenTelemetry costs, with no provider and with an SDK.
  *
  * @module
  */
 import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
+import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
 
@@ -34,6 +36,7 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   },
   inprocess: () => benchAllocatorKv(),
   identity: () => benchIdentity(),
+  telemetry: () => benchTelemetry(),
 };
 
 const chosen = args.length > 0 ? args : Object.keys(groups);

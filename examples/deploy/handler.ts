@@ -9,6 +9,7 @@
  * | `GET /v1/identities` | `200` `{identities: [{id, labels}]}`: what the service claims |
  * | `GET /v1/identities?watch` | Server-Sent Events: `added`, `deleted`, `synced` |
  * | `GET /v1/status` | `200` this isolate's node, references held, store health |
+ * | `GET /metrics` | Prometheus text: idalloc's metrics (with `HandlerOptions.metrics`) |
  *
  * Input is validated (zod); every error is JSON `{"error": {"code", "message"}}` with a 4xx
  * status for the client's mistakes and 503 (with `Retry-After`) when the store is unavailable.
@@ -25,6 +26,8 @@ export interface HandlerOptions {
   readonly signal?: AbortSignal;
   /** Interval of the keep-alive comment on event streams, in ms. @default {15000} */
   readonly heartbeatMs?: number;
+  /** Serves `GET /metrics` in Prometheus' text format (see `metrics.ts`); 404 without it. */
+  readonly metrics?: { text(): Promise<string> };
 }
 
 /** Largest request body accepted, in bytes. */
@@ -237,6 +240,16 @@ export function createHandler(
         }
         throw new HttpError(405, "method_not_allowed", `${req.method} is not allowed here`, {
           allow: "GET, DELETE",
+        });
+      }
+      if (path === "/metrics" && options.metrics) {
+        if (req.method !== "GET") {
+          throw new HttpError(405, "method_not_allowed", `${req.method} is not allowed here`, {
+            allow: "GET",
+          });
+        }
+        return new Response(await options.metrics.text(), {
+          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
         });
       }
       if (path === "/v1/status") {

@@ -14,12 +14,19 @@
  * Each isolate is one node (`deploy-<region>-<deployment>-<random>`); see `service.ts` for what
  * that means for leases and references.
  *
+ * Observability: run with `OTEL_DENO=true` (on Deno Deploy: set it as an environment variable)
+ * and Deno exports idalloc's metrics and traces over OTLP with no further setup (`OTEL_*`
+ * variables choose the endpoint). Without it, `GET /metrics` serves the same metrics in
+ * Prometheus' text format (`metrics.ts`).
+ *
  * @module
  */
 import { createHandler } from "./handler.ts";
+import { PrometheusMetrics } from "./metrics.ts";
 import { IdentityService } from "./service.ts";
 
 export { createHandler, type HandlerOptions } from "./handler.ts";
+export { PrometheusMetrics } from "./metrics.ts";
 export {
   type CreateResult,
   IdentityService,
@@ -38,12 +45,14 @@ export function isolateNode(env: Pick<typeof Deno.env, "get"> = Deno.env): strin
 
 if (import.meta.main) {
   const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;
+  // Under OTEL_DENO=true Deno's own provider is global already and exports over OTLP.
+  const metrics = PrometheusMetrics.install();
   const kv = onDeploy
     ? await Deno.openKv()
     : await Deno.openKv(Deno.env.get("IDALLOC_KV_PATH") ?? "./deploy.kv");
   const service = await IdentityService.open(kv, { node: isolateNode() });
   const stopping = new AbortController();
-  const handler = createHandler(service, { signal: stopping.signal });
+  const handler = createHandler(service, { signal: stopping.signal, metrics });
   const server = onDeploy ? Deno.serve(handler) : Deno.serve({
     hostname: "127.0.0.1",
     port: Number(Deno.env.get("PORT") ?? 8000),
@@ -58,6 +67,7 @@ if (import.meta.main) {
     for (const remove of listeners) remove();
     await server.shutdown();
     await service.close();
+    await metrics?.[Symbol.asyncDispose]();
     kv.close();
     console.log("stopped");
   };

@@ -49,6 +49,13 @@ import {
   ReadOnlyError,
 } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
+import {
+  type AllocationCounts,
+  type AllocatorGauges,
+  AllocatorTelemetry,
+  identityOf,
+  type ReleaseNote,
+} from "../telemetry/allocator.ts";
 
 const log = idallocLogger("allocator");
 
@@ -76,6 +83,8 @@ export interface AllocatorStatus {
   readonly healthy: boolean;
   /** The fence: held keys under re-check after a lease lapse, replacement or conflict. */
   readonly fence: FenceStatus;
+  /** `allocate` calls since open by outcome (what the metric `idalloc.allocations` counts). */
+  readonly allocations: AllocationCounts;
   /** The backend session's status. */
   readonly session: ReturnType<BackendSession["status"]>;
 }
@@ -106,6 +115,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #protecting = new Set<number>();
   /** Held keys this node may not answer from memory until the store is re-checked. */
   readonly #fence = new Fence();
+  /** Metrics and spans (see `src/telemetry/`). */
+  readonly #telemetry: AllocatorTelemetry;
   /** Fires when the session's claim runs out, unless a renewal pushed it further. */
   #claimTimer: ReturnType<typeof setTimeout> | undefined;
   /** A loop re-checking held keys until the fence is down is running. */
@@ -132,6 +143,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     );
     // Nobody may be left waiting on a sync that will never come.
     this.#syncedSignal.promise.catch(() => {});
+    this.#telemetry = new AllocatorTelemetry(identityOf(backend));
   }
 
   /**
@@ -173,6 +185,7 @@ export class Allocator<K = string> implements AsyncDisposable {
 
   #start(): void {
     const signal = this.#closing.signal;
+    this.#telemetry.open(() => this.#gauges());
     this.#spawn(this.#watchLoop(signal));
     if (!this.#settings.readOnly) {
       this.#armClaimTimer();
@@ -213,7 +226,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       const seen = new Set<number>();
       let listing = true;
       try {
-        for await (const event of this.#session.watch(signal)) {
+        for await (const event of this.#telemetry.watched(this.#session.watch(signal))) {
           if (event.type === "synced") {
             if (listing) {
               listing = false;
@@ -232,6 +245,7 @@ export class Allocator<K = string> implements AsyncDisposable {
         log.warning("store watch ended; restarting it");
       } catch (err) {
         if (signal.aborted) return;
+        this.#telemetry.reconnect(err);
         log.warning("store watch failed, restarting: {err}", { err });
       }
       await sleep(backoffDelay(this.#settings.backoff, attempt) + 50, signal).catch(() => {});
@@ -242,6 +256,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (this.#synced) return;
     this.#synced = true;
     this.#syncedSignal.resolve();
+    this.#telemetry.synced();
   }
 
   #onEvent(event: Exclude<BackendEvent, { type: "synced" }>): void {
@@ -459,13 +474,30 @@ export class Allocator<K = string> implements AsyncDisposable {
    * written), and rejects with `signal.reason` when aborted.
    */
   async allocate(key: K, options?: CallOptions): Promise<AllocateResult> {
-    this.#checkWritable("allocate");
-    const k = this.#encode(key);
+    let k: string;
+    try {
+      this.#checkWritable("allocate");
+      k = this.#encode(key);
+    } catch (err) {
+      this.#telemetry.failed(err);
+      throw err;
+    }
     const held = this.#local.get(k);
     if (held && this.#answersFromMemory()) {
       held.refcnt++;
+      // The hot path's whole telemetry: a plain increment that an observable counter reports.
+      this.#telemetry.cached++;
       return { id: held.id, isNew: false, firstUse: false };
     }
+    return await this.#telemetry.allocation((trips) => this.#allocateStored(k, options, trips));
+  }
+
+  /** `allocate` past the cached answer: the key's lock, then the store. */
+  async #allocateStored(
+    k: string,
+    options: CallOptions | undefined,
+    trips: { count: number },
+  ): Promise<AllocateResult> {
     this.#backend.checkKey(k);
     const signal = this.#signal(options);
     await this.waitForInitialSync({ signal });
@@ -479,7 +511,7 @@ export class Allocator<K = string> implements AsyncDisposable {
         again.refcnt++;
         return { id: again.id, isNew: false, firstUse: false };
       }
-      const result = await this.#acquire(k, signal);
+      const result = await this.#acquire(k, signal, undefined, trips);
       this.#local.add(k, result.id);
       this.#pendingReleases.delete(k);
       return { id: result.id, isNew: result.created, firstUse: true };
@@ -497,6 +529,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     k: string,
     signal: AbortSignal,
     lockWaitMs = this.#settings.lockWaitMs,
+    roundTrips?: { count: number },
   ): Promise<AcquireResult> {
     let lastError: unknown;
     let lockWaitUntil: number | undefined;
@@ -520,6 +553,7 @@ export class Allocator<K = string> implements AsyncDisposable {
           },
           range: this.#gcRange,
           signal,
+          roundTrips,
         });
         const id = this.#validId(result.id, k);
         this.#pool.remove(this.#unmask(id));
@@ -544,11 +578,13 @@ export class Allocator<K = string> implements AsyncDisposable {
           if (Date.now() < lockWaitUntil) {
             waits = Math.min(waits + 1, 8);
             log.debug("key {key} is locked by another writer; waiting: {err}", { key: k, err });
+            this.#telemetry.retry(err);
             continue;
           }
         }
         attempt++;
         log.debug("allocation attempt {attempt} for {key} failed: {err}", { attempt, key: k, err });
+        if (attempt < this.#settings.maxAttempts) this.#telemetry.retry(err);
       } finally {
         for (const id of leased) this.#pool.release(id);
       }
@@ -587,7 +623,15 @@ export class Allocator<K = string> implements AsyncDisposable {
    * the store (`lastUse: true`); the ID's master stays until GC. Throws {@linkcode KeyNotHeldError}
    * for a key this allocator does not hold.
    */
-  async release(key: K, options?: CallOptions): Promise<ReleaseResult> {
+  release(key: K, options?: CallOptions): Promise<ReleaseResult> {
+    return this.#telemetry.release((note) => this.#release(key, options, note));
+  }
+
+  async #release(
+    key: K,
+    options: CallOptions | undefined,
+    note: ReleaseNote,
+  ): Promise<ReleaseResult> {
     this.#checkWritable("release");
     const k = this.#encode(key);
     const signal = this.#signal(options);
@@ -603,6 +647,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       // The local hold is gone either way; the sync keeps trying to delete the reference so it
       // cannot pin the ID forever.
       this.#pendingReleases.set(k, entry.id);
+      note.deferred = true;
       log.warning("could not delete reference of {key}; will retry: {err}", { key: k, err });
     }
     return { lastUse: true };
@@ -733,7 +778,8 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   async runGc(options?: CallOptions): Promise<GcStats> {
     this.#checkWritable("runGc");
-    return await this.#gc.run(this.#signal(options));
+    const signal = this.#signal(options);
+    return await this.#telemetry.gc(() => this.#gc.run(signal));
   }
 
   /**
@@ -755,7 +801,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       do {
         this.#syncAgain = false;
         try {
-          await this.#syncHeld(reason);
+          await this.#telemetry.sync(reason, this.#local.size, () => this.#syncHeld(reason));
         } catch (err) {
           if (!this.#closing.signal.aborted) log.warning("key sync failed: {err}", { err });
         }
@@ -870,20 +916,28 @@ export class Allocator<K = string> implements AsyncDisposable {
     this.#publish(this.#cache.delete(oldId));
   }
 
-  /** Counters and the session's health. */
-  status(): AllocatorStatus {
+  /** What the observable instruments report, and most of `status()`. */
+  #gauges(session = this.#session.status()): AllocatorGauges {
     let queued = 0;
     for (const queue of this.#subscribers) queued += queue.length;
-    const session = this.#session.status();
     return {
       heldKeys: this.#local.size,
       cachedIds: this.#cache.size,
-      synced: this.#synced,
       availableIds: this.#pool.available,
       queuedEvents: queued,
       healthy: session.healthy && !this.#fence.active &&
         Date.now() < this.#session.claimValidUntil(),
       fence: this.#fence.status(),
+    };
+  }
+
+  /** Counters and the session's health. */
+  status(): AllocatorStatus {
+    const session = this.#session.status();
+    return {
+      ...this.#gauges(session),
+      synced: this.#synced,
+      allocations: this.#telemetry.counts(),
       session,
     };
   }
@@ -896,6 +950,7 @@ export class Allocator<K = string> implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#closing.abort(new ClosedError("allocator"));
+      this.#telemetry.close();
       clearTimeout(this.#claimTimer);
       this.#claimTimer = undefined;
       this.#syncedSignal.reject(new ClosedError("allocator"));

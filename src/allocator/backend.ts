@@ -44,12 +44,20 @@ export type BackendEvent =
      * back as {@linkcode AcquireRequest.hint} so that acquiring an existing key can skip a read.
      */
     version: string;
+    /** When the change happened (ms since the epoch), for the watch-lag metric; see `delete`. */
+    at?: number;
   }
   | {
     /** A master vanished (deleted, or missing from a re-list). */
     type: "delete";
     /** The ID whose master is gone. */
     id: number;
+    /**
+     * When the change happened (ms since the epoch), if the backend can tell: the writer's clock
+     * (Deno KV's change feed), or when the store's notification arrived (etcd). Absent for what a
+     * (re)list found.
+     */
+    at?: number;
   }
   | {
     /** The initial list is complete; sent once per watch. */
@@ -79,6 +87,11 @@ export interface AcquireRequest {
   readonly range?: IdRange;
   /** Aborts the attempt; the session rejects with `signal.reason`. */
   readonly signal: AbortSignal;
+  /**
+   * Telemetry: the session adds one for every store round trip it makes for this request (a
+   * shared group commit counts once), whether the call succeeds or not.
+   */
+  readonly roundTrips?: { count: number };
 }
 
 /** An inclusive range of stored IDs. */

@@ -30,6 +30,8 @@ import { RemoteCluster } from "./remote.ts";
 import { ReservedIdentities, UNKNOWN_IDENTITY } from "./reserved.ts";
 import { scopeForLabels } from "./scope.ts";
 import type { Identity, IdentityChange } from "./types.ts";
+import { identityOf } from "../telemetry/allocator.ts";
+import { IdentityCounts } from "../telemetry/identity.ts";
 
 const log = idallocLogger("identity");
 
@@ -183,6 +185,8 @@ export class IdentityAllocator implements AsyncDisposable {
   readonly #pendingRemotes = new Set<RemoteCluster>();
   readonly #closing = new AbortController();
   readonly #pump: Promise<void>;
+  /** `idalloc.identities` while open. */
+  readonly #counts: IdentityCounts;
   #closed: Promise<void> | undefined;
 
   private constructor(
@@ -206,6 +210,18 @@ export class IdentityAllocator implements AsyncDisposable {
     this.#local = new LocalIdentityCache({ scope: IdentityScope.Local, onChange });
     this.#remoteNode = new LocalIdentityCache({ scope: IdentityScope.RemoteNode, onChange });
     this.#pump = this.#pumpMain();
+    const reservedCount = [...reserved].length;
+    this.#counts = new IdentityCounts(identityOf(main.backend), () => ({
+      reserved: reservedCount,
+      global: main.status().cachedIds,
+      local: this.#local.size,
+      remoteNode: this.#remoteNode.size,
+      remoteClusters: [...this.#remotes.values()].map((r) => ({
+        name: r.name,
+        count: r.published.size,
+      })),
+    }));
+    this.#counts.open();
   }
 
   /**
@@ -612,6 +628,7 @@ export class IdentityAllocator implements AsyncDisposable {
   close(): Promise<void> {
     this.#closed ??= (async () => {
       this.#closing.abort(new ClosedError("identity allocator"));
+      this.#counts.close();
       const remotes = [...this.#remotes.values(), ...this.#pendingRemotes];
       this.#remotes.clear();
       for (const remote of remotes) remote.halt();

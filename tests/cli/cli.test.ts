@@ -312,8 +312,18 @@ Deno.test("status reports reachability, IDs and node leases", async () => {
   assert.deepEqual(status.nodes.map((n: { node: string; live: boolean }) => [n.node, n.live]), [
     [web.node, true],
   ]);
+  // The counters an allocator's metrics also report, under their names.
+  const { "idalloc.store.operation.duration": latency, ...metrics } = status.metrics;
+  assert.deepEqual(metrics, {
+    "idalloc.ids.free": 65535 - 256 + 1 - 1,
+    "idalloc.keys.held": { [web.node]: 1 },
+    "idalloc.healthy": 1,
+  });
+  assert.ok(latency > 0 && latency < 30);
   const human = await cli([...store.args, "status"]);
   assert.match(human.stdout, /^store +deno-kv /m);
+  assert.match(human.stdout, /^metrics +idalloc\.ids\.free 65279 \(of 65280 in 256–65535\)$/m);
+  assert.match(human.stdout, new RegExp(`^ +idalloc\\.keys\\.held ${web.node} 1$`, "m"));
   assert.match(human.stdout, new RegExp(`${web.node}: live`));
   const wrong = await cli([...store.args, "--prefix", "nope", "status"]);
   assert.equal(wrong.code, 0, "an empty prefix is a status, not an error");

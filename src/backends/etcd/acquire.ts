@@ -205,6 +205,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     if (p.kind === "read" || p.kind === "readOwner") {
       const of = p.kind === "read" ? key : p.owner;
       const prefix = layout.refPrefix(of);
+      if (req.roundTrips) req.roundTrips.count++;
       const res = await client.call(
         "read references",
         signal,
@@ -253,6 +254,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     };
     let res: TxnResult;
     try {
+      if (req.roundTrips) req.roundTrips.count++;
       res = await core.txns.run("acquire", txn, signal);
     } catch (err) {
       if (err instanceof LeaseNotFound && leaseRetries-- > 0) {

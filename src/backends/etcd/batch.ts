@@ -26,6 +26,7 @@ import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
 import { type EtcdClient, LeaseNotFound, ResponseTooLarge } from "./client.ts";
 import { BATCH_BYTES } from "./limits.ts";
 import { nested } from "./txn.ts";
+import { captureContext, withContext } from "../../telemetry/instruments.ts";
 
 /** Transactions one request may carry. */
 export const MAX_BATCH = 64;
@@ -53,6 +54,8 @@ interface Pending {
   readonly writes: ReadonlySet<string>;
   readonly bytes: number;
   readonly signal: AbortSignal;
+  /** The caller's telemetry context: a shared request is traced under its first member's span. */
+  readonly context: ReturnType<typeof captureContext>;
   readonly resolve: (r: TxnResult) => void;
   readonly reject: (err: unknown) => void;
   settled: boolean;
@@ -102,6 +105,7 @@ export class TxnBatcher {
       writes: writtenKeys(txn),
       bytes: txnBytes(txn),
       signal,
+      context: captureContext(),
       resolve,
       reject,
       settled: false,
@@ -124,7 +128,7 @@ export class TxnBatcher {
     void (async () => {
       try {
         for (let batch = this.#take(); batch.length > 0; batch = this.#take()) {
-          await this.#send(batch);
+          await withContext(batch[0].context, () => this.#send(batch));
         }
       } finally {
         this.#inFlight = false;
@@ -162,6 +166,7 @@ export class TxnBatcher {
     this.stats.requests++;
     this.stats.transactions += batch.length;
     this.stats.largest = Math.max(this.stats.largest, batch.length);
+    this.#client.telemetry.batch(batch[0].what, batch.length);
     if (batch.length === 1) return await this.#sendOne(batch[0]);
     const what = batch[0].what;
     let res: ITxnResponse;

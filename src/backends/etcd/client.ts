@@ -42,6 +42,7 @@ import { StoreAccessDeniedError } from "./errors.ts";
 import { summarize } from "./failure.ts";
 import type { EtcdSettings } from "./options.ts";
 import type { RateLimiter } from "./rate_limiter.ts";
+import { StoreTelemetry } from "../../telemetry/store.ts";
 
 /** The lease named in a request does not exist (expired or revoked). Internal. */
 export class LeaseNotFound extends Error {
@@ -268,6 +269,8 @@ export class EtcdClient {
   readonly #limiter: RateLimiter;
   readonly #requestTimeoutMs: number;
   readonly raw: RawClients;
+  /** Metrics and spans of this connection's requests (see `src/telemetry/store.ts`). */
+  readonly telemetry: StoreTelemetry;
   /** The largest response this client accepts, in bytes. */
   readonly maxResponseBytes: number;
   readonly #operations = new Map<string, number>();
@@ -288,6 +291,7 @@ export class EtcdClient {
     tuning: { readonly maxResponseBytes?: number } = {},
   ) {
     this.maxResponseBytes = tuning.maxResponseBytes ?? MAX_RESPONSE_BYTES;
+    this.telemetry = new StoreTelemetry("etcd", settings.prefix, settings.node);
     const options: IOptions = {
       hosts: [...settings.endpoints],
       grpcOptions: {
@@ -402,6 +406,21 @@ export class EtcdClient {
   ): Promise<T> {
     this.assertOpen();
     signal?.throwIfAborted();
+    // One operation for the telemetry, whatever retries it takes.
+    return await this.telemetry.round(
+      what,
+      signal,
+      () => this.#attempts(what, signal, fn, timeoutMs, stopRetrying),
+    );
+  }
+
+  async #attempts<T>(
+    what: string,
+    signal: AbortSignal | undefined,
+    fn: (options: GrpcCallOptions) => Promise<T>,
+    timeoutMs: number,
+    stopRetrying?: (err: unknown, elapsedMs: number) => boolean,
+  ): Promise<T> {
     const began = Date.now();
     const deadline = began + timeoutMs;
     let pause = RETRY_MIN_MS;
@@ -441,6 +460,7 @@ export class EtcdClient {
             cause: reported,
           });
         }
+        this.telemetry.retry(what, err);
         await sleep(pause, signal);
         pause = Math.min(pause * 2, RETRY_MAX_MS);
       }

@@ -264,7 +264,10 @@ export class LeaseManager {
     if (this.#closing.signal.aborted) return;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
-      this.#tick().catch((err) => this.#client.noteError("lease keepalive", err))
+      this.#tick().catch((err) => {
+        this.#client.noteError("lease keepalive", err);
+        this.#client.telemetry.renewal(err);
+      })
         .finally(() => this.#schedule());
     }, this.#interval());
   }
@@ -337,6 +340,7 @@ export class LeaseManager {
       return;
     }
     this.#client.noteHealthy();
+    this.#client.telemetry.renewal();
     lease.expiresAt = Math.max(lease.expiresAt, lease.sentAt + ttl * 1000);
     this.#updateEarliest();
   }

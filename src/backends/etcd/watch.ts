@@ -161,13 +161,15 @@ export async function* watchMasters(
   /** ID → mod revision of every master reported as upserted. */
   const known = new Map<number, string>();
   let synced = false;
-  let relist = true;
+  /** Why the masters are listed next (`undefined`: they are not). */
+  let relist: "initial" | "compacted" | undefined = "initial";
   let revision = 0n;
   let pause = RETRY_MIN_MS;
 
   while (!signal.aborted) {
     try {
       if (relist) {
+        client.telemetry.relist(relist);
         const { entries, revision: listed } = await listMasters(core, signal);
         const seen = new Set<number>();
         for (const m of entries) {
@@ -182,7 +184,7 @@ export async function* watchMasters(
           yield { type: "delete", id };
         }
         revision = BigInt(listed);
-        relist = false;
+        relist = undefined;
         if (!synced) {
           synced = true;
           yield { type: "synced" };
@@ -191,18 +193,20 @@ export async function* watchMasters(
       for await (const res of watchFrom(core, revision + 1n, signal)) {
         pause = RETRY_MIN_MS;
         client.noteHealthy();
+        // etcd keeps no write time: the change is dated by the arrival of its notification.
+        const at = Date.now();
         for (const ev of res.events ?? []) {
           const rev = BigInt(ev.kv.mod_revision);
           if (rev > revision) revision = rev;
           if (ev.type === "Delete") {
             const id = core.layout.idOfMasterKey(text(ev.kv.key));
-            if (id !== undefined && known.delete(id)) yield { type: "delete", id };
+            if (id !== undefined && known.delete(id)) yield { type: "delete", id, at };
             continue;
           }
           const m = parseMaster(core, ev.kv);
           if (!m) continue;
           known.set(m.id, m.modRevision);
-          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision };
+          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision, at };
         }
         // A progress notification promises that nothing at or below its revision is pending.
         if ((res.events ?? []).length === 0) {
@@ -214,10 +218,11 @@ export async function* watchMasters(
       if (signal.aborted) return;
       if (err instanceof Compacted) {
         log.info("watch of masters compacted at {rev}; re-listing", { rev: err.compactRevision });
-        relist = true;
+        relist = "compacted";
         continue;
       }
       client.noteError("watch", err);
+      client.telemetry.reconnect(err);
       log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
         rev: String(revision),
         err: err instanceof Error ? err.message : String(err),

@@ -32,7 +32,7 @@ import {
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { CommitBatcher, CommitPlan } from "./batch.ts";
-import { commit, getMany, type KvContext, type KvStats } from "./io.ts";
+import { chargeShared, commit, getMany, type KvContext, type KvStats } from "./io.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { liveRefs, readRefs } from "./liveness.ts";
@@ -114,6 +114,7 @@ export async function acquire(
       changes: writesPair ? [{ id, key }] : [],
     };
     const res = await batcher.commit(commitPlan, signal);
+    chargeShared(stats, "commits");
     if (res.ok) {
       if (plan.kind === "new" || (plan.kind === "repair" && plan.master === null)) created = true;
       const version: string = plan.kind === "existing" ? plan.version : res.versionstamp;

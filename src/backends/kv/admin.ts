@@ -38,11 +38,12 @@ function namespaceOf(key: Deno.KvKey): Deno.KvKey | undefined {
 /** The Deno KV implementation of {@linkcode BackendAdmin}. */
 export class KvAdmin implements BackendAdmin {
   readonly #ctx: KvContext;
-  readonly #stats = newStats();
+  readonly #stats;
 
   /** @param ctx the backend's store, layout and settings */
   constructor(ctx: KvContext) {
     this.#ctx = ctx;
+    this.#stats = newStats(ctx.telemetry);
   }
 
   get namespace(): string {

@@ -12,7 +12,8 @@ import type {
 } from "../../allocator/backend.ts";
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError } from "../../errors.ts";
-import { KvAdmin } from "./admin.ts";
+import { formatKvPrefix, KvAdmin } from "./admin.ts";
+import { StoreTelemetry } from "../../telemetry/store.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { type KvContext, type KvStats, newStats } from "./io.ts";
 import { KvLayout } from "./layout.ts";
@@ -44,7 +45,7 @@ export class DenoKvBackend implements Backend, StoreDoctor {
   /** This node's name. */
   readonly node: string;
   /** Round trips of the damage report (`findDamage`, `removeDamage`). */
-  readonly #doctorStats: KvStats = newStats();
+  readonly #doctorStats: KvStats;
   readonly #ctx: KvContext;
 
   /**
@@ -57,7 +58,13 @@ export class DenoKvBackend implements Backend, StoreDoctor {
   constructor(kv: Deno.Kv, options: DenoKvBackendOptions) {
     const settings = resolveKvOptions(kv, options);
     this.node = settings.node;
-    this.#ctx = { kv, layout: new KvLayout(settings.prefix), settings };
+    this.#ctx = {
+      kv,
+      layout: new KvLayout(settings.prefix),
+      settings,
+      telemetry: new StoreTelemetry("deno-kv", formatKvPrefix(settings.prefix), settings.node),
+    };
+    this.#doctorStats = newStats(this.#ctx.telemetry);
   }
 
   /**

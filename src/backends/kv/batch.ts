@@ -23,6 +23,7 @@
 import { commitLogged, type KvContext, type KvStats, type LogChange, loggedAtomic } from "./io.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
+import { captureContext, withContext } from "../../telemetry/instruments.ts";
 
 /** Payload a shared commit allows itself (the store's limit is 800 KiB). */
 const COMMIT_PAYLOAD_BUDGET = 512 * 1024;
@@ -43,6 +44,8 @@ interface Pending {
   readonly keyBytes: number;
   readonly payload: number;
   readonly signal: AbortSignal;
+  /** The caller's telemetry context: a shared commit is traced under its first member's span. */
+  readonly context: ReturnType<typeof captureContext>;
   readonly resolve: (r: Deno.KvCommitResult | Deno.KvCommitError) => void;
   readonly reject: (err: unknown) => void;
   settled: boolean;
@@ -101,6 +104,7 @@ export class CommitBatcher {
       plan,
       ...sizeOf(plan),
       signal,
+      context: captureContext(),
       resolve,
       reject,
       settled: false,
@@ -122,7 +126,10 @@ export class CommitBatcher {
     void (async () => {
       try {
         for (let batch = this.#take(); batch.length > 0; batch = this.#take()) {
-          await (batch.length === 1 ? this.#one(batch[0]) : this.#shared(batch));
+          await withContext(
+            batch[0].context,
+            () => batch.length === 1 ? this.#one(batch[0]) : this.#shared(batch),
+          );
         }
       } finally {
         this.#inFlight = false;
@@ -174,6 +181,7 @@ export class CommitBatcher {
     this.stats.commits++;
     this.stats.plans += batch.length;
     this.stats.largest = Math.max(this.stats.largest, batch.length);
+    this.#kvStats.telemetry?.batch("commit", batch.length);
     let res: Deno.KvCommitResult | Deno.KvCommitError;
     try {
       res = await commitLogged(
@@ -199,6 +207,7 @@ export class CommitBatcher {
     if (p.settled) return;
     this.stats.commits++;
     this.stats.plans++;
+    this.#kvStats.telemetry?.batch("commit", 1);
     try {
       const res = await commitLogged(
         this.#ctx,

@@ -75,6 +75,7 @@ export async function* feed(
     let events: Change[] = [];
     while (cursor === undefined) {
       try {
+        stats.telemetry?.relist("initial");
         ({ cursor, events } = await relist(ctx, stats, known, signal));
         hooks.onSuccess();
       } catch (err) {
@@ -95,11 +96,12 @@ export async function* feed(
       if (signal.aborted) return;
       lastPoll = Date.now();
       try {
-        let next: { cursor: Cursor; events: Change[] } | undefined;
+        let next: { cursor: Cursor; events: Change[] } | RelistReason = "resync";
         if (settings.now() - lastList < settings.resyncIntervalMs) {
           next = await poll(ctx, stats, known, cursor, signal);
         }
-        if (next === undefined) {
+        if (typeof next === "string") {
+          stats.telemetry?.relist(next);
           next = await relist(ctx, stats, known, signal);
           lastList = settings.now();
         }
@@ -151,9 +153,12 @@ async function relist(
   return { cursor: cursorOf(gen, time), events };
 }
 
+/** Why the feed lists every master again (the telemetry's `idalloc.reason`). */
+type RelistReason = "resync" | "missed" | "counter";
+
 /**
- * Applies the log entries written since `cursor`, or returns `undefined` when entries are missing
- * and the caller must re-list.
+ * Applies the log entries written since `cursor`, or returns why the caller must re-list instead
+ * (entries are missing, or the change counter cannot be trusted).
  */
 async function poll(
   ctx: KvContext,
@@ -161,7 +166,7 @@ async function poll(
   known: Map<number, Known>,
   cursor: Cursor,
   signal: AbortSignal,
-): Promise<{ cursor: Cursor; events: Change[] } | undefined> {
+): Promise<{ cursor: Cursor; events: Change[] } | RelistReason> {
   const { layout, settings } = ctx;
   const time = settings.now();
   const gen = await get(ctx, stats, layout.gen(), signal);
@@ -169,22 +174,23 @@ async function poll(
   if (next.vs === cursor.vs) return { cursor: next, events: [] };
   if (!next.valid || !cursor.valid) {
     log.warning("change counter holds a value of the wrong type; re-listing");
-    return undefined;
+    return "counter";
   }
   if (next.count < cursor.count) {
     log.info("change counter went back; re-listing");
-    return undefined;
+    return "counter";
   }
   // Writers stamp entries with their own clock before committing: allow for skew and for a
   // commit in flight across the previous poll.
   const from = cursor.time - settings.maxClockSkewMs - settings.pollIntervalMs;
   const wanted = next.count - cursor.count;
-  const entries: { id: number; key: string | null; vs: string }[] = [];
+  const entries: { id: number; key: string | null; vs: string; at: number | undefined }[] = [];
   const selector = { prefix: layout.logs(), start: [...layout.logs(), from] };
   // Newest first: the new entries sit at the tail of the time-keyed log, so the walk stops after
   // about `wanted` entries instead of reading the whole skew window (which made a burst of
   // allocations cost quadratic feed reads).
   const batch = Math.min(Number(wanted) + 16, LIST_BATCH);
+  const timePart = layout.logs().length;
   for await (const entry of list(ctx, stats, selector, signal, batch, true)) {
     if (entry.versionstamp <= cursor.vs || entry.versionstamp > next.vs) continue;
     if (!layout.isLog(entry.key)) {
@@ -192,18 +198,21 @@ async function poll(
       continue;
     }
     const value = decode.log(entry);
-    if (value !== undefined) entries.push({ ...value, vs: entry.versionstamp });
+    // The writer's clock stamp (the key's time part) dates the change for the watch-lag metric.
+    const ms = entry.key[timePart];
+    const at = typeof ms === "number" ? ms : undefined;
+    if (value !== undefined) entries.push({ ...value, vs: entry.versionstamp, at });
     if (BigInt(entries.length) === wanted) break;
   }
   if (BigInt(entries.length) !== wanted) {
     log.info("change feed missed {missing} entries; re-listing", {
       missing: Number(next.count - cursor.count) - entries.length,
     });
-    return undefined;
+    return "missed";
   }
   entries.sort((a, b) => a.vs < b.vs ? -1 : a.vs > b.vs ? 1 : 0);
   const events: Change[] = [];
-  for (const { id, key, vs } of entries) {
+  for (const { id, key, vs, at } of entries) {
     const before = known.get(id);
     // A change no newer than what is known (the list already showed it) is skipped, so an old
     // create is never applied after a newer delete.
@@ -211,10 +220,10 @@ async function poll(
     if (key === null) {
       if (before === undefined) continue;
       known.delete(id);
-      events.push({ type: "delete", id });
+      events.push({ type: "delete", id, at });
     } else {
       known.set(id, { key, version: vs });
-      events.push({ type: "upsert", id, key, version: vs });
+      events.push({ type: "upsert", id, key, version: vs, at });
     }
   }
   return { cursor: next, events };

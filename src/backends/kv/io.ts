@@ -12,6 +12,7 @@ import type { KvLayout } from "./layout.ts";
 import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
 import type { KvSettings } from "./options.ts";
 import { formatKey } from "./schema.ts";
+import type { StoreTelemetry } from "../../telemetry/store.ts";
 
 const log = idallocLogger("kv");
 
@@ -23,11 +24,40 @@ export interface KvStats {
   lists: number;
   /** Atomic commits, successful or not. */
   commits: number;
+  /** Where every round trip is also reported (metrics, and child spans inside a traced call). */
+  readonly telemetry?: StoreTelemetry;
+  /** A counter charged with every round trip too: the session's, when this one is one call's. */
+  readonly parent?: KvStats;
 }
 
-/** A fresh zeroed counter. */
-export function newStats(): KvStats {
-  return { reads: 0, lists: 0, commits: 0 };
+/** A fresh zeroed counter, reporting to `telemetry`, charging `parent` too. */
+export function newStats(telemetry?: StoreTelemetry, parent?: KvStats): KvStats {
+  return { reads: 0, lists: 0, commits: 0, telemetry: telemetry ?? parent?.telemetry, parent };
+}
+
+type Kind = "reads" | "lists" | "commits";
+
+function charge(stats: KvStats, kind: Kind): void {
+  for (let s: KvStats | undefined = stats; s; s = s.parent) s[kind]++;
+}
+
+/**
+ * Counts a round trip that the session's counters were already charged with (a group commit
+ * charges its own): only a call's own counter (one with a `parent`) counts it here.
+ */
+export function chargeShared(stats: KvStats, kind: Kind): void {
+  if (stats.parent) stats[kind]++;
+}
+
+/** One round trip (through `guard`), reported to `stats.telemetry` if it has one. */
+function roundTrip<T>(
+  stats: KvStats,
+  what: string,
+  signal: AbortSignal,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const run = () => guard(stats, what, signal, fn);
+  return stats.telemetry ? stats.telemetry.round(what, signal, run) : run();
 }
 
 /** Everything a part of the session needs to reach the store. */
@@ -35,6 +65,8 @@ export interface KvContext {
   readonly kv: Deno.Kv;
   readonly layout: KvLayout;
   readonly settings: KvSettings;
+  /** The backend's store telemetry (see `src/telemetry/store.ts`). */
+  readonly telemetry?: StoreTelemetry;
 }
 
 /** Reads `keys` in snapshot reads of at most 10 keys each. */
@@ -47,9 +79,9 @@ export async function getMany(
   const out: Deno.KvEntryMaybe<unknown>[] = [];
   for (let i = 0; i < keys.length; i += MAX_GET_MANY) {
     signal.throwIfAborted();
-    stats.reads++;
+    charge(stats, "reads");
     const chunk = keys.slice(i, i + MAX_GET_MANY);
-    out.push(...await guard("read", signal, () => ctx.kv.getMany<unknown[]>(chunk)));
+    out.push(...await roundTrip(stats, "read", signal, () => ctx.kv.getMany<unknown[]>(chunk)));
   }
   return out;
 }
@@ -62,8 +94,8 @@ export async function get(
   signal: AbortSignal,
 ): Promise<Deno.KvEntryMaybe<unknown>> {
   signal.throwIfAborted();
-  stats.reads++;
-  return await guard("read", signal, () => ctx.kv.get(key));
+  charge(stats, "reads");
+  return await roundTrip(stats, "read", signal, () => ctx.kv.get(key));
 }
 
 /**
@@ -79,22 +111,36 @@ export async function* list(
   reverse = false,
 ): AsyncGenerator<Deno.KvEntry<unknown>> {
   signal.throwIfAborted();
-  stats.lists++;
+  charge(stats, "lists");
   const options = { batchSize: Math.min(batchSize, MAX_LIST_BATCH), reverse };
   let iter = ctx.kv.list<unknown>(selector, options);
   let cursor: string | undefined;
-  while (true) {
-    const next = await guard("list", signal, () => iter.next(), () => {
-      // A failed iterator is not reused: resume after the last entry handed out.
-      iter = ctx.kv.list<unknown>(
-        selector,
-        cursor === undefined ? options : { ...options, cursor },
-      );
-    });
-    if (next.done) return;
-    cursor = iter.cursor;
-    yield next.value;
-    signal.throwIfAborted();
+  // One operation per list; its time is the time spent waiting on the store, not on the consumer.
+  const trip = stats.telemetry?.begin("list");
+  let waited = 0;
+  let failure: unknown;
+  try {
+    while (true) {
+      const asked = performance.now();
+      const next = await guard(stats, "list", signal, () => iter.next(), () => {
+        // A failed iterator is not reused: resume after the last entry handed out.
+        iter = ctx.kv.list<unknown>(
+          selector,
+          cursor === undefined ? options : { ...options, cursor },
+        );
+      });
+      waited += performance.now() - asked;
+      if (next.done) return;
+      cursor = iter.cursor;
+      yield next.value;
+      signal.throwIfAborted();
+    }
+  } catch (err) {
+    failure = err;
+    throw err;
+  } finally {
+    const outcome = failure === undefined ? "ok" : signal.aborted ? "cancelled" : "error";
+    trip?.end(outcome, failure, waited / 1000);
   }
 }
 
@@ -105,8 +151,8 @@ export async function commit(
   signal: AbortSignal,
 ): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
   signal.throwIfAborted();
-  stats.commits++;
-  return await guard("commit", signal, () => op.commit());
+  charge(stats, "commits");
+  return await roundTrip(stats, "commit", signal, () => op.commit());
 }
 
 /** One change of a master, for the change feed. */
@@ -200,6 +246,7 @@ export function nonce(): string {
 }
 
 async function guard<T>(
+  stats: KvStats,
   what: string,
   signal: AbortSignal,
   fn: () => Promise<T>,
@@ -218,6 +265,7 @@ async function guard<T>(
       // transaction was not applied, so retrying is safe (and a retried guarded commit that did
       // apply would just fail its checks and take the re-read path).
       if (isBusy(err) && attempt < BUSY_RETRIES) {
+        stats.telemetry?.retry(what, err);
         await sleep(Math.random() * Math.min(BUSY_MAX_DELAY_MS, 2 ** attempt), signal);
         beforeRetry?.();
         continue;

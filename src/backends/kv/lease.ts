@@ -139,8 +139,10 @@ export class LeaseKeeper {
       this.#setExpiry(expiresAt);
       this.#versionstamp = res.versionstamp;
       this.lastError = undefined;
+      this.#stats.telemetry?.renewal();
     } catch (err) {
       if (this.#signal.aborted) return;
+      this.#stats.telemetry?.renewal(err);
       this.lastError = `lease renewal failed: ${errorMessage(err)}`;
       log.warning("renewing the lease of {node} failed: {err}", {
         node: this.#ctx.settings.node,

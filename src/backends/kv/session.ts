@@ -30,9 +30,9 @@ import { decode } from "./schema.ts";
 /** The Deno KV implementation of {@linkcode BackendSession}. */
 export class DenoKvSession implements BackendSession {
   /** Round trips of the caller-driven operations (acquire, release, ensure, get, GC). */
-  readonly stats: KvStats = newStats();
+  readonly stats: KvStats;
   /** Round trips of the background work (lease renewal, watches). */
-  readonly backgroundStats: KvStats = newStats();
+  readonly backgroundStats: KvStats;
   readonly #ctx: KvContext;
   readonly #readOnly: boolean;
   readonly #closer = new AbortController();
@@ -44,6 +44,8 @@ export class DenoKvSession implements BackendSession {
 
   private constructor(ctx: KvContext, readOnly: boolean) {
     this.#ctx = ctx;
+    this.stats = newStats(ctx.telemetry);
+    this.backgroundStats = newStats(ctx.telemetry);
     this.#readOnly = readOnly;
     this.#batcher = new CommitBatcher(
       ctx,
@@ -85,7 +87,14 @@ export class DenoKvSession implements BackendSession {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const lease = this.#writable("acquire");
-    return await acquire(this.#ctx, this.stats, lease, this.#batcher, request);
+    const tally = request.roundTrips;
+    // The call's own counter (charging the session's too) tells its round trips.
+    const stats = tally ? newStats(undefined, this.stats) : this.stats;
+    try {
+      return await acquire(this.#ctx, stats, lease, this.#batcher, request);
+    } finally {
+      if (tally) tally.count += stats.reads + stats.lists + stats.commits;
+    }
   }
 
   async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
@@ -132,6 +141,7 @@ export class DenoKvSession implements BackendSession {
     const combined = AbortSignal.any([signal, this.#closer.signal]);
     return feed(this.#ctx, this.backgroundStats, combined, {
       onError: (err) => {
+        this.#ctx.telemetry?.reconnect(err);
         this.#watchError = `watch failed: ${errorMessage(err)}`;
       },
       onSuccess: () => {

@@ -8,7 +8,12 @@
  * @module
  */
 import { type SplitKey, splitKeys } from "../../allocator/admin.ts";
-import type { BackendSession, NodeLease, SessionStatus } from "../../allocator/backend.ts";
+import type {
+  BackendSession,
+  NodeLease,
+  SessionStatus,
+  StoredReference,
+} from "../../allocator/backend.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
@@ -51,6 +56,36 @@ function describeLease(lease: NodeLease, now: number): string {
   const state = lease.live ? "live" : "lapsed";
   if (lease.expiresAt === undefined) return `${lease.node}: ${state}`;
   return `${lease.node}: ${state}, lease ends ${inSeconds(lease.expiresAt - now)}`;
+}
+
+/** The counters `status` shares with an allocator's metrics, under the metrics' names. */
+interface StatusMetrics {
+  /** Free IDs in `--min`…`--max`. */
+  readonly "idalloc.ids.free": number;
+  /** Keys each node holds (its live references). */
+  readonly "idalloc.keys.held": Record<string, number>;
+  /** Whether the store answered healthily. */
+  readonly "idalloc.healthy": 0 | 1;
+  /** The first read's latency, in seconds. */
+  readonly "idalloc.store.operation.duration": number;
+}
+
+function metricsOf(
+  ids: readonly (readonly [number, string])[],
+  references: readonly StoredReference[],
+  range: { readonly min: number; readonly max: number },
+  healthy: boolean,
+  latencyMs: number,
+): StatusMetrics {
+  const inRange = ids.filter(([id]) => id >= range.min && id <= range.max).length;
+  const held: Record<string, number> = {};
+  for (const ref of references) if (ref.live) held[ref.node] = (held[ref.node] ?? 0) + 1;
+  return {
+    "idalloc.ids.free": range.max - range.min + 1 - inRange,
+    "idalloc.keys.held": held,
+    "idalloc.healthy": healthy ? 1 : 0,
+    "idalloc.store.operation.duration": latencyMs / 1000,
+  };
 }
 
 function describeSplit(split: SplitKey): string {
@@ -114,6 +149,7 @@ export async function statusCommand(
     },
     usage,
     splitKeys: splits.map((s) => ({ key: s.key, ids: s.ids, references: s.references })),
+    metrics: metricsOf(ids, references, ctx.options, health.healthy, latencyMs),
   };
   if (ctx.options.json) {
     output.out.line(JSON.stringify(summary));
@@ -144,6 +180,19 @@ export async function statusCommand(
     "usage",
     `${usage.inUse} in use, ${usage.unused} unused (GC collects them in two passes)`,
   ]);
+  const { min, max } = ctx.options;
+  const held = Object.entries(summary.metrics["idalloc.keys.held"]).sort(([a], [b]) =>
+    a < b ? -1 : 1
+  )
+    .map(([node, n]) => `${node} ${n}`);
+  rows.push([
+    "metrics",
+    `idalloc.ids.free ${summary.metrics["idalloc.ids.free"]} (of ${
+      max - min + 1
+    } in ${min}–${max})`,
+  ]);
+  rows.push(["", `idalloc.keys.held ${held.length === 0 ? "0" : held.join(", ")}`]);
+  rows.push(["", `idalloc.healthy ${summary.metrics["idalloc.healthy"]}`]);
   if (splits.length > 0) {
     rows.push([
       "split keys",

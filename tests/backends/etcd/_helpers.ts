@@ -164,6 +164,7 @@ export async function requestsDuring<T>(
 export function plain(events: readonly BackendEvent[]): Array<Record<string, unknown>> {
   return events.map((e) => {
     if (e.type === "upsert") return { type: e.type, id: e.id, key: e.key };
+    if (e.type === "delete") return { type: e.type, id: e.id };
     return { ...e };
   });
 }

@@ -64,7 +64,10 @@ Deno.test("kv watch: initial list, synced, then in-process changes via kv.watch 
     assert.ok(!next.done, "feed ended before the change arrived");
     events.push(next.value);
   }
-  assert.deepEqual(events.at(-1), { type: "upsert", id: 2, key: "k1", version: r.version });
+  const { at, ...change } = events.at(-1) as BackendEvent & { at?: number };
+  assert.deepEqual(change, { type: "upsert", id: 2, key: "k1", version: r.version });
+  // Dated by the writer's clock (the change-feed entry's time), for the watch-lag metric.
+  assert.ok(at !== undefined && Math.abs(Date.now() - at) < 10_000, `at: ${at}`);
   guard.abort();
   assert.deepEqual(await it.next(), { done: true, value: undefined });
   assert.ok(a.backgroundStats.reads >= 2);
