@@ -81,3 +81,15 @@ etcdTest(
     });
   },
 );
+
+etcdTest("getNoCache answers the key's live ID, never a lease-less reference's", async () => {
+  await using ns = await namespace();
+  const backend = await ns.backend("node-a");
+  await using alloc = await Allocator.open(backend, OPTIONS);
+  const { id } = await alloc.allocate("held;");
+  // Sorted before node-a's reference: the first one a naive reader would take.
+  await ns.raw.kv.put({ key: b(ns.layout.refKey("held;", "a-ghost")), value: b("115399") });
+  assert.equal(await alloc.getNoCache("held;"), id);
+  await ns.raw.kv.put({ key: b(ns.layout.refKey("lonely;", "a-ghost")), value: b("7") });
+  assert.equal(await alloc.getNoCache("lonely;"), undefined);
+});
