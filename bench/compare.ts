@@ -163,15 +163,19 @@ async function race(store: "kv" | "etcd"): Promise<{ wall: number; agreed: boole
   return { wall, agreed };
 }
 
-/** Runs every cell of `store` `runs` times; one table row per cell. */
+/**
+ * Runs every cell of `store` `runs` times, round-robin (each round runs every cell once, so a
+ * drift of the machine hits every cell alike); one table row per cell.
+ */
 export async function compare(store: "kv" | "etcd", runs = 3): Promise<BenchRow[]> {
   const rows: BenchRow[] = [];
   const medians = new Map<string, number>();
-  for (const cell of cells(store)) {
-    const results: ScenarioResult[] = [];
-    for (let r = 0; r < runs; r++) {
+  const all = cells(store);
+  const results = new Map<string, ScenarioResult[]>(all.map((c) => [c.name, []]));
+  for (let r = 0; r < runs; r++) {
+    for (const cell of all) {
       await using fresh = await freshStore(store);
-      results.push(
+      results.get(cell.name)!.push(
         await child({
           store,
           where: fresh.where,
@@ -182,7 +186,10 @@ export async function compare(store: "kv" | "etcd", runs = 3): Promise<BenchRow[
         }),
       );
     }
-    const rates = results.map((x) => x.rate);
+  }
+  for (const cell of all) {
+    const measured = results.get(cell.name)!;
+    const rates = measured.map((x) => x.rate);
     const rate = median(rates);
     medians.set(cell.name, rate);
     const raw = cell.versus ? medians.get(cell.versus) : undefined;
@@ -190,9 +197,9 @@ export async function compare(store: "kv" | "etcd", runs = 3): Promise<BenchRow[
       name: `${store} ${cell.name}`,
       value: `${fmt(rate)}/s [${fmt(Math.min(...rates))}–${fmt(Math.max(...rates))}]` +
         (raw ? ` ${(rate / raw).toFixed(2)}× raw` : "") +
-        `; p50 ${median(results.map((x) => x.p50)).toFixed(2)} ms` +
-        `, p99 ${median(results.map((x) => x.p99)).toFixed(2)} ms` +
-        `; first 1,000: ${fmt(median(results.map((x) => x.firstRate)))}/s`,
+        `; p50 ${median(measured.map((x) => x.p50)).toFixed(2)} ms` +
+        `, p99 ${median(measured.map((x) => x.p99)).toFixed(2)} ms` +
+        `; first 1,000: ${fmt(median(measured.map((x) => x.firstRate)))}/s`,
     });
   }
   const walls: number[] = [];
