@@ -166,7 +166,6 @@ async function raw(spec: ScenarioSpec): Promise<ScenarioResult> {
       .sum(["raw", "gen"], 1n)
       .set(["raw", "id", i], { key: KEY(i) })
       .set(["raw", "key", KEY(i)], { id: i })
-      .set(["raw", "touch", KEY(i)], new Deno.KvU64(0n))
       .set(["raw", "ref", KEY(i), "n"], { id: i, lease: "l" })
       .set(["raw", "log", Date.now(), "n", String(i)], { id: i, key: KEY(i) }, {
         expireIn: 600_000,

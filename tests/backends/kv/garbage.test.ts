@@ -90,12 +90,14 @@ Deno.test("kv garbage: a gen corrupted again before the retry fails typed, writi
   assert.deepEqual(kinds, ["gen", "lease"], "no master, index, touch, reference or log entry");
 });
 
-Deno.test("kv garbage: a corrupt touch entry is overwritten by the next acquire and ensure", async () => {
+Deno.test("kv garbage: a corrupt touch entry never blocks a key; a join and ensure overwrite it", async () => {
   await using store = await TestStore.create();
   const a = await store.session("a");
+  const b = await store.session("b");
   await store.kv.set([...P, "touch", "k1"], "x");
   const r = await a.acquire(request("k1", { first: 2 }));
   assert.equal(r.created, true);
+  await b.acquire(request("k1", { hint: { id: 2, version: r.version! } }));
   assert.ok(await value(store, [...P, "touch", "k1"]) instanceof Deno.KvU64);
   await store.kv.set([...P, "touch", "k1"], { not: "a counter" });
   await store.fixture.deleteReference("k1", "a");
