@@ -26,7 +26,7 @@ import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
 import { type EtcdClient, LeaseNotFound, ResponseTooLarge } from "./client.ts";
 import { BATCH_BYTES } from "./limits.ts";
 import { nested } from "./txn.ts";
-import { captureContext, withContext } from "../../telemetry/instruments.ts";
+import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
 
 /** Transactions one request may carry. */
 export const MAX_BATCH = 64;
@@ -48,18 +48,8 @@ export interface TxnResult {
   readonly revision: string;
 }
 
-interface Pending {
-  readonly what: string;
-  readonly txn: TxnRequest;
-  readonly writes: ReadonlySet<string>;
-  readonly bytes: number;
-  readonly signal: AbortSignal;
-  /** The caller's telemetry context: a shared request is traced under its first member's span. */
-  readonly context: ReturnType<typeof captureContext>;
-  readonly resolve: (r: TxnResult) => void;
-  readonly reject: (err: unknown) => void;
-  settled: boolean;
-}
+/** One transaction of a batch. */
+type Pending = Member<{ readonly what: string; readonly txn: TxnRequest }, TxnResult>;
 
 /** Counters of a batcher, for benchmarks and tests. */
 export interface BatchStats {
@@ -77,9 +67,7 @@ export class TxnBatcher {
   readonly stats: BatchStats = { requests: 0, transactions: 0, largest: 0 };
   readonly #client: EtcdClient;
   readonly #closing: AbortSignal;
-  readonly #enabled: boolean;
-  readonly #queue: Pending[] = [];
-  #inFlight = false;
+  readonly #group: GroupCommit<Pending["payload"], TxnResult>;
 
   /**
    * @param client the connection
@@ -89,7 +77,12 @@ export class TxnBatcher {
   constructor(client: EtcdClient, closing: AbortSignal, enabled = true) {
     this.#client = client;
     this.#closing = closing;
-    this.#enabled = enabled;
+    this.#group = new GroupCommit({
+      enabled,
+      limits: [MAX_BATCH, BATCH_BYTES],
+      measure: ({ txn }) => ({ writes: writtenKeys(txn), weights: [1, txnBytes(txn)] }),
+      send: (batch) => this.#send(batch),
+    });
   }
 
   /**
@@ -97,83 +90,23 @@ export class TxnBatcher {
    * batch. Rejects with `signal.reason` when it aborts; a transaction already sent may still apply.
    */
   run(what: string, txn: TxnRequest, signal: AbortSignal): Promise<TxnResult> {
-    signal.throwIfAborted();
-    const { promise, resolve, reject } = Promise.withResolvers<TxnResult>();
-    const pending: Pending = {
-      what,
-      txn,
-      writes: writtenKeys(txn),
-      bytes: txnBytes(txn),
-      signal,
-      context: captureContext(),
-      resolve,
-      reject,
-      settled: false,
-    };
-    const onAbort = () => settle(pending, () => reject(signal.reason));
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
-    if (!this.#enabled) {
-      void this.#send([pending]);
-      return promise;
-    }
-    this.#queue.push(pending);
-    if (!this.#inFlight) this.#drain();
-    return promise;
-  }
-
-  /** Sends batches until the queue is empty; one request in flight at a time. */
-  #drain(): void {
-    this.#inFlight = true;
-    void (async () => {
-      try {
-        for (let batch = this.#take(); batch.length > 0; batch = this.#take()) {
-          await withContext(batch[0].context, () => this.#send(batch));
-        }
-      } finally {
-        this.#inFlight = false;
-        // A transaction queued while the last request was being answered must not wait.
-        if (this.#queue.some((p) => !p.settled)) this.#drain();
-      }
-    })();
-  }
-
-  /** The next batch: live transactions in arrival order, within the limits, no shared key. */
-  #take(): Pending[] {
-    const batch: Pending[] = [];
-    const keys = new Set<string>();
-    let bytes = 0;
-    for (let i = 0; i < this.#queue.length && batch.length < MAX_BATCH;) {
-      const p = this.#queue[i];
-      if (p.settled) {
-        this.#queue.splice(i, 1);
-        continue;
-      }
-      const clash = [...p.writes].some((k) => keys.has(k));
-      if (clash || (batch.length > 0 && bytes + p.bytes > BATCH_BYTES)) {
-        i++;
-        continue;
-      }
-      this.#queue.splice(i, 1);
-      batch.push(p);
-      for (const k of p.writes) keys.add(k);
-      bytes += p.bytes;
-    }
-    return batch;
+    return this.#group.submit({ what, txn }, signal);
   }
 
   async #send(batch: Pending[]): Promise<void> {
     this.stats.requests++;
     this.stats.transactions += batch.length;
     this.stats.largest = Math.max(this.stats.largest, batch.length);
-    this.#client.telemetry.batch(batch[0].what, batch.length);
+    const what = batch[0].payload.what;
+    this.#client.telemetry.batch(what, batch.length);
     if (batch.length === 1) return await this.#sendOne(batch[0]);
-    const what = batch[0].what;
     let res: ITxnResponse;
     try {
       res = await this.#client.call(what, this.#closing, (o) =>
         this.#client.raw.kv.txn({
-          success: batch.map((p) => nested(p.txn.compare, p.txn.success, p.txn.failure)),
+          success: batch.map(({ payload: { txn } }) =>
+            nested(txn.compare, txn.success, txn.failure)
+          ),
         }, o));
     } catch (err) {
       if (err instanceof LeaseNotFound || err instanceof ResponseTooLarge) {
@@ -201,11 +134,12 @@ export class TxnBatcher {
 
   async #sendOne(p: Pending): Promise<void> {
     if (p.settled) return;
+    const { what, txn } = p.payload;
     try {
       const res = await this.#client.call(
-        p.what,
+        what,
         p.signal,
-        (o) => this.#client.raw.kv.txn({ ...p.txn }, o),
+        (o) => this.#client.raw.kv.txn({ ...txn }, o),
       );
       settle(p, () =>
         p.resolve({
@@ -217,13 +151,6 @@ export class TxnBatcher {
       settle(p, () => p.reject(err));
     }
   }
-}
-
-/** Runs `fn` once for `p` (an abort and an answer may race). */
-function settle(p: Pending, fn: () => void): void {
-  if (p.settled) return;
-  p.settled = true;
-  fn();
 }
 
 /** The keys a transaction may put or delete, on either branch (nested ones included). */

@@ -23,7 +23,7 @@
 import { commitLogged, type KvContext, type KvStats, type LogChange, loggedAtomic } from "./io.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
-import { captureContext, withContext } from "../../telemetry/instruments.ts";
+import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
 
 /** Payload a shared commit allows itself (the store's limit is 800 KiB). */
 const COMMIT_PAYLOAD_BUDGET = 512 * 1024;
@@ -38,18 +38,8 @@ export interface CommitPlan {
   readonly changes: LogChange[];
 }
 
-interface Pending {
-  readonly plan: CommitPlan;
-  readonly writes: ReadonlySet<string>;
-  readonly keyBytes: number;
-  readonly payload: number;
-  readonly signal: AbortSignal;
-  /** The caller's telemetry context: a shared commit is traced under its first member's span. */
-  readonly context: ReturnType<typeof captureContext>;
-  readonly resolve: (r: Deno.KvCommitResult | Deno.KvCommitError) => void;
-  readonly reject: (err: unknown) => void;
-  settled: boolean;
-}
+/** One plan of a batch. */
+type Pending = Member<CommitPlan, Deno.KvCommitResult | Deno.KvCommitError>;
 
 /** Counters of a batcher, for benchmarks and tests. */
 export interface CommitBatchStats {
@@ -70,9 +60,7 @@ export class CommitBatcher {
   readonly #ctx: KvContext;
   readonly #kvStats: KvStats;
   readonly #closing: AbortSignal;
-  readonly #enabled: boolean;
-  readonly #queue: Pending[] = [];
-  #inFlight = false;
+  readonly #group: GroupCommit<CommitPlan, Deno.KvCommitResult | Deno.KvCommitError>;
 
   /**
    * @param ctx the store
@@ -84,7 +72,15 @@ export class CommitBatcher {
     this.#ctx = ctx;
     this.#kvStats = kvStats;
     this.#closing = closing;
-    this.#enabled = enabled;
+    this.#group = new GroupCommit({
+      enabled,
+      // Checks, mutations, key bytes, payload bytes.
+      limits: [MAX_CHECKS, MAX_MUTATIONS, COMMIT_KEY_BUDGET, COMMIT_PAYLOAD_BUDGET],
+      // The shared `gen` sum.
+      base: [0, 1, 0, 0],
+      measure: sizeOf,
+      send: (batch) => batch.length === 1 ? this.#one(batch[0]) : this.#shared(batch),
+    });
   }
 
   /**
@@ -96,85 +92,7 @@ export class CommitBatcher {
     plan: CommitPlan,
     signal: AbortSignal,
   ): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
-    signal.throwIfAborted();
-    const { promise, resolve, reject } = Promise.withResolvers<
-      Deno.KvCommitResult | Deno.KvCommitError
-    >();
-    const pending: Pending = {
-      plan,
-      ...sizeOf(plan),
-      signal,
-      context: captureContext(),
-      resolve,
-      reject,
-      settled: false,
-    };
-    const onAbort = () => settle(pending, () => reject(signal.reason));
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
-    if (!this.#enabled) {
-      void this.#one(pending);
-      return promise;
-    }
-    this.#queue.push(pending);
-    if (!this.#inFlight) this.#drain();
-    return promise;
-  }
-
-  #drain(): void {
-    this.#inFlight = true;
-    void (async () => {
-      try {
-        for (let batch = this.#take(); batch.length > 0; batch = this.#take()) {
-          await withContext(
-            batch[0].context,
-            () => batch.length === 1 ? this.#one(batch[0]) : this.#shared(batch),
-          );
-        }
-      } finally {
-        this.#inFlight = false;
-        if (this.#queue.some((p) => !p.settled)) this.#drain();
-      }
-    })();
-  }
-
-  /** The next batch: live plans in arrival order, within the store's limits, no shared key. */
-  #take(): Pending[] {
-    const batch: Pending[] = [];
-    const keys = new Set<string>();
-    let checks = 0;
-    // The shared `gen` sum and the change-feed entries count as mutations too.
-    let mutations = 1;
-    let keyBytes = 0;
-    let payload = 0;
-    for (let i = 0; i < this.#queue.length;) {
-      const p = this.#queue[i];
-      if (p.settled) {
-        this.#queue.splice(i, 1);
-        continue;
-      }
-      const { plan } = p;
-      const fits = batch.length === 0 || (
-        checks + plan.checks.length <= MAX_CHECKS &&
-        mutations + plan.mutations.length + plan.changes.length <= MAX_MUTATIONS &&
-        keyBytes + p.keyBytes <= COMMIT_KEY_BUDGET &&
-        payload + p.payload <= COMMIT_PAYLOAD_BUDGET &&
-        ![...p.writes].some((k) => keys.has(k))
-      );
-      if (!fits) {
-        if (checks >= MAX_CHECKS || keyBytes >= COMMIT_KEY_BUDGET) break;
-        i++;
-        continue;
-      }
-      this.#queue.splice(i, 1);
-      batch.push(p);
-      for (const k of p.writes) keys.add(k);
-      checks += plan.checks.length;
-      mutations += plan.mutations.length + plan.changes.length;
-      keyBytes += p.keyBytes;
-      payload += p.payload;
-    }
-    return batch;
+    return this.#group.submit(plan, signal);
   }
 
   async #shared(batch: Pending[]): Promise<void> {
@@ -187,7 +105,7 @@ export class CommitBatcher {
       res = await commitLogged(
         this.#ctx,
         this.#kvStats,
-        atomic(this.#ctx, batch.map((p) => p.plan)),
+        atomic(this.#ctx, batch.map((p) => p.payload)),
         this.#closing,
       );
     } catch (err) {
@@ -212,7 +130,7 @@ export class CommitBatcher {
       const res = await commitLogged(
         this.#ctx,
         this.#kvStats,
-        atomic(this.#ctx, [p.plan]),
+        atomic(this.#ctx, [p.payload]),
         p.signal,
       );
       settle(p, () => p.resolve(res));
@@ -232,14 +150,8 @@ export function atomic(ctx: KvContext, plans: readonly CommitPlan[]): Deno.Atomi
   return op;
 }
 
-function settle(p: Pending, fn: () => void): void {
-  if (p.settled) return;
-  p.settled = true;
-  fn();
-}
-
-/** What a plan writes and weighs. */
-function sizeOf(plan: CommitPlan): { writes: Set<string>; keyBytes: number; payload: number } {
+/** What a plan writes and weighs: checks, mutations (feed entries included), key and payload bytes. */
+function sizeOf(plan: CommitPlan): { writes: Set<string>; weights: number[] } {
   const writes = new Set<string>();
   let bytes = 0;
   let payload = 0;
@@ -253,7 +165,10 @@ function sizeOf(plan: CommitPlan): { writes: Set<string>; keyBytes: number; payl
   // A change-feed entry per change: a short key and value.
   bytes += 128 * plan.changes.length;
   payload += 256 * plan.changes.length;
-  return { writes, keyBytes: bytes, payload };
+  return {
+    writes,
+    weights: [plan.checks.length, plan.mutations.length + plan.changes.length, bytes, payload],
+  };
 }
 
 /** A generous estimate of a value's serialized size. */
