@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { CiliumDouble } from "../../_support/cilium_double.ts";
 import { startEtcd } from "../../_support/etcd.ts";
-import { deadline, etcdTest, namespace } from "./_helpers.ts";
+import { assertOneIdPerKey, deadline, etcdTest, namespace } from "./_helpers.ts";
 
 /** Cilium's `Allocate`, also retried across a member's death (Cilium's client fails over). */
 async function ciliumAllocate(cilium: CiliumDouble, key: string): Promise<number> {
@@ -92,21 +92,8 @@ etcdTest(
     }
 
     // No key has two IDs and no ID two keys, read from the store itself.
-    const masters = new Map<number, string>();
-    const refIds = new Map<string, Set<number>>();
-    for (const kv of await ns.dump()) {
-      const id = ns.layout.idOfMasterKey(kv.key);
-      if (id !== undefined) masters.set(id, kv.value);
-      const ref = ns.layout.splitRefKey(kv.key);
-      if (ref) refIds.set(ref.key, (refIds.get(ref.key) ?? new Set()).add(Number(kv.value)));
-    }
-    assert.equal(refIds.size, ids.size);
-    for (const [key, set] of refIds) {
-      assert.equal(set.size, 1, `${key} has references to ${[...set]}`);
-      const [id] = set;
-      assert.equal(id, ids.get(key));
-      assert.equal(masters.get(id), key);
-    }
+    const stored = await assertOneIdPerKey(ns);
+    assert.deepEqual(stored, ids);
     assert.equal(new Set(ids.values()).size, ids.size, "no ID shared by two keys");
   },
 );
