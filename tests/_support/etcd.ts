@@ -108,11 +108,48 @@ interface Member {
   pid?: number;
 }
 
-/** A free loopback TCP port (bind port 0, read it, close). */
+/**
+ * The kernel's ephemeral range: ports it hands to outgoing connections. A port picked inside it
+ * can be taken by some client's socket between our check and etcd's bind ("address already in
+ * use", seen once in a nemesis run), so ports are picked below it.
+ */
+function ephemeralRange(): [number, number] {
+  try {
+    const [lo, hi] = Deno.readTextFileSync("/proc/sys/net/ipv4/ip_local_port_range").trim()
+      .split(/\s+/).map(Number);
+    if (Number.isSafeInteger(lo) && Number.isSafeInteger(hi)) return [lo, hi];
+  } catch {
+    // not Linux, or /proc unreadable: fall back to the kernel's choice below
+  }
+  return [0, 0];
+}
+
+function bindable(port: number): number | undefined {
+  try {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port });
+    const bound = (listener.addr as Deno.NetAddr).port;
+    listener.close();
+    return bound;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A free loopback TCP port, picked at random below the ephemeral range (so no outgoing
+ * connection takes it before the server binds it), else the kernel's choice.
+ */
 export function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
+  const [lo] = ephemeralRange();
+  const floor = 10_000;
+  if (lo - floor >= 1000) {
+    for (let i = 0; i < 50; i++) {
+      const port = bindable(floor + Math.floor(Math.random() * (lo - floor)));
+      if (port !== undefined) return port;
+    }
+  }
+  const port = bindable(0);
+  if (port === undefined) throw new Error("no free loopback port");
   return port;
 }
 
@@ -196,7 +233,10 @@ echo "$pid"
 `;
 
 /** Starts a private etcd cluster on loopback and waits until every member is healthy. */
-export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdCluster> {
+export async function startEtcd(
+  options: StartEtcdOptions = {},
+  attempt = 1,
+): Promise<EtcdCluster> {
   const found = findEtcd();
   if (found === undefined) {
     throw new Error(
@@ -331,6 +371,10 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
     await waitHealthy(members);
   } catch (err) {
     await close();
+    // Another test process may still bind a picked port first: pick fresh ports and start again.
+    if (attempt < 3 && String(err).includes("address already in use")) {
+      return startEtcd(options, attempt + 1);
+    }
     throw err;
   }
 
@@ -345,8 +389,19 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
     async restart(index: number): Promise<void> {
       const m = members[index];
       if (m.pid !== undefined) throw new Error(`member ${m.name} is running`);
-      await spawn(m);
-      await waitHealthy([m]);
+      // Its ports are fixed (clients and peers know them); if another process holds one for a
+      // moment, wait and try again rather than fail the run.
+      for (let attempt = 1;; attempt++) {
+        await spawn(m);
+        try {
+          await waitHealthy([m]);
+          return;
+        } catch (err) {
+          if (attempt >= 5 || !String(err).includes("address already in use")) throw err;
+          m.pid = undefined;
+          await delay(500 * attempt);
+        }
+      }
     },
     running(index: number): boolean {
       const pid = members[index].pid;
