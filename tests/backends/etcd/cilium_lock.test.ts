@@ -102,7 +102,10 @@ etcdTest(
     const { id } = await alloc.allocate(K, { signal: deadline() });
     await finish(steps);
     assert.notEqual(id, 1759, "idalloc created its own master between Cilium's steps");
-    // The key now has two live IDs; idalloc's fence sees Cilium's master and moves over.
+    // The key now has two live IDs; idalloc's fence moves over. (The re-check that Cilium's master
+    // upsert set off may have run before Cilium's reference existed; the periodic pass would catch
+    // it, this one does so now.)
+    await alloc.sync();
     assert.deepEqual(await moved, { type: "reassigned", key: K, oldId: id, newId: 1759 });
     assert.deepEqual([...await assertOneIdPerKey(ns, { staleMasters: true })], [[K, 1759]]);
   },
@@ -142,6 +145,10 @@ etcdTest("join of an unreferenced master waits for a Cilium allocation of the ke
     } else {
       // Without the guard c joins the stale master and the key splits, until c's fence moves it.
       assert.equal(id, old);
+      // Cilium's master upsert already made c re-check K, but that re-check may have run between
+      // Cilium's master and its reference (an unreferenced second master is no proof). The next
+      // periodic pass (`syncIntervalMs`) sees the reference: run it now instead of waiting.
+      await c.sync();
       await eventually(() => c.status().fence.reassigned === 1, "c had to move");
       assert.equal((await view()).get(K), ciliumId);
     }
