@@ -46,7 +46,9 @@ export function openEtcdStore(
   prefix: string,
   requestTimeoutMs: number,
 ): NemesisStore {
-  const raw: Etcd3 = rawClient(endpoints);
+  // The checks read the whole prefix at once; a long run plants many ~1 MB garbage values (30
+  // minutes: ~7 MB), past gRPC's default 4 MiB receive limit.
+  const raw: Etcd3 = rawClient(endpoints, { maxReceiveBytes: 256 * 1024 * 1024 });
   const layout = new EtcdLayout(prefix);
   const spec: StoreSpec = { kind: "etcd", endpoints: [...endpoints], prefix, requestTimeoutMs };
 

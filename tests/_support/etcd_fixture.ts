@@ -42,7 +42,10 @@ export function sharedEtcd(): Promise<EtcdCluster> {
 }
 
 /** A raw etcd3 client for direct reads and writes in tests. Close it with `close()`. */
-export function rawClient(endpoints: readonly string[]): Etcd3 {
+export function rawClient(
+  endpoints: readonly string[],
+  options: { readonly maxReceiveBytes?: number } = {},
+): Etcd3 {
   return new Etcd3({
     hosts: [...endpoints],
     grpcOptions: {
@@ -51,6 +54,9 @@ export function rawClient(endpoints: readonly string[]): Etcd3 {
       // too short to outlive a test.
       "grpc.initial_reconnect_backoff_ms": 1,
       "grpc.max_reconnect_backoff_ms": 1,
+      ...(options.maxReceiveBytes === undefined
+        ? {}
+        : { "grpc.max_receive_message_length": options.maxReceiveBytes }),
     },
   });
 }
