@@ -81,7 +81,7 @@ export async function runGrowth(
 /**
  * The bounds, per sample: the key set bounds masters and key state, the window bounds live
  * references, dead references stay within one window, one node keeps at most two lease records,
- * the feed holds no more than the master changes of its retention window; after warm-up (the
+ * the feed holds no more than the entries written in its retention window; after warm-up (the
  * second sample) heap and RSS grow by at most a fixed margin, and so does the KV file.
  */
 export function checkGrowth(backend: "kv" | "etcd", samples: readonly GrowthSample[]): Violation[] {
@@ -103,7 +103,7 @@ export function checkGrowth(backend: "kv" | "etcd", samples: readonly GrowthSamp
           s,
           `${
             c("log")
-          } change-feed entries, but only ${s.recentChanges} master changes in the last ${s.logWindowMs} ms`,
+          } change-feed entries, but only ${s.recentChanges} written in the last ${s.logWindowMs} ms`,
         );
       }
     } else {

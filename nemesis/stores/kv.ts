@@ -218,6 +218,10 @@ export async function openKvStore(
         out[part] = (out[part] ?? 0) + 1;
       }
       out["ref (dead)"] = snapshot.refs.filter((r) => !r.live).length;
+      // Every commit that writes change-feed entries adds their number to `gen` in the same
+      // commit: its value is how many entries were ever written.
+      const gen = (await kv.get(layout.gen())).value;
+      out["feed written"] = gen instanceof Deno.KvU64 ? Number(gen.value) : 0;
       return out;
     },
 

@@ -56,7 +56,10 @@ export interface NemesisStore extends AsyncDisposable {
   plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted>;
   /** Revokes `node`'s lease behind its back (etcd: the lease API; Deno KV: its lease record). */
   revokeLease(node: string): Promise<string>;
-  /** Entries under the prefix by category, for the growth run. */
+  /**
+   * Entries under the prefix by category, for the growth run (Deno KV adds `feed written`: the
+   * change-feed entries ever written, from the store's own counter).
+   */
   counts(): Promise<Record<string, number>>;
 }
 

@@ -33,7 +33,7 @@ Deno.test("growth checks: a change feed beyond its retention window is caught", 
   ];
   const messages = checkGrowth("kv", samples).map((v) => v.message);
   assert.deepEqual(messages, [
-    "after 4000 cycles: 9000 change-feed entries, but only 500 master changes in the last 70000 ms",
+    "after 4000 cycles: 9000 change-feed entries, but only 500 written in the last 70000 ms",
   ]);
 });
 
