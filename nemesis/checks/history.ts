@@ -223,8 +223,11 @@ function runsOfHold(
   // The worker may read the new ID before its watch delivers the event: a change is announced
   // by an event of this hold wherever it falls.
   const announced = new Set<string>();
-  /** IDs a `reassigned` event retired in this hold, with the event's time. */
-  const retired = new Map<number, number>();
+  /**
+   * IDs a `reassigned` event retired in this hold: from the event's time until a later event moves
+   * the key back to that ID (a node fenced twice may return to its first ID once it is free again).
+   */
+  const retired = new Map<number, { readonly from: number; until: number }>();
   for (const e of events) {
     if (e.kind === "answer" && e.retires !== undefined) {
       announced.add(`${e.retires}>${e.answer.id}`);
@@ -247,10 +250,13 @@ function runsOfHold(
     if (e.kind !== "answer") continue;
     const a = e.answer;
     if (e.retires !== undefined) {
-      retired.set(e.retires, a.start);
+      retired.set(e.retires, { from: a.start, until: Number.POSITIVE_INFINITY });
+      const back = retired.get(a.id);
+      if (back !== undefined && back.until > a.start) back.until = a.start;
     } else {
-      const retiredAt = retired.get(a.id);
-      if (retiredAt !== undefined && a.start > retiredAt) {
+      const window = retired.get(a.id);
+      if (window !== undefined && a.start > window.from && a.start < window.until) {
+        const retiredAt = window.from;
         idChanges.push({
           check: ID_CHANGE_CHECK,
           message: `${a.node} (${a.inc}) answered ${a.key} → ${a.id} at ${

@@ -143,6 +143,24 @@ Deno.test("history: a reassigned event ends the old ID's run and starts the new 
   assert.match(result.idChanges[0].message, /after a reassigned event retired that ID/);
 });
 
+Deno.test("history: a key moved away from an ID and later moved back to it may answer it again", () => {
+  clockMs = 150_000;
+  const records: LogRecord[] = [
+    call("a", "allocate", "k1", 0, 10, { id: 541 }),
+    // Fenced once: k1 moves to 543; fenced again after a stall: 541 is free again, k1 moves back.
+    reassigned("a", "k1", 541, 543, 3_000),
+    call("a", "get", "k1", 5_000, 5_001, { id: 543 }),
+    reassigned("a", "k1", 543, 541, 16_000),
+    call("a", "get", "k1", 17_000, 17_001, { id: 541 }),
+  ];
+  assert.deepEqual(checkHistory(records).idChanges, []);
+  // 541 answered between the two events is still caught.
+  const stale = [...records, call("a", "get", "k1", 9_000, 9_001, { id: 541 })];
+  const result = checkHistory(stale);
+  assert.equal(result.idChanges.length, 1);
+  assert.match(result.idChanges[0].message, /after a reassigned event retired that ID/);
+});
+
 Deno.test("history: a held key's ID changing without a reassigned event is caught (plain allocators)", () => {
   clockMs = 110_000;
   const records: LogRecord[] = [
