@@ -8,6 +8,7 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import type { Timings } from "./records.ts";
 import { GARBAGE_KINDS } from "./stores/store.ts";
+import { type Workload, type WorkloadName, workloadOf, WORKLOADS } from "./workload.ts";
 
 /** Faults the suite can inject. `garbage` stands for every `garbage/<kind>`. */
 export const FAULT_KINDS = [
@@ -40,6 +41,8 @@ export interface NemesisOptions {
   readonly nodes: number;
   /** Enabled fault kinds. */
   readonly faults: ReadonlySet<FaultKind>;
+  /** The workload the workers put on the cluster (see `workload.ts`). */
+  readonly workload: WorkloadName;
   /** Enabled garbage kinds (when `garbage` is enabled). */
   readonly garbage: ReadonlySet<string>;
   /** `--faults` as given (for the command that reproduces a run). */
@@ -65,6 +68,16 @@ export const KV_TIMINGS = { pollIntervalMs: 200, maxClockSkewMs: 500, resyncInte
 
 /** The workers' etcd request timeout. */
 export const ETCD_REQUEST_TIMEOUT_MS = 3_000;
+
+/** The workload `name` on `backend`, built on this file's defaults. */
+export function workloadFor(name: WorkloadName, backend: "kv" | "etcd"): Workload {
+  return workloadOf(name, backend, {
+    timings: TIMINGS,
+    kv: KV_TIMINGS,
+    plainKeys: plainKeys(),
+    plainRange: PLAIN_RANGE,
+  });
+}
 
 /** Plain keys: few enough IDs that collected IDs are soon handed to other keys. */
 export const PLAIN_KEYS = 200;
@@ -110,6 +123,8 @@ const USAGE = `deno task nemesis [options]
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
                            a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref
+  --workload NAME          ${WORKLOADS.join("|")}: "keyside" crowds 60 keys into 80 IDs with
+                           short leases and GC every 500 ms (default: default)
   --growth N               allocate/release cycles of the growth run (default 200000; 0 skips it)
   --out DIR                keep logs in DIR (default: a temp dir, kept only on violations)
   --keep                   keep the logs of a clean run too
@@ -121,6 +136,7 @@ const optionsSchema = z.object({
   seed: z.coerce.number().int().min(0).max(2 ** 31 - 1).optional(),
   nodes: z.coerce.number().int().min(3).max(32).default(4),
   faults: z.string().default("all"),
+  workload: z.enum(WORKLOADS).default("default"),
   growth: z.coerce.number().int().min(0).max(10_000_000).default(200_000),
   out: z.string().min(1).optional(),
   keep: z.boolean().default(false),
@@ -182,6 +198,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
       seed: { type: "string" },
       nodes: { type: "string" },
       faults: { type: "string" },
+      workload: { type: "string" },
       growth: { type: "string" },
       out: { type: "string" },
       keep: { type: "boolean" },
@@ -206,6 +223,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     nodes: o.nodes,
     faults,
     garbage,
+    workload: o.workload,
     faultList: o.faults,
     growthOps: o.growth,
     out: o.out,

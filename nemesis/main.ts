@@ -27,6 +27,7 @@ function command(o: NemesisOptions, backend: string): string {
     `--nodes ${o.nodes}`,
   ];
   if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
+  if (o.workload !== "default") parts.push(`--workload ${o.workload}`);
   parts.push("--growth 0");
   return parts.join(" ");
 }

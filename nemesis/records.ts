@@ -62,6 +62,12 @@ export const workerConfigSchema = z.object({
   lanes: z.number().int().positive(),
   /** Pause after each call, ms, drawn uniformly. */
   pauseMs: z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()]),
+  /** Shares of allocate, release and get among the calls (the rest are store reads). */
+  mix: z.object({
+    allocate: z.number().min(0).max(1),
+    release: z.number().min(0).max(1),
+    get: z.number().min(0).max(1),
+  }),
   /** Held keys above which releases become more likely. */
   targetHeld: z.number().int().positive(),
   /** Where the worker appends its JSON lines. */

@@ -236,14 +236,15 @@ async function main(): Promise<void> {
     if (held.length > config.targetHeld && random() < 0.35) {
       return { op: "release", key: pick(held) };
     }
+    const { mix } = config;
     const r = random();
-    if (r < 0.4) return { op: "allocate", key: zipfKey() };
-    if (r < 0.62) {
+    if (r < mix.allocate) return { op: "allocate", key: zipfKey() };
+    if (r < mix.allocate + mix.release) {
       return held.length > 0
         ? { op: "release", key: pick(held) }
         : { op: "allocate", key: zipfKey() };
     }
-    if (r < 0.88) {
+    if (r < mix.allocate + mix.release + mix.get) {
       return { op: "get", key: held.length > 0 && random() < 0.8 ? pick(held) : zipfKey() };
     }
     return { op: client.readOp, key: zipfKey() };

@@ -9,8 +9,9 @@
  * of its last one, its **core**: the node answered the key with that ID at an instant at or before
  * the core and at or after it, and held the key the whole time between.
  *
- * A silence longer than the lease between two answers of a hold (the node was stopped, or fenced
- * and re-checking) ends a run too: the node must re-prove its claim before answering again.
+ * A stop window of the node's process (SIGSTOP to SIGCONT) between two answers of a hold ends a
+ * run too, and only that: the node must re-prove its claim before answering again, and its
+ * answers after the stall count as a new run. (`maxGapMs` can also end runs at long silences.)
  *
  * For each ID, two cores of different keys must not overlap; for each key, two cores of different
  * IDs must not either (a key split between two IDs). A single answer and every store read
@@ -29,6 +30,7 @@
  * @module
  */
 import type { CallOk, LogRecord, ReassignedRecord } from "../records.ts";
+import type { StopWindow } from "./calls.ts";
 import { capViolations, clock, type Violation } from "./violation.ts";
 
 /** One answer: `key → id`, given at an instant in `[start, end]`. */
@@ -70,6 +72,12 @@ export interface HistoryOptions {
    * again while the holder was stopped counts against the holder).
    */
   readonly maxGapMs?: number;
+  /**
+   * When each incarnation was stopped (SIGSTOP to SIGCONT). A stopped process cannot be told
+   * anything, so a stop window between two answers of a hold ends its run: only the window itself
+   * is excused. The answers after it form a new run, which must not overlap another holder's.
+   */
+  readonly stops?: readonly StopWindow[];
   /** Incarnations whose held IDs may change without a `reassigned` event (identity workers). */
   readonly silentChangeAllowed?: ReadonlySet<string>;
   /** Violations reported per kind before the rest are only counted. @default {25} */
@@ -277,8 +285,10 @@ function runsOfHold(
         });
       }
     }
-    const silent = options.maxGapMs !== undefined && last !== undefined &&
-      a.start - last.end > options.maxGapMs;
+    const silent = last !== undefined && (
+      (options.maxGapMs !== undefined && a.start - last.end > options.maxGapMs) ||
+      stoppedBetween(options.stops, a.inc, last.end, a.start)
+    );
     if (last && (last.id !== a.id || silent)) close();
     first ??= a;
     last = a;
@@ -286,6 +296,16 @@ function runsOfHold(
   }
   close();
   return runs;
+}
+
+/** Whether incarnation `inc` was stopped at some instant between `from` and `to`. */
+function stoppedBetween(
+  stops: readonly StopWindow[] | undefined,
+  inc: string,
+  from: number,
+  to: number,
+): boolean {
+  return stops?.some((w) => w.inc === inc && w.from < to && w.to > from) ?? false;
 }
 
 function runKey(a: Answer): Pick<Run, "node" | "inc" | "key" | "id"> {

@@ -140,6 +140,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       session,
       this.#gcRange,
       new RateLimiter(settings.gcRateLimit.intervalMs, settings.gcRateLimit.burst),
+      settings.gcGraceMs,
     );
     // Nobody may be left waiting on a sync that will never come.
     this.#syncedSignal.promise.catch(() => {});
@@ -323,6 +324,12 @@ export class Allocator<K = string> implements AsyncDisposable {
           try {
             using _lock = await this.#mutex.lock(key, signal);
             if (this.#local.get(key)?.id !== id) return; // released meanwhile: nothing to protect
+            // Protection re-creates a master only for a key with no other ID: one that meanwhile
+            // got another master moves to the ID the store gives it.
+            if (this.#secondMaster({ key, id })) {
+              this.#conflict(key, `it has another master; ID ${id} is not re-created`);
+              return;
+            }
             const [report] = await this.#session.ensure([{ key, id }], signal);
             if (report.master === "conflict") {
               // Someone else has the ID or the key now: the key moves to a new ID.
@@ -837,10 +844,24 @@ export class Allocator<K = string> implements AsyncDisposable {
       try {
         for (const { key } of batch) locks.push(await this.#mutex.lock(key, signal));
         // Re-check under the locks: a key released since the snapshot must not be re-created.
-        const still: HeldKey[] = batch.filter(({ key, id }) => this.#local.get(key)?.id === id);
+        const still: HeldKey[] = [];
+        for (const held of batch) {
+          if (this.#local.get(held.key)?.id !== held.id) continue;
+          // A suspect key is proven only if no other master names it: otherwise re-creating or
+          // re-referencing this one could give the key a second ID, so it is re-acquired by the
+          // store's own rule instead (and moves, announced, if that rule says so).
+          if (this.#fence.isSuspect(held.key) && this.#secondMaster(held)) {
+            complete = await this.#reassign(held.key, held.id, gen, signal) && complete;
+          } else still.push(held);
+        }
         if (still.length === 0) continue;
         for (const report of await this.#session.ensure(still, signal)) {
-          if (report.master === "conflict") {
+          // A master that appeared for the key while `ensure` ran is checked again here: the
+          // key is proven only if the store holds no other ID for it when the pass answers.
+          if (
+            report.master === "conflict" ||
+            (this.#fence.isSuspect(report.key) && this.#secondMaster(report))
+          ) {
             complete = await this.#reassign(report.key, report.id, gen, signal) && complete;
             continue;
           }
@@ -865,6 +886,17 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (complete && !onlySuspects && Date.now() < this.#session.claimValidUntil()) {
       this.#fence.passCompleted(gen);
     }
+  }
+
+  /** Whether the cache knows a master other than `held.id` that names `held.key`. */
+  #secondMaster(held: HeldKey): boolean {
+    const others = this.#cache.otherIds(held.key, held.id);
+    if (others.length === 0) return false;
+    log.warning("held key {key} (ID {id}) also has master(s) {others}: re-acquiring it", {
+      ...held,
+      others,
+    });
+    return true;
   }
 
   /**

@@ -23,7 +23,13 @@ export type CacheChange<K> =
 /** ID → key and key → ID, fed by the backend's watch and by this node's own allocations. */
 export class IdCache<K> {
   readonly #byId = new Map<number, CacheEntry<K>>();
+  /** The newest master of each key. */
   readonly #byKey = new Map<string, number>();
+  /**
+   * Every master of the keys that have more than one (a second master: Cilium's, a leftover, or
+   * garbage). Rare, so kept apart from `#byKey`; the fence's re-check asks it.
+   */
+  readonly #shared = new Map<string, Set<number>>();
   /**
    * Mappings this node allocated that the watch has not echoed yet. Kept apart so that the echo
    * still reaches subscribers as an upsert (Cilium's `insert` emits nothing; the watch does).
@@ -40,6 +46,14 @@ export class IdCache<K> {
     const id = this.#byKey.get(key);
     if (id !== undefined) return { id, version: this.#byId.get(id)?.version };
     return this.#pending.get(key);
+  }
+
+  /** Cached IDs other than `id` whose master names encoded key `key` (a second master). */
+  otherIds(key: string, id: number): number[] {
+    const all = this.#shared.get(key);
+    if (all) return [...all].filter((other) => other !== id);
+    const only = this.#byKey.get(key);
+    return only === undefined || only === id ? [] : [only];
   }
 
   /** The cached entry of `id`. */
@@ -63,8 +77,8 @@ export class IdCache<K> {
     this.#pending.delete(key);
     const old = this.#byId.get(id);
     this.#byId.set(id, { key, value, version });
-    if (old && old.key !== key && this.#byKey.get(old.key) === id) this.#byKey.delete(old.key);
-    this.#byKey.set(key, id);
+    if (old && old.key !== key) this.#unlink(old.key, id);
+    this.#link(key, id);
     if (old && old.key === key) return undefined;
     return { type: "upsert", id, key: value };
   }
@@ -77,7 +91,28 @@ export class IdCache<K> {
     const old = this.#byId.get(id);
     if (!old) return undefined;
     this.#byId.delete(id);
-    if (this.#byKey.get(old.key) === id) this.#byKey.delete(old.key);
+    this.#unlink(old.key, id);
     return { type: "delete", id, key: old.value };
+  }
+
+  /** `id`'s master names `key`: it becomes the key's newest master. */
+  #link(key: string, id: number): void {
+    const current = this.#byKey.get(key);
+    this.#byKey.set(key, id);
+    if (current === undefined || current === id) return;
+    let all = this.#shared.get(key);
+    if (!all) this.#shared.set(key, all = new Set([current]));
+    all.add(id);
+  }
+
+  /** `id`'s master no longer names `key`: another master of the key, if any, stands for it. */
+  #unlink(key: string, id: number): void {
+    const all = this.#shared.get(key);
+    if (all?.delete(id)) {
+      if (this.#byKey.get(key) === id) this.#byKey.set(key, [...all].at(-1)!);
+      if (all.size === 1) this.#shared.delete(key);
+      return;
+    }
+    if (this.#byKey.get(key) === id) this.#byKey.delete(key);
   }
 }

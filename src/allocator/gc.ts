@@ -42,27 +42,43 @@ export class RateLimiter {
   }
 }
 
+/** An ID a pass found unused. */
+interface Mark {
+  readonly version: string;
+  /** When a pass first found it unused with this version (ms since the epoch). */
+  readonly since: number;
+}
+
 /** Runs GC passes over one ID range, remembering the marks between passes. */
 export class GarbageCollector {
   readonly #session: BackendSession;
   readonly #range: { min: number; max: number };
   readonly #limiter: RateLimiter;
-  #marked = new Map<number, string>();
+  readonly #graceMs: number;
+  /** IDs the previous pass found unused: their version then, and when they were first seen so. */
+  #marked = new Map<number, Mark>();
 
   /**
    * @param session the store session
    * @param range stored IDs to consider (other clusters' IDs are never touched)
    * @param limiter the deletion rate limit
+   * @param graceMs how long an ID must have been seen unused, unchanged, before it is deleted
    */
-  constructor(session: BackendSession, range: { min: number; max: number }, limiter: RateLimiter) {
+  constructor(
+    session: BackendSession,
+    range: { min: number; max: number },
+    limiter: RateLimiter,
+    graceMs = 0,
+  ) {
     this.#session = session;
     this.#range = range;
     this.#limiter = limiter;
+    this.#graceMs = graceMs;
   }
 
   /** One pass: deletes IDs marked by the previous pass and still unused and unchanged, marks the rest. */
   async run(signal: AbortSignal): Promise<GcStats> {
-    const next = new Map<number, string>();
+    const next = new Map<number, Mark>();
     const deletedIds: number[] = [];
     let total = 0;
     let skipped = 0;
@@ -71,13 +87,16 @@ export class GarbageCollector {
       total++;
       if (candidate.inUse) continue;
       const previous = this.#marked.get(candidate.id);
-      if (previous === undefined) {
-        next.set(candidate.id, candidate.version);
+      // Unseen, or changed since (re-acquired and released): marked now, a later pass decides.
+      if (previous === undefined || previous.version !== candidate.version) {
+        next.set(candidate.id, { version: candidate.version, since: Date.now() });
         continue;
       }
-      // Marked before but changed since (re-acquired and released): mark again, a third pass decides.
-      if (previous !== candidate.version) {
-        next.set(candidate.id, candidate.version);
+      // A reference can vanish without its holder knowing (a revoked lease): the holder answers
+      // from memory until its own lease deadline. Within the grace it is still fencing itself,
+      // and its ID must not go to another key yet.
+      if (Date.now() - previous.since < this.#graceMs) {
+        next.set(candidate.id, previous);
         continue;
       }
       await this.#limiter.take(signal);

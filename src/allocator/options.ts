@@ -27,6 +27,7 @@ const optionsSchema = z.object({
     factor: z.number().min(1).default(2),
   }).prefault({}),
   gcIntervalMs: safeInt.min(10).optional(),
+  gcGraceMs: safeInt.min(0).max(86_400_000).optional(),
   gcRateLimit: z.object({
     intervalMs: safeInt.min(1).default(60_000),
     burst: safeInt.min(1).default(2_500),
@@ -51,6 +52,7 @@ export interface AllocatorSettings<K> {
   readonly lockWaitMs: number;
   readonly backoff: Backoff;
   readonly gcIntervalMs?: number;
+  readonly gcGraceMs: number;
   readonly gcRateLimit: { intervalMs: number; burst: number };
   readonly validator?: CacheValidator;
   readonly readOnly: boolean;
@@ -69,6 +71,9 @@ export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettin
   const o = parseOptions(optionsSchema, options, "allocator options");
   return {
     ...o,
+    // Periodic passes faster than the lease would collect a revoked holder's ID before it could
+    // notice; explicit `runGc` calls are paced by the caller.
+    gcGraceMs: o.gcGraceMs ?? (o.gcIntervalMs !== undefined ? o.leaseTtlMs : 0),
     // zod checked the shapes; the functions themselves are the caller's, passed through untouched.
     codec: (options.codec ?? stringCodec) as KeyCodec<K>,
     validator: options.validator,

@@ -77,6 +77,15 @@ export interface AllocatorOptions<K = string> {
   readonly lockWaitMs?: number;
   /** Run a GC pass every this many ms (two passes collect an ID). Off when unset. */
   readonly gcIntervalMs?: number;
+  /**
+   * How long, in ms, an ID must have been seen unused (same version, no live reference) before GC
+   * deletes it, on top of the two passes. A holder whose reference vanished without its knowing
+   * (its lease was revoked) keeps answering from memory until its own lease deadline, at most one
+   * lease TTL: the grace lets it notice and fence itself before its ID can go to another key. Set
+   * it to at least the longest `leaseTtlMs` of any node. With passes at least a lease TTL apart
+   * it costs nothing. @default {leaseTtlMs with `gcIntervalMs`, else 0 (the caller paces `runGc`)}
+   */
+  readonly gcGraceMs?: number;
   /** Rate limit for GC deletions. */
   readonly gcRateLimit?: GcRateLimit;
   /** Drops cache events this returns a reason for (Cilium's cache validators). */

@@ -61,6 +61,8 @@ export interface IdentityAllocatorOptions {
   readonly syncIntervalMs?: number;
   /** Run a GC pass over this cluster's range every this many ms. Off when unset. */
   readonly gcIntervalMs?: number;
+  /** Time an ID must have been unused before GC deletes it (see `AllocatorOptions`). */
+  readonly gcGraceMs?: number;
   /** Rate limit of GC deletions. */
   readonly gcRateLimit?: GcRateLimit;
   /** Attempts per global allocation. */
@@ -131,6 +133,7 @@ const optionsSchema = z.object({
   leaseTtlMs: z.number().optional(),
   syncIntervalMs: z.number().optional(),
   gcIntervalMs: z.number().optional(),
+  gcGraceMs: z.number().optional(),
   gcRateLimit: z.object({}).loose().optional(),
   maxAttempts: z.number().optional(),
   backoff: z.object({}).loose().optional(),
@@ -254,6 +257,7 @@ export class IdentityAllocator implements AsyncDisposable {
       leaseTtlMs: settings.leaseTtlMs,
       syncIntervalMs: settings.syncIntervalMs,
       gcIntervalMs: settings.gcIntervalMs,
+      gcGraceMs: settings.gcGraceMs,
       gcRateLimit: settings.gcRateLimit,
       maxAttempts: settings.maxAttempts,
       backoff: settings.backoff,

@@ -285,3 +285,58 @@ Deno.test("history: a hold silent for longer than its lease starts a new run (AB
   ];
   assert.equal(checkHistory(stale, { maxGapMs: 3_000 }).overlaps.length, 1);
 });
+
+Deno.test("history: after a stall window, the node's own answers count (key side, the KV trace)", () => {
+  clockMs = 170_000;
+  const inc = "w0#1";
+  const stops = [{ inc, from: clockMs + 300, to: clockMs + 6_000 }];
+  // w0 holds k56 → 15 and is stopped; meanwhile w1 gets k56 → 30 and keeps it.
+  const before: LogRecord[] = [
+    call("w0", "allocate", "k56", 0, 10, { id: 15 }),
+    call("w0", "get", "k56", 250, 251, { id: 15 }),
+    call("w1", "allocate", "k56", 4_600, 4_610, { id: 30 }),
+    call("w1", "get", "k56", 4_900, 4_901, { id: 30 }),
+    call("w1", "get", "k56", 9_900, 9_901, { id: 30 }),
+  ];
+  // Resumed, w0 answers 15 again twice, without a reassigned event: a split, although nothing it
+  // answered before the stall overlaps w1's hold.
+  const stale = [
+    ...before,
+    call("w0", "get", "k56", 7_600, 7_601, { id: 15 }),
+    call("w0", "allocate", "k56", 8_900, 8_910, { id: 15 }),
+  ];
+  const found = checkHistory(stale, { stops });
+  assert.equal(found.splits.length, 1);
+  assert.match(found.splits[0].message, /k56 was answered as (15|30) by w[01] and as (30|15)/);
+  // The stall window alone is excused: the same history with w0's answers only before the stall
+  // and a reassigned event to w1's ID after it is clean.
+  const moved = [
+    ...before,
+    reassigned("w0", "k56", 15, 30, 6_100),
+    call("w0", "get", "k56", 7_600, 7_601, { id: 30 }),
+    call("w0", "get", "k56", 8_900, 8_901, { id: 30 }),
+  ];
+  const clean = checkHistory(moved, { stops });
+  assert.deepEqual([clean.splits, clean.overlaps, clean.idChanges], [[], [], []]);
+});
+
+Deno.test("history: a stop window ends a run where a silence does not (ABA across a stall)", () => {
+  clockMs = 180_000;
+  const records: LogRecord[] = [
+    call("a", "allocate", "k1", 0, 10, { id: 415 }),
+    call("a", "get", "k1", 250, 251, { id: 415 }),
+    // a is stopped 300–10_000: 415 is collected, b uses it for k2 and frees it again.
+    call("b", "allocate", "k2", 5_000, 5_004, { id: 415 }),
+    call("b", "get", "k2", 5_300, 5_301, { id: 415 }),
+    call("b", "release", "k2", 5_400, 5_410, { lastUse: true }),
+    // a wakes, re-checks, finds 415 free and keeps it: every answer it gave was true when given.
+    call("a", "get", "k1", 10_050, 10_051, { id: 415 }),
+    call("a", "get", "k1", 10_300, 10_301, { id: 415 }),
+  ];
+  const stops = [{ inc: "a#1", from: clockMs + 300, to: clockMs + 10_000 }];
+  assert.deepEqual(checkHistory(records, { stops }).overlaps, []);
+  // The same silence without a stall (a was running and never told otherwise) is one hold.
+  assert.equal(checkHistory(records).overlaps.length, 1);
+  // Another incarnation's stop window excuses nothing here.
+  assert.equal(checkHistory(records, { stops: [{ ...stops[0], inc: "b#1" }] }).overlaps.length, 1);
+});

@@ -41,8 +41,11 @@ import {
 
 const log = idallocLogger("etcd", "ensure");
 
-/** Held keys per read/write transaction pair (two reads per key; etcd allows 128 ops a level). */
-export const ENSURE_BATCH = 50;
+/**
+ * Held keys per read/write transaction pair: up to four reads per key (master, references, and
+ * two Cilium mutexes); etcd allows 128 operations a level.
+ */
+export const ENSURE_BATCH = 32;
 /** Passes over keys whose guarded write lost a race before they are reported as conflicts. */
 const ENSURE_PASSES = 2;
 
@@ -93,9 +96,14 @@ async function ensurePass(
 ): Promise<Pending[]> {
   const { client, layout, node, leases } = core;
   const reads: IRequestOp[] = [];
-  for (const { held } of batch) {
+  // Each key's read also covers the Cilium mutexes its writes would check: a key that needs no
+  // write is proven only while no Cilium node is between the steps of allocating it (its master
+  // may already exist, its reference not yet), so a held mutex makes the key `busy` either way.
+  const stride = 2 + (batch[0]?.guards.length ?? 0);
+  for (const { held, guards } of batch) {
     reads.push(read(layout.masterKey(held.id)));
     reads.push(read(prefixRange(layout.refPrefix(held.key) + "/")));
+    reads.push(...guards.map((g) => g.read()));
   }
   const snap = await client.call(
     "ensure read",
@@ -113,8 +121,20 @@ async function ensurePass(
     const refPrefix = layout.refPrefix(key);
     const refKey = layout.refKey(key, node);
     const range = prefixRange(refPrefix + "/");
-    const masterKv = kvsAt(snap.responses, 2 * i)[0];
-    const refs = snapshotOf(refPrefix, kvsAt(snap.responses, 2 * i + 1), revision);
+    const masterKv = kvsAt(snap.responses, stride * i)[0];
+    const refs = snapshotOf(refPrefix, kvsAt(snap.responses, stride * i + 1), revision);
+    const locked = p.guards.flatMap((g, j) =>
+      g.learn(kvsAt(snap.responses, stride * i + 2 + j), revision)
+    );
+    if (locked.length > 0) {
+      log.info("held key {key} (ID {id}) is locked by a Cilium node; not re-checked now", {
+        key,
+        id,
+        locks: locked,
+      });
+      reports[p.index] = { key, id, master: "busy", reference: "skipped" };
+      continue;
+    }
 
     // An unreadable master (empty, not UTF-8) names nobody: it is repaired, as a missing one is.
     const master = masterKv ? readMaster(masterKv.value, String(masterKv.mod_revision)) : undefined;

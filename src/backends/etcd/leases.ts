@@ -33,7 +33,13 @@ interface LeaseState {
   keys: number;
   /** Conservative local deadline: send time of the last acknowledged keepalive + TTL. */
   expiresAt: number;
-  sentAt: number;
+  /**
+   * Send times of this lease's keepalives on the current stream that etcd has not answered yet,
+   * oldest first. The stream answers in order, so each answer is timed from its own request: a
+   * late answer (the process was stopped, etcd was slow) never extends the deadline from a later
+   * request's send time, which would claim more than etcd granted.
+   */
+  sent: number[];
 }
 
 interface KeepAliveStream extends DuplexStream {
@@ -244,7 +250,7 @@ export class LeaseManager {
       // etcd may raise a TTL below its minimum; renew on what it granted.
       const ttlMs = Math.max(1, Number(res.TTL)) * 1000;
       const id = String(res.ID);
-      this.#leases.set(id, { id, ttlMs, keys: 0, expiresAt: sentAt + ttlMs, sentAt });
+      this.#leases.set(id, { id, ttlMs, keys: 0, expiresAt: sentAt + ttlMs, sent: [] });
       this.#updateEarliest();
       this.#current = id;
       return id;
@@ -294,7 +300,7 @@ export class LeaseManager {
     const stream = this.#stream;
     if (!stream) return;
     for (const lease of this.#leases.values()) {
-      lease.sentAt = Date.now();
+      lease.sent.push(Date.now());
       try {
         stream.write({ ID: lease.id });
       } catch (err) {
@@ -315,7 +321,10 @@ export class LeaseManager {
       closeStream(stream);
       return;
     }
-    stream.on("data", (res: ILeaseKeepAliveResponse) => this.#onKeepAlive(res));
+    // Answers of a stream that was replaced cannot be matched to their requests any more.
+    stream.on("data", (res: ILeaseKeepAliveResponse) => {
+      if (this.#stream === stream) this.#onKeepAlive(res);
+    });
     stream.on("error", (err: Error) => {
       if (this.#stream === stream) {
         this.#client.noteError("lease keepalive", err);
@@ -325,6 +334,8 @@ export class LeaseManager {
     stream.on("end", () => {
       if (this.#stream === stream) this.#stream = undefined;
     });
+    // Requests sent on an earlier stream are never answered on this one.
+    for (const lease of this.#leases.values()) lease.sent.length = 0;
     this.#stream = stream;
     this.#streamSeen = Date.now();
   }
@@ -339,15 +350,18 @@ export class LeaseManager {
       this.lost(id, "lease not found (expired or revoked)");
       return;
     }
+    const sentAt = lease.sent.shift();
+    if (sentAt === undefined) return;
     this.#client.noteHealthy();
     this.#client.telemetry.renewal();
-    lease.expiresAt = Math.max(lease.expiresAt, lease.sentAt + ttl * 1000);
+    lease.expiresAt = Math.max(lease.expiresAt, sentAt + ttl * 1000);
     this.#updateEarliest();
   }
 
   #dropStream(): void {
     const stream = this.#stream;
     this.#stream = undefined;
+    for (const lease of this.#leases.values()) lease.sent.length = 0;
     if (stream) closeStream(stream);
   }
 }

@@ -1,0 +1,88 @@
+/**
+ * The workloads a nemesis run can put on the cluster: timings, the plain key family, its ID range
+ * and the mix of calls the workers make.
+ *
+ * - `default`: 200 plain keys over 320 IDs, GC every second, leases of 3 s: many keys, room to
+ *   spare, so every fault plays out against a busy but not crowded store.
+ * - `keyside`: the crowded shape that finds a key told two IDs at once after a stall — 60 keys
+ *   skewed to the first ones over 80 IDs (1–80), half the calls allocations and a third releases
+ *   with 0–20 ms pauses, GC every 500 ms; on Deno KV leases of 1.5 s with 200 ms of clock slack
+ *   and 200 ms polls, on etcd leases of 3 s. Collected IDs are handed to other keys within a
+ *   second, and a stalled holder's key is soon allocated again by another node.
+ *
+ * @module
+ */
+import type { Timings } from "./records.ts";
+
+/** Names of the workloads. */
+export const WORKLOADS = ["default", "keyside"] as const;
+
+/** A workload's name. */
+export type WorkloadName = typeof WORKLOADS[number];
+
+/** The Deno KV backends' timings. */
+export interface KvTimings {
+  readonly pollIntervalMs: number;
+  readonly maxClockSkewMs: number;
+  readonly resyncIntervalMs: number;
+}
+
+/**
+ * The share of each call a worker lane makes. `release` falls back to `allocate` when the worker
+ * holds nothing; `get` reads a held key four times in five; the rest (`read`) bypasses the hold.
+ */
+export interface CallMix {
+  readonly allocate: number;
+  readonly release: number;
+  readonly get: number;
+}
+
+/** Everything a run's processes take from the workload. */
+export interface Workload {
+  readonly name: WorkloadName;
+  /** Allocator timings of every process of the run. */
+  readonly timings: Timings;
+  /** The Deno KV backends' timings (used on Deno KV only). */
+  readonly kv: KvTimings;
+  /** The plain key family, most popular first. */
+  readonly plainKeys: readonly string[];
+  /** The plain workers' ID range. */
+  readonly plainRange: { readonly min: number; readonly max: number };
+  readonly mix: CallMix;
+  /** Pause after each call, ms, drawn uniformly. */
+  readonly pauseMs: readonly [number, number];
+}
+
+/** The key-side workload's family: `k0;` … `k59;`. */
+export function keysideKeys(n = 60): string[] {
+  return Array.from({ length: n }, (_, i) => `k${i};`);
+}
+
+/** The workload `name` on `backend`, with the default family and range given by the caller. */
+export function workloadOf(
+  name: WorkloadName,
+  backend: "kv" | "etcd",
+  defaults: Omit<Workload, "name" | "mix" | "pauseMs">,
+): Workload {
+  if (name === "default") {
+    return {
+      ...defaults,
+      name,
+      mix: { allocate: 0.4, release: 0.22, get: 0.26 },
+      pauseMs: [5, 40],
+    };
+  }
+  return {
+    name,
+    timings: {
+      ...defaults.timings,
+      leaseTtlMs: backend === "kv" ? 1_500 : 3_000,
+      gcIntervalMs: 500,
+    },
+    kv: { ...defaults.kv, pollIntervalMs: 200, maxClockSkewMs: 200 },
+    plainKeys: keysideKeys(),
+    plainRange: { min: 1, max: 80 },
+    mix: { allocate: 0.5, release: 0.35, get: 0.15 },
+    pauseMs: [0, 20],
+  };
+}
