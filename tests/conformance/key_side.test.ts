@@ -12,30 +12,45 @@
 import assert from "node:assert/strict";
 import { Allocator, type AllocatorEvent } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
+import type { StoreFixture } from "../_support/fixture.ts";
 import { eventually } from "../_support/eventually.ts";
 
 const K = "k8s:app=keyside;";
 /** The holder's lease: renewed every second, so it notices a vanished lease within one. */
 const LEASE_MS = 3_000;
 
+/**
+ * Node a holds `K` (ID `x`), a GC node with `gcGraceMs` is synced, and node a's lease has just
+ * vanished without node a knowing yet.
+ */
+async function vanishedHolder(fx: StoreFixture, gcGraceMs: number) {
+  const stack = new AsyncDisposableStack();
+  const a = stack.use(
+    await Allocator.open(await fx.backend("node-a", { fast: true }), {
+      max: 100,
+      leaseTtlMs: LEASE_MS,
+      syncIntervalMs: 600_000,
+    }),
+  );
+  const { id: x } = await a.allocate(K);
+  const gc = stack.use(
+    await Allocator.open(await fx.backend("node-gc", { fast: true }), {
+      max: 100,
+      leaseTtlMs: 5_000,
+      gcGraceMs,
+    }),
+  );
+  await gc.waitForInitialSync();
+  await fx.dropLease("node-a");
+  return { a, gc, x, [Symbol.asyncDispose]: () => stack.disposeAsync() };
+}
+
 testEachBackendAndMode(
   "GC waits out the grace: a holder whose lease vanished keeps its key's ID",
   async (factory) => {
     await using fx = await factory.create();
-    await using a = await Allocator.open(await fx.backend("node-a", { fast: true }), {
-      max: 100,
-      leaseTtlMs: LEASE_MS,
-      syncIntervalMs: 600_000,
-    });
-    const { id: x } = await a.allocate(K);
-    await using gc = await Allocator.open(await fx.backend("node-gc", { fast: true }), {
-      max: 100,
-      leaseTtlMs: 5_000,
-      gcGraceMs: LEASE_MS,
-    });
-    await gc.waitForInitialSync();
-
-    await fx.dropLease("node-a");
+    await using held = await vanishedHolder(fx, LEASE_MS);
+    const { a, gc, x } = held;
     // Two passes at once: without the grace these would collect x while node a still answers it
     // (see the next test), and a third node would give the key a second ID.
     await gc.runGc();
@@ -66,19 +81,8 @@ testEachBackendAndMode(
   "without the grace, two quick passes collect a vanished holder's ID (what the grace prevents)",
   async (factory) => {
     await using fx = await factory.create();
-    await using a = await Allocator.open(await fx.backend("node-a", { fast: true }), {
-      max: 100,
-      leaseTtlMs: LEASE_MS,
-      syncIntervalMs: 600_000,
-    });
-    const { id: x } = await a.allocate(K);
-    await using gc = await Allocator.open(await fx.backend("node-gc", { fast: true }), {
-      max: 100,
-      leaseTtlMs: 5_000,
-      gcGraceMs: 0,
-    });
-    await gc.waitForInitialSync();
-    await fx.dropLease("node-a");
+    await using held = await vanishedHolder(fx, 0);
+    const { a, gc, x } = held;
     await gc.runGc();
     assert.deepEqual((await gc.runGc()).deletedIds, [x]);
     // Node a recovers by itself (it re-creates the master it still holds); the point is that

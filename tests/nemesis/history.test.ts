@@ -284,6 +284,12 @@ Deno.test("history: a hold silent for longer than its lease starts a new run (AB
     call("a", "get", "k1", 5_200, 5_201, { id: 415 }),
   ];
   assert.equal(checkHistory(stale, { maxGapMs: 3_000 }).overlaps.length, 1);
+  // The stop window itself ends the run, as the silence does: a was stopped 300–10_000.
+  const stops = [{ inc: "a#1", from: clockMs + 300, to: clockMs + 10_000 }];
+  assert.deepEqual(checkHistory(records, { stops }).overlaps, []);
+  assert.equal(checkHistory(stale, { stops }).overlaps.length, 1);
+  // Another incarnation's stop window excuses nothing here.
+  assert.equal(checkHistory(records, { stops: [{ ...stops[0], inc: "b#1" }] }).overlaps.length, 1);
 });
 
 Deno.test("history: after a stall window, the node's own answers count (key side, the KV trace)", () => {
@@ -318,25 +324,4 @@ Deno.test("history: after a stall window, the node's own answers count (key side
   ];
   const clean = checkHistory(moved, { stops });
   assert.deepEqual([clean.splits, clean.overlaps, clean.idChanges], [[], [], []]);
-});
-
-Deno.test("history: a stop window ends a run where a silence does not (ABA across a stall)", () => {
-  clockMs = 180_000;
-  const records: LogRecord[] = [
-    call("a", "allocate", "k1", 0, 10, { id: 415 }),
-    call("a", "get", "k1", 250, 251, { id: 415 }),
-    // a is stopped 300–10_000: 415 is collected, b uses it for k2 and frees it again.
-    call("b", "allocate", "k2", 5_000, 5_004, { id: 415 }),
-    call("b", "get", "k2", 5_300, 5_301, { id: 415 }),
-    call("b", "release", "k2", 5_400, 5_410, { lastUse: true }),
-    // a wakes, re-checks, finds 415 free and keeps it: every answer it gave was true when given.
-    call("a", "get", "k1", 10_050, 10_051, { id: 415 }),
-    call("a", "get", "k1", 10_300, 10_301, { id: 415 }),
-  ];
-  const stops = [{ inc: "a#1", from: clockMs + 300, to: clockMs + 10_000 }];
-  assert.deepEqual(checkHistory(records, { stops }).overlaps, []);
-  // The same silence without a stall (a was running and never told otherwise) is one hold.
-  assert.equal(checkHistory(records).overlaps.length, 1);
-  // Another incarnation's stop window excuses nothing here.
-  assert.equal(checkHistory(records, { stops: [{ ...stops[0], inc: "b#1" }] }).overlaps.length, 1);
 });
