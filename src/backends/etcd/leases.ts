@@ -361,7 +361,6 @@ export class LeaseManager {
   #dropStream(): void {
     const stream = this.#stream;
     this.#stream = undefined;
-    for (const lease of this.#leases.values()) lease.sent.length = 0;
     if (stream) closeStream(stream);
   }
 }
