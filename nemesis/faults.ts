@@ -1,8 +1,12 @@
 /**
- * The nemesis: injects one fault at a time, chosen by the seed, until the fault phase ends. The
- * enabled kinds are visited in a seeded shuffled order, round after round, so that a short run
- * still sees every kind. Each fault is recorded with its start, end and, for store outages, the
- * instant the store was back (for the recovery time).
+ * The nemesis: injects faults, chosen by the seed, until the fault phase ends. The enabled kinds
+ * are visited in a seeded shuffled order, round after round, so that a short run still sees every
+ * kind. Each fault is recorded with its start, end and, for store outages, the instant the store
+ * was back (for the recovery time).
+ *
+ * By default one fault runs at a time, with a pause of 1–3 s after each. With `overlapEveryMs`, a
+ * fault starts every so often whether the others have ended or not (a stall of one worker while
+ * another is killed or revoked): each worker and the store's members take one fault at a time.
  *
  * @module
  */
@@ -71,7 +75,19 @@ export interface FaultContext {
   record(fault: FaultRecord): void;
   /** Called when a worker is stopped and continued. */
   stopped(window: StopWindow): void;
+  /** Start a fault every `[min, max]` ms, overlapping those still running (see the module doc). */
+  readonly overlapEveryMs?: readonly [number, number];
 }
+
+/** Kinds that act on the etcd members (one at a time, even when faults overlap). */
+const MEMBER_FAULTS: ReadonlySet<FaultKind> = new Set([
+  "compact",
+  "kill-follower",
+  "kill-leader",
+  "outage",
+]);
+/** Kinds that act on one worker. */
+const WORKER_FAULTS: ReadonlySet<FaultKind> = new Set(["kill", "stall", "lease-revoke"]);
 
 /**
  * How long a stall lasts: past the lease (and the clock slack that others allow it), then two
@@ -91,6 +107,10 @@ export async function runNemesis(
   if (kinds.length === 0) return;
   let order: FaultKind[] = [];
   let garbageOrder: GarbageKind[] = [];
+  /** Worker slots and the members with a fault in progress (overlapping faults only). */
+  const busySlots = new Set<number>();
+  let membersBusy = false;
+  const running = new Set<Promise<void>>();
   while (Date.now() < until && !signal?.aborted) {
     if (order.length === 0) order = shuffle(ctx.random, [...kinds]);
     const kind = order.shift()!;
@@ -99,15 +119,42 @@ export async function runNemesis(
       if (garbageOrder.length === 0) garbageOrder = shuffle(ctx.random, [...ctx.garbage]);
       garbage = garbageOrder.shift();
     }
-    const start = Date.now();
-    try {
-      ctx.record(await inject(ctx, kind, garbage, start));
-    } catch (err) {
-      const label = garbage ? `garbage/${garbage}` : FAULT_LABELS[kind];
-      ctx.record({ kind, label, start, end: Date.now(), detail: "", error: String(err) });
+    let slot = Math.floor(ctx.random() * ctx.slots);
+    if (ctx.overlapEveryMs !== undefined && WORKER_FAULTS.has(kind)) {
+      const free = [...Array(ctx.slots).keys()].filter((i) => !busySlots.has(i));
+      slot = free.length === 0 ? -1 : free[slot % free.length];
     }
-    await sleep(between(ctx.random, 1_000, 3_000), signal).catch(() => {});
+    const skip = slot < 0 || (ctx.overlapEveryMs !== undefined && MEMBER_FAULTS.has(kind) &&
+      membersBusy);
+    const run = async () => {
+      const start = Date.now();
+      try {
+        ctx.record(await inject(ctx, kind, garbage, start, slot));
+      } catch (err) {
+        const label = garbage ? `garbage/${garbage}` : FAULT_LABELS[kind];
+        ctx.record({ kind, label, start, end: Date.now(), detail: "", error: String(err) });
+      }
+    };
+    if (ctx.overlapEveryMs === undefined) {
+      await run();
+      await sleep(between(ctx.random, 1_000, 3_000), signal).catch(() => {});
+      continue;
+    }
+    if (!skip) {
+      const worker = WORKER_FAULTS.has(kind);
+      if (worker) busySlots.add(slot);
+      if (MEMBER_FAULTS.has(kind)) membersBusy = true;
+      const task: Promise<void> = run().finally(() => {
+        running.delete(task);
+        if (worker) busySlots.delete(slot);
+        if (MEMBER_FAULTS.has(kind)) membersBusy = false;
+      });
+      running.add(task);
+    }
+    const [min, max] = ctx.overlapEveryMs;
+    await sleep(between(ctx.random, min, max), signal).catch(() => {});
   }
+  await Promise.all(running);
 }
 
 async function inject(
@@ -115,8 +162,8 @@ async function inject(
   kind: FaultKind,
   garbage: GarbageKind | undefined,
   start: number,
+  slot: number,
 ): Promise<FaultRecord> {
-  const slot = Math.floor(ctx.random() * ctx.slots);
   const done = (label: string, detail: string, extra: Partial<FaultRecord> = {}): FaultRecord => ({
     kind,
     label,

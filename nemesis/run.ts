@@ -233,6 +233,7 @@ export async function runBackend(
       },
       record: (f) => faults.push(f),
       stopped: (w) => stops.push(w),
+      overlapEveryMs: workload.faultEveryMs,
     };
     if (kinds.includes("garbage") && ctx.garbage.length === 0) {
       kinds.splice(kinds.indexOf("garbage"), 1);

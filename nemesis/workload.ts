@@ -8,7 +8,8 @@
  *   skewed to the first ones over 80 IDs (1–80), half the calls allocations and a third releases
  *   with 0–20 ms pauses, GC every 500 ms; on Deno KV leases of 1.5 s with 200 ms of clock slack
  *   and 200 ms polls, on etcd leases of 3 s. Collected IDs are handed to other keys within a
- *   second, and a stalled holder's key is soon allocated again by another node.
+ *   second, and a stalled holder's key is soon allocated again by another node. A fault starts
+ *   every 2–4 s whether the last one ended or not (a stall lasts 4–9 s), so faults overlap.
  *
  * @module
  */
@@ -51,6 +52,11 @@ export interface Workload {
   readonly mix: CallMix;
   /** Pause after each call, ms, drawn uniformly. */
   readonly pauseMs: readonly [number, number];
+  /**
+   * Start a fault every `[min, max]` ms, overlapping those still running; unset: one fault at a
+   * time, 1–3 s apart.
+   */
+  readonly faultEveryMs?: readonly [number, number];
 }
 
 /** The key-side workload's family: `k0;` … `k59;`. */
@@ -84,5 +90,6 @@ export function workloadOf(
     plainRange: { min: 1, max: 80 },
     mix: { allocate: 0.5, release: 0.35, get: 0.15 },
     pauseMs: [0, 20],
+    faultEveryMs: [2_000, 4_000],
   };
 }
