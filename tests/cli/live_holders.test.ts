@@ -1,7 +1,8 @@
 /**
  * Repair tools never destroy live state (issue 17): with a real holder process (`identity
  * allocate --cluster-id 3 --hold` in a child), `doctor` flags neither cluster's identities under
- * either range, `doctor --fix`, `release --node` and `gc` delete nothing the holder holds, and a
+ * either range, `doctor --fix`, `release --node` and `gc` delete nothing the holder holds (`gc`
+ * under the holder's name is refused), and a
  * corrupt entry the holder holds is reported with its holder and kept until the holder is gone.
  */
 import assert from "node:assert/strict";
@@ -87,6 +88,11 @@ testEachBackend(
       const error = JSON.parse(release.stderr).error;
       assert.equal(error.name, "LiveEntryError");
       assert.match(error.message, /node holder3 is live/);
+
+      // gc under the live holder's name would take its lease: refused.
+      const gcAsHolder = await cli([...args, "--node", "holder3", "gc", "--grace", "0s"]);
+      assert.equal(gcAsHolder.code, 4, gcAsHolder.stderr);
+      assert.match(gcAsHolder.stderr, /--node holder3 names a live node/);
 
       // Corrupt entries the live holder holds: the master of its ID, and a reference of its own.
       await fx.corruptMaster(db.id);
