@@ -27,6 +27,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
+import { z } from "zod";
 import type { IdRange } from "./backend.ts";
 
 /**
@@ -134,10 +135,12 @@ export interface StoreDoctor {
   findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding>;
   /**
    * Deletes the entry of `finding` if it is unchanged since it was listed and no live node holds
-   * it. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry a live node
-   * holds now (see {@linkcode DamageFinding.heldBy}; judged again at the removal, as a node may
-   * have come back since the listing), and {@linkcode InvalidOptionsError} for a token that this
-   * store did not issue (of another backend, outside the namespace, or mangled).
+   * it. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry the listing
+   * found held (see {@linkcode DamageFinding.heldBy}; its token records that: list again once the
+   * holders are gone) or that a live node holds now (references, and on Deno KV key indexes and
+   * counters, are judged again at the removal, as a node may have come back since the listing),
+   * and {@linkcode InvalidOptionsError} for a token that this store did not issue (of another
+   * backend, outside the namespace, or mangled).
    */
   removeDamage(
     finding: Pick<DamageFinding, "token">,
@@ -259,8 +262,18 @@ export class LiveUse {
   }
 }
 
-/** `finding` with `heldBy` set to `holders` (sorted, deduplicated), or as is when there are none. */
+/**
+ * `finding` with `heldBy` set to `holders` (sorted, deduplicated), or as is when there are none.
+ * The token records them too (as `held`), so that a removal refuses the entry whatever the
+ * backend can judge again at that point (an etcd master's holders take a full read to find).
+ */
 export function heldBy(finding: DamageFinding, holders: Iterable<string>): DamageFinding {
   const nodes = [...new Set(holders)].sort();
-  return nodes.length === 0 ? finding : { ...finding, heldBy: nodes };
+  if (nodes.length === 0) return finding;
+  const tag = finding.token.slice(0, finding.token.indexOf(":"));
+  const payload = decodeToken(finding.token, tag) as Record<string, unknown>;
+  return { ...finding, heldBy: nodes, token: encodeToken(tag, { ...payload, held: nodes }) };
 }
+
+/** What a token records of the holders its listing found (see {@linkcode heldBy}). */
+export const heldSchema: z.ZodOptional<z.ZodArray<z.ZodString>> = z.array(z.string()).optional();

@@ -34,6 +34,7 @@ import {
   decodeToken,
   encodeToken,
   heldBy,
+  heldSchema,
   LiveUse,
   rangeCheck,
   shorten,
@@ -55,6 +56,7 @@ const tokenSchema = z.object({
   key: z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/).min(1),
   mod: z.string().regex(/^[0-9]+$/),
   kind: z.string(),
+  held: heldSchema,
 });
 
 /** A finding before its holders are known, with what decides them. */
@@ -175,9 +177,9 @@ function leaseName(lease: string): string {
 
 /**
  * Deletes the entry of `finding` if its mod revision is still the listed one and it is bound to
- * no lease. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry on a lease
- * (it exists, so the lease is live: etcd deletes a lease's keys when it ends), and
- * {@linkcode InvalidOptionsError} for a token not issued for this prefix.
+ * no lease. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry the listing
+ * found held, or one on a lease now (it exists, so the lease is live: etcd deletes a lease's keys
+ * when it ends), and {@linkcode InvalidOptionsError} for a token not issued for this prefix.
  *
  * A master that live references name was reported held by the listing; between the listing and
  * this call a node can only come to name a corrupt master's ID by repairing the master, which
@@ -199,6 +201,9 @@ export async function removeDamage(
     throw new InvalidOptionsError(
       `damage token names '${shorten(text(key))}', not a master or reference of this prefix`,
     );
+  }
+  if (parsed.data.held !== undefined) {
+    throw new LiveEntryError(shorten(text(key)), parsed.data.held);
   }
   // Raw bytes, not text: an entry whose key is not UTF-8 is removable too.
   const res = await client.call("doctor remove", signal, (o) =>

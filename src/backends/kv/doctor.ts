@@ -31,6 +31,7 @@ import {
   decodeToken,
   encodeToken,
   heldBy,
+  heldSchema,
   LiveUse,
   rangeCheck,
   shorten,
@@ -69,6 +70,7 @@ const tokenSchema = z.object({
   key: z.array(partSchema).min(1),
   versionstamp: z.string().regex(/^[0-9a-f]{20}$/),
   kind: z.string(),
+  held: heldSchema,
 });
 
 /** A finding before its holders are known, with what decides them. */
@@ -227,7 +229,8 @@ export async function* findDamage(
 /**
  * Deletes the entry of `finding` if its versionstamp is still the listed one and no live node
  * holds it. Returns whether it deleted. Throws {@linkcode InvalidOptionsError} for a token not
- * issued for this prefix, and {@linkcode LiveEntryError} for an entry a live node holds now:
+ * issued for this prefix, and {@linkcode LiveEntryError} for an entry the listing found held, or
+ * one a live node holds now:
  * - a reference whose node's lease is live (the commit also checks that lease record, so a node
  *   that comes back meanwhile makes it fail);
  * - a key index or touch counter of a key with live references (the commit also checks the touch
@@ -257,6 +260,7 @@ export async function removeDamage(
       `damage token names ${formatKey(key)}, which is not an entry of this store's layout`,
     );
   }
+  if (parsed.data.held !== undefined) throw new LiveEntryError(formatKey(key), parsed.data.held);
   const guard = { key, versionstamp: parsed.data.versionstamp };
   const id = layout.parseId(key);
   // A master's deletion is logged, so watchers drop a master they had cached (an oversized one).
