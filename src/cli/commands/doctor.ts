@@ -150,7 +150,7 @@ export async function doctorCommand(
     output.out.line(JSON.stringify(
       found.map((f, i) => ({
         ...f,
-        ...(options.fix || outcomes[i] === "held" ? { outcome: outcomes[i] } : {}),
+        ...(options.fix ? { outcome: outcomes[i] } : {}),
       })),
     ));
   } else if (found.length === 0) {
@@ -177,13 +177,15 @@ export async function doctorCommand(
   }
   if (!ctx.options.json && held > 0) {
     const nodes = [...new Set(found.flatMap((f) => f.heldBy ?? []))].sort();
+    const them = nodes.length === 1 ? "it" : "them";
+    const entries = held === 1 ? "it" : "them";
     output.warn(
       `${plural(held, "entry is", "entries are")} held by live ` +
         `${nodes.length === 1 ? "node" : "nodes"} ${nodes.join(", ")}, so doctor leaves ` +
-        `${held === 1 ? "it" : "them"}: deleting would take an ID from under a running node, ` +
-        "which writes its entries back anyway. Stop those nodes (their references go with " +
-        "their leases) or let them repair it (a node holding the key rewrites a corrupt master " +
-        "at its next sync), then run 'idalloc doctor' again",
+        `${entries}: deleting would take an ID from under a running node, which writes its ` +
+        `entries back anyway. Stop ${them} (references go with their lease) or let ${them} ` +
+        `repair ${entries} (a node holding a key rewrites its corrupt master at its next sync), ` +
+        "then run 'idalloc doctor' again",
     );
   }
   const fixable = count("kept");
@@ -191,7 +193,7 @@ export async function doctorCommand(
     output.err.line(
       `run 'idalloc doctor --fix' to delete ${
         fixable === 1 ? "this entry" : `these ${fixable} entries`
-      }${held > 0 ? " (not the held ones)" : ""}`,
+      }${held === 0 ? "" : held === 1 ? " (not the held one)" : " (not the held ones)"}`,
     );
   }
   return remaining === 0 ? ExitCode.Ok : ExitCode.Refused;
