@@ -192,3 +192,25 @@ etcdTest(
     assert.deepEqual(left, [ns.layout.masterKey(10), ns.layout.refKey("ok;", "a")]);
   },
 );
+
+etcdTest(
+  "etcd admin: deleteReference deletes a lease-less reference, never a leased one",
+  async () => {
+    await using ns = await namespace();
+    const a = await ns.backend("a");
+    await using sa = await openSession(a);
+    await sa.acquire({ key: "held;", pickCandidate: picker(10), signal: deadline() });
+    await ns.raw.put(ns.layout.refKey("held;", "by-hand")).value("10");
+    const admin = a.admin();
+    await assert.rejects(
+      admin.deleteReference("held;", "a", deadline()),
+      (e) => e instanceof LiveEntryError && e.holders.join() === "a" && /on lease/.test(e.entry),
+    );
+    assert.equal(await admin.deleteReference("held;", "by-hand", deadline()), true);
+    assert.equal(await admin.deleteReference("held;", "by-hand", deadline()), false);
+    assert.deepEqual((await ns.dump()).map((kv) => kv.key), [
+      ns.layout.masterKey(10),
+      ns.layout.refKey("held;", "a"),
+    ]);
+  },
+);
