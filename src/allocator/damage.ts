@@ -27,7 +27,6 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import { z } from "zod";
 import type { IdRange } from "./backend.ts";
 
 /**
@@ -274,6 +273,3 @@ export function heldBy(finding: DamageFinding, holders: Iterable<string>): Damag
   const payload = decodeToken(finding.token, tag) as Record<string, unknown>;
   return { ...finding, heldBy: nodes, token: encodeToken(tag, { ...payload, held: nodes }) };
 }
-
-/** What a token records of the holders its listing found (see {@linkcode heldBy}). */
-export const heldSchema: z.ZodOptional<z.ZodArray<z.ZodString>> = z.array(z.string()).optional();

@@ -31,7 +31,6 @@ import {
   decodeToken,
   encodeToken,
   heldBy,
-  heldSchema,
   LiveUse,
   rangeCheck,
   shorten,
@@ -70,7 +69,8 @@ const tokenSchema = z.object({
   key: z.array(partSchema).min(1),
   versionstamp: z.string().regex(/^[0-9a-f]{20}$/),
   kind: z.string(),
-  held: heldSchema,
+  /** The holders the listing found (see `heldBy`): such a token is never acted on. */
+  held: z.array(z.string()).optional(),
 });
 
 /** A finding before its holders are known, with what decides them. */
