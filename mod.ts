@@ -48,5 +48,6 @@ export {
   type GcSkip,
   isStoreDoctor,
   type StoreDoctor,
+  type ValidRanges,
 } from "./src/allocator/damage.ts";
 export { DenoKvBackend, type DenoKvBackendOptions } from "./src/backends/kv/mod.ts";

@@ -243,3 +243,37 @@ export class CorruptEntryError extends IdallocError {
     this.name = "CorruptEntryError";
   }
 }
+
+/**
+ * An operator's delete (`removeDamage`, `BackendAdmin.deleteReference`, `idalloc doctor --fix`,
+ * `idalloc release --node`) refused an entry that a live node holds: an etcd entry bound to a live
+ * lease, a Deno KV reference whose node's lease is live, or an entry of a key or ID that live
+ * references name. Deleting it would take an ID from under a running node (another key could then
+ * get it), and the node would write it back anyway. Nothing was deleted; stop the holders (their
+ * references go with their leases) or let them repair the entry, then try again.
+ */
+export class LiveEntryError extends IdallocError {
+  /** The entry, in the form the tool shows it (an etcd key, a Deno KV key tuple). */
+  readonly entry: string;
+  /** The live nodes (or, for an etcd lease no reference names, `lease <id>`) that hold it. */
+  readonly holders: readonly string[];
+
+  /**
+   * Creates the error.
+   *
+   * @param entry the entry that was not deleted
+   * @param holders the live nodes that hold it
+   * @param options the `cause`
+   */
+  constructor(entry: string, holders: readonly string[], options?: IdallocErrorOptions) {
+    super(
+      `${entry} is held by live ${holders.length === 1 ? "node" : "nodes"} ` +
+        `${holders.join(", ")}: not deleted (stop ${holders.length === 1 ? "it" : "them"} ` +
+        "first; their references go with their leases)",
+      options,
+    );
+    this.name = "LiveEntryError";
+    this.entry = entry;
+    this.holders = [...holders];
+  }
+}

@@ -5,8 +5,9 @@
  * `status`, `refs` and `release` are built on it alone, so that a new backend brings its own answers
  * and the CLI needs no knowledge of its layout.
  *
- * Everything here only reads, except {@linkcode BackendAdmin.deleteReference}. None of it takes a
- * lease or writes a lease record, so an operator never disturbs a running node by looking.
+ * Everything here only reads, except {@linkcode BackendAdmin.deleteReference}, which refuses what a
+ * live node holds. None of it takes a lease or writes a lease record, so an operator never
+ * disturbs a running node by looking.
  *
  * @example Live references of one key, and the keys whose references disagree
  * ```ts
@@ -80,7 +81,10 @@ export interface BackendAdmin {
   /**
    * Deletes `node`'s reference to the encoded `key`, without taking a lease in `node`'s name (a
    * lease record written for it would cut the running node's other references). Returns whether
-   * a reference existed. A live node that still holds the key re-creates it at its next sync.
+   * a reference existed. Never deletes the reference of a live node (etcd: one bound to a lease,
+   * which exists only while the lease lives; Deno KV: one whose node's lease record is live): that
+   * throws {@linkcode LiveEntryError}, as it would take the ID from under a running node, which
+   * writes the reference back at its next sync anyway. It is for what dead nodes left.
    */
   deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean>;
 }

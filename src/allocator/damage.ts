@@ -41,11 +41,13 @@ import type { IdRange } from "./backend.ts";
  * - `reference-bad-key`: a reference key without the `<key>/<node>` shape;
  * - `reference-undecodable`: a reference whose value is not an ID (etcd: a decimal safe integer;
  *   Deno KV: `{ id, lease }`);
- * - `reference-out-of-range`: a reference naming an ID outside the scanned range;
+ * - `reference-out-of-range`: a reference naming an ID outside every valid range of the scan;
  * - `reference-without-lease`: an etcd reference bound to no lease (it would never expire);
  * - `index-undecodable`: a Deno KV key index whose value is not `{ id }` with a safe integer;
  * - `index-orphan`: a Deno KV key index naming an ID whose master is absent or belongs to another
- *   key, or (with a range) an ID outside it;
+ *   key;
+ * - `index-out-of-range`: a Deno KV key index naming an ID (whose master is the key's) outside
+ *   every valid range of the scan;
  * - `counter-wrong-type`: a Deno KV counter (`gen`, `touch`) that does not hold a `Deno.KvU64`;
  * - `lease-undecodable`: a Deno KV lease record of the wrong shape;
  * - `log-undecodable`: a Deno KV change-feed entry of the wrong shape.
@@ -61,6 +63,7 @@ export type DamageKind =
   | "reference-without-lease"
   | "index-undecodable"
   | "index-orphan"
+  | "index-out-of-range"
   | "counter-wrong-type"
   | "lease-undecodable"
   | "log-undecodable";
@@ -81,6 +84,17 @@ export interface DamageFinding extends GcSkip {
   readonly id?: number;
   /** The encoded key the entry belongs to, when known (shortened if huge). */
   readonly key?: string;
+  /** The node of a reference entry, when its key names one. */
+  readonly node?: string;
+  /**
+   * The live nodes that hold the entry, sorted; absent when none does. An entry is held when it
+   * is bound to a live etcd lease, when it is a Deno KV reference of a node whose lease is live,
+   * or when it belongs to an ID or key that live references name. Such an entry is damaged but in
+   * use: {@linkcode StoreDoctor.removeDamage} refuses it ({@linkcode LiveEntryError}), because
+   * deleting it would take an ID from under a running node. An etcd lease that no reference
+   * names is shown as `lease <id>`.
+   */
+  readonly heldBy?: readonly string[];
   /**
    * Names the exact entry and the version it was listed at, for
    * {@linkcode StoreDoctor.removeDamage}. Opaque, but plain text: it survives JSON and a command
@@ -89,13 +103,24 @@ export interface DamageFinding extends GcSkip {
   readonly token: string;
 }
 
+/**
+ * Where a stored ID (prefix mask applied) may validly be: every range an allocator sharing the
+ * prefix allocates from, or a function giving them for one encoded key (an identity's label-set
+ * key may be in every cluster's range, a plain key only in its allocator's). An ID inside any of
+ * them is not damage.
+ */
+export type ValidRanges = readonly IdRange[] | ((key: string) => readonly IdRange[]);
+
 /** Options of {@linkcode StoreDoctor.findDamage}. */
 export interface DamageScanOptions {
   /**
-   * The stored IDs in use (prefix mask applied). With it, references and key indexes naming an ID
-   * outside it are reported too; without it, only what is damaged for any range.
+   * The stored IDs in use (prefix mask applied): one valid range, the same as `ranges: [range]`.
+   * With it (or `ranges`), references and key indexes naming an ID outside every valid range
+   * are reported too; without either, only what is damaged for any range.
    */
   readonly range?: IdRange;
+  /** Every valid range (see {@linkcode ValidRanges}); an ID in any of them, or in `range`, is valid. */
+  readonly ranges?: ValidRanges;
   /** Aborts the scan. */
   readonly signal?: AbortSignal;
 }
@@ -108,9 +133,13 @@ export interface StoreDoctor {
    */
   findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding>;
   /**
-   * Deletes the entry of `finding` if it is unchanged since it was listed. Returns whether it
-   * deleted. Throws {@linkcode InvalidOptionsError} for a token that this store did not issue (of
-   * another backend, outside the namespace, or mangled).
+   * Deletes the entry of `finding` if it is unchanged since it was listed and no live node holds
+   * it. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry the listing
+   * found held (see {@linkcode DamageFinding.heldBy}; its token records that: list again once the
+   * holders are gone) or that a live node holds now (references, and on Deno KV key indexes and
+   * counters, are judged again at the removal, as a node may have come back since the listing),
+   * and {@linkcode InvalidOptionsError} for a token that this store did not issue (of another
+   * backend, outside the namespace, or mangled).
    */
   removeDamage(
     finding: Pick<DamageFinding, "token">,
@@ -147,4 +176,100 @@ export function decodeToken(token: unknown, backend: string): unknown {
   } catch {
     return undefined;
   }
+}
+
+/** `ranges` sorted, with overlapping and adjacent ones joined. */
+export function mergeRanges(ranges: Iterable<IdRange>): IdRange[] {
+  const sorted = [...ranges].sort((a, b) => a.min - b.min || a.max - b.max);
+  const out: { min: number; max: number }[] = [];
+  for (const { min, max } of sorted) {
+    const last = out.at(-1);
+    if (last !== undefined && min <= last.max + 1) last.max = Math.max(last.max, max);
+    else out.push({ min, max });
+  }
+  return out;
+}
+
+/** The valid ranges of a scan, resolved per key (see {@linkcode DamageScanOptions}). */
+export interface RangeCheck {
+  /** Whether `id`, stored for the encoded `key`, lies in one of the key's valid ranges. */
+  valid(id: number, key: string): boolean;
+  /** A finding's reason for `id` of `key`, naming the valid ranges. */
+  outside(id: number, key: string): string;
+}
+
+/** The range check of `options`, or `undefined` when the scan has no range. */
+export function rangeCheck(options: DamageScanOptions): RangeCheck | undefined {
+  const { range, ranges } = options;
+  if (range === undefined && ranges === undefined) return undefined;
+  const fixed = range === undefined ? [] : [range];
+  const of = (key: string): IdRange[] =>
+    mergeRanges([...fixed, ...(typeof ranges === "function" ? ranges(key) : ranges ?? [])]);
+  // Most keys share their ranges (often all of them do): resolve each distinct set once.
+  const cache = typeof ranges === "function" ? undefined : of("");
+  const rangesOf = (key: string) => cache ?? of(key);
+  return {
+    valid: (id, key) => rangesOf(key).some((r) => id >= r.min && id <= r.max),
+    outside: (id, key) => {
+      const shown = rangesOf(key).map((r) => `[${r.min}, ${r.max}]`);
+      return `ID ${id} is outside ${shown.length === 1 ? "the valid range" : "every valid range"} ${
+        shown.join(", ") || "(none)"
+      }`;
+    },
+  };
+}
+
+/**
+ * Who holds the IDs and keys of a scan's findings: a backend registers the IDs and keys it needs
+ * to judge, passes every live reference it reads to {@linkcode LiveUse.note}, and asks for the
+ * nodes afterwards. Only registered IDs and keys are kept, so one pass over a large store costs
+ * little memory.
+ */
+export class LiveUse {
+  readonly #ids = new Map<number, Set<string>>();
+  readonly #keys = new Map<string, Set<string>>();
+
+  /** Judge the holders of `id`. */
+  watchId(id: number): void {
+    if (!this.#ids.has(id)) this.#ids.set(id, new Set());
+  }
+
+  /** Judge the holders of the encoded `key`. */
+  watchKey(key: string): void {
+    if (!this.#keys.has(key)) this.#keys.set(key, new Set());
+  }
+
+  /** Whether nothing is registered (then no pass over the references is needed). */
+  get empty(): boolean {
+    return this.#ids.size === 0 && this.#keys.size === 0;
+  }
+
+  /** Records one live reference. */
+  note(ref: { readonly key: string; readonly node: string; readonly id: number }): void {
+    this.#ids.get(ref.id)?.add(ref.node);
+    this.#keys.get(ref.key)?.add(ref.node);
+  }
+
+  /** The nodes whose live references name `id`, sorted. */
+  holdersOfId(id: number): string[] {
+    return [...this.#ids.get(id) ?? []].sort();
+  }
+
+  /** The nodes with a live reference to the encoded `key`, sorted. */
+  holdersOfKey(key: string): string[] {
+    return [...this.#keys.get(key) ?? []].sort();
+  }
+}
+
+/**
+ * `finding` with `heldBy` set to `holders` (sorted, deduplicated), or as is when there are none.
+ * The token records them too (as `held`), so that a removal refuses the entry whatever the
+ * backend can judge again at that point (an etcd master's holders take a full read to find).
+ */
+export function heldBy(finding: DamageFinding, holders: Iterable<string>): DamageFinding {
+  const nodes = [...new Set(holders)].sort();
+  if (nodes.length === 0) return finding;
+  const tag = finding.token.slice(0, finding.token.indexOf(":"));
+  const payload = decodeToken(finding.token, tag) as Record<string, unknown>;
+  return { ...finding, heldBy: nodes, token: encodeToken(tag, { ...payload, held: nodes }) };
 }

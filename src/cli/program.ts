@@ -242,8 +242,10 @@ export async function parseCommandLine(
     .addHelpText(
       "after",
       "\nA new process holds nothing, so release names the node explicitly: --node <name>.\n" +
-        "The reference is deleted directly, without taking that node's lease. A live node that\n" +
-        "still holds the key re-creates its reference at its next sync.",
+        "The reference is deleted directly, without taking that node's lease, and only if the\n" +
+        "node is not live (exit 4 otherwise: that would take the ID from under a running node,\n" +
+        "which writes it back at its next sync). A node is live while its lease is: a CLI run's\n" +
+        "lapses --lease-ttl after it exits; on etcd a dead node's references go with its lease.",
     )
     .action((key: string) => pick((ctx) => releaseCommand(ctx, key)));
 
@@ -293,7 +295,8 @@ export async function parseCommandLine(
       "after",
       "\nSplit keys are keys whose live references name different IDs: only another writer\n" +
         "(e.g. a Cilium agent racing one that ignored its lock) makes them. They are listed\n" +
-        "with the nodes behind each ID; delete the wrong references with release --node.",
+        "with the nodes behind each ID; stop the nodes whose references are wrong (their\n" +
+        "references go with their leases; release --node never deletes a live node's).",
     )
     .action((o: { usage?: boolean }) =>
       pick((ctx) => statusCommand(ctx, { usage: o.usage ?? false }))
@@ -301,13 +304,17 @@ export async function parseCommandLine(
 
   program.command("doctor")
     .description("list what in the store idalloc cannot use (garbage); --fix deletes it")
-    .option("--fix", "delete each finding, only if unchanged since it was listed")
+    .option("--fix", "delete each finding no live node holds, only if unchanged since listed")
     .addHelpText(
       "after",
       "\nFinds masters with a bad ID or an unreadable or oversized value, references that name no\n" +
-        "ID, one outside [--min, --max] or (etcd) on no lease, and (Deno KV) counters, indexes,\n" +
-        "lease records and change-feed entries of the wrong shape. Exit 0 when no damage remains,\n" +
-        "4 when some does.",
+        "ID, one outside every valid range or (etcd) on no lease, and (Deno KV) counters, indexes,\n" +
+        "lease records and change-feed entries of the wrong shape. Valid ranges: [--min, --max],\n" +
+        "and for identities (label-set keys) every cluster's range, as one prefix holds every\n" +
+        "cluster's identities. --fix never deletes what a live node holds (an entry on a live\n" +
+        "etcd lease, a Deno KV reference of a live node, a master, index or counter of an ID or\n" +
+        "key live references name): it shows the holders (HELD BY) and what to do instead.\n" +
+        "Exit 0 when no damage remains, 4 when some does (held entries too).",
     )
     .action((o: { fix?: boolean }) => pick((ctx) => doctorCommand(ctx, { fix: o.fix ?? false })));
 

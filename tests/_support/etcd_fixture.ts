@@ -166,6 +166,17 @@ class EtcdStoreFixture implements StoreFixture {
     this.#planted.push(lease);
   }
 
+  async plantCorruptReference(key: string, node: string): Promise<void> {
+    const refs = await dump(this.#raw, this.#layout.valuePrefix + "/");
+    const lease = refs.find((kv) => kv.key.endsWith(`/${node}`) && kv.lease !== "0")?.lease;
+    if (lease === undefined) throw new Error(`node ${node} has no reference on a lease`);
+    await this.#raw.kv.put({
+      key: Buffer.from(this.#layout.refKey(key, node)),
+      value: Buffer.from("not-an-id"),
+      lease,
+    });
+  }
+
   async plantCorruptEntries(): Promise<void> {
     await this.#raw.put(`${this.#layout.masterRange}not-a-number`).value("k8s:corrupt=1;");
     await this.#raw.put(this.#layout.masterKey(987_654)).value("");

@@ -66,6 +66,12 @@ export interface StoreFixture extends AsyncDisposable {
    * split another writer made, for operator tools to find).
    */
   plantReference(key: string, node: string, id: number): Promise<void>;
+  /**
+   * Writes an unreadable reference of node `node` to `key` as if under its lease (etcd: bound to
+   * the lease of the node's existing references; Deno KV: `node` names it), for operator tools
+   * that must not delete what a live node holds.
+   */
+  plantCorruptReference(key: string, node: string): Promise<void>;
   /** Writes garbage under the namespace (a master with a non-numeric ID, a master with a bad value, a bad reference). */
   plantCorruptEntries(): Promise<void>;
   /**

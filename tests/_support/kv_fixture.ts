@@ -177,6 +177,10 @@ export class KvStoreFixture implements StoreFixture {
     await this.kv.set(this.layout.ref(key, node), { id, lease: lease.lease });
   }
 
+  async plantCorruptReference(key: string, node: string): Promise<void> {
+    await this.kv.set(this.layout.ref(key, node), "not a reference");
+  }
+
   async plantCorruptEntries(): Promise<void> {
     const P = KV_FIXTURE_PREFIX;
     await this.kv.atomic()

@@ -41,6 +41,29 @@ export async function cli(args: string[], signal?: AbortSignal): Promise<CliResu
   return { code, stdout: capture.stdout, stderr: capture.stderr };
 }
 
+/**
+ * Resolves once no reference of `node` is live any more (its lease lapsed: a run with a short
+ * `--lease-ttl` that ended), polling `refs`; fails after `timeoutMs`. Release and GC delete only
+ * what dead nodes left.
+ */
+export async function untilDead(
+  args: readonly string[],
+  node: string,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const refs: { node: string; live: boolean }[] = JSON.parse(
+      (await cli([...args, "refs", "--json"])).stdout,
+    );
+    if (!refs.some((r) => r.node === node && r.live)) return;
+    if (Date.now() > deadline) {
+      throw new Error(`node ${node} is still live: ${JSON.stringify(refs)}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** A fresh temp dir with a KV path in it; removed on dispose. */
 export class TempStore implements AsyncDisposable {
   readonly dir: string;

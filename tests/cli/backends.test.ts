@@ -31,22 +31,33 @@ testEachBackend("cli: an empty store lists [] and reports healthy, exit 0", asyn
   assert.ok(isOneLineError(get.stderr), get.stderr);
 });
 
-testEachBackend("cli: release of a reference the node does not hold exits 3", async (f) => {
-  await using fx = await f.create();
-  const args = fx.spec().cli;
-  const allocated = await cli([...args, "--node", "node-a", "allocate", "relk;", "--json"]);
-  assert.equal(allocated.code, 0, allocated.stderr);
-  const other = await cli([...args, "--node", "node-b", "release", "relk;"]);
-  assert.equal(other.code, 3, other.stderr);
-  assert.match(other.stderr, /node node-b holds no reference to relk;/);
-  const asJson = await cli([...args, "--node", "node-b", "release", "relk;", "--json"]);
-  assert.equal(asJson.code, 3);
-  assert.equal(JSON.parse(asJson.stderr).error.code, 3, "--json errors are JSON");
-  assert.deepEqual((await fx.references()).map((r) => r.node), ["node-a"]);
-  const own = await cli([...args, "--node", "node-a", "release", "relk;"]);
-  assert.equal(own.code, 0, own.stderr);
-  assert.deepEqual(await fx.references(), []);
-});
+testEachBackend(
+  "cli: release exits 3 for a reference the node does not hold, 4 for a live node's",
+  async (f) => {
+    await using fx = await f.create();
+    const args = fx.spec().cli;
+    const allocated = await cli([...args, "--node", "node-a", "allocate", "relk;", "--json"]);
+    assert.equal(allocated.code, 0, allocated.stderr);
+    const other = await cli([...args, "--node", "node-b", "release", "relk;"]);
+    assert.equal(other.code, 3, other.stderr);
+    assert.match(other.stderr, /node node-b holds no reference to relk;/);
+    const asJson = await cli([...args, "--node", "node-b", "release", "relk;", "--json"]);
+    assert.equal(asJson.code, 3);
+    assert.equal(JSON.parse(asJson.stderr).error.code, 3, "--json errors are JSON");
+    // node-a's run ended, but its lease runs on (--lease-ttl): its reference is a live one.
+    const live = await cli([...args, "--node", "node-a", "release", "relk;"]);
+    assert.equal(live.code, 4, live.stderr);
+    assert.ok(isOneLineError(live.stderr), live.stderr);
+    assert.match(live.stderr, /node node-a is live: its reference to relk; \(ID \d+\) stays/);
+    assert.deepEqual((await fx.references()).map((r) => [r.node, r.live]), [["node-a", true]]);
+    // Once its lease is gone, the reference is a dead node's: Deno KV keeps it until GC sweeps
+    // it, and release deletes it; etcd deleted it with the lease.
+    await fx.dropLease("node-a");
+    const dead = await cli([...args, "--node", "node-a", "release", "relk;"]);
+    assert.equal(dead.code, fx.kind === "etcd" ? 3 : 0, dead.stderr);
+    assert.deepEqual(await fx.references(), []);
+  },
+);
 
 testEachBackend("cli: refs shows which node references which key, with totals", async (f) => {
   await using fx = await f.create();

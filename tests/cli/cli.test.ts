@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { Allocator, DenoKvBackend } from "../../mod.ts";
 import { main } from "../../src/cli/main.ts";
 import { freePort } from "../_support/etcd.ts";
-import { Capture, cli, isOneLineError, TempStore } from "./_run.ts";
+import { Capture, cli, isOneLineError, TempStore, untilDead } from "./_run.ts";
 
 const COMMANDS = [
   ["allocate"],
@@ -163,17 +163,25 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
   }
 });
 
-Deno.test("release deletes a named node's reference; gc then collects the ID", async () => {
+Deno.test("release deletes a dead node's reference, never a live one's; gc then collects the ID", async () => {
   await using store = await TempStore.create();
-  const web = JSON.parse((await cli([...store.args, "allocate", "app=web;", "--json"])).stdout);
+  // web's run leaves a reference whose lease lapses soon; db's lives on for a minute.
+  const web = JSON.parse(
+    (await cli([...store.args, "--lease-ttl", "500ms", "allocate", "app=web;", "--json"])).stdout,
+  );
   const db = JSON.parse((await cli([...store.args, "allocate", "app=db;", "--json"])).stdout);
   const usage = async () =>
     JSON.parse((await cli([...store.args, "status", "--usage", "--json"])).stdout).usage;
-  assert.deepEqual(await usage(), { inUse: 2, unused: 0 });
 
   const anonymous = await cli([...store.args, "release", "app=web;"]);
   assert.equal(anonymous.code, 1);
   assert.match(anonymous.stderr, /release needs --node/);
+
+  const live = await cli([...store.args, "release", "app=db;", "--node", db.node, "--json"]);
+  assert.equal(live.code, 4, live.stderr);
+  assert.equal(JSON.parse(live.stderr).error.name, "LiveEntryError");
+  await untilDead(store.args, web.node);
+  assert.deepEqual(await usage(), { inUse: 1, unused: 1 });
 
   const released = await cli([...store.args, "release", "app=web;", "--node", web.node, "--json"]);
   assert.equal(released.code, 0, released.stderr);
@@ -220,8 +228,12 @@ Deno.test("watch prints replay, synced and live changes as JSON lines until inte
   try {
     await capture.waitFor((out) => out.includes('{"type":"synced"}'));
     await noReplay.waitFor((out) => out.includes('{"type":"synced"}'));
-    const api = JSON.parse((await cli([...store.args, "allocate", "app=api;", "--json"])).stdout);
+    const api = JSON.parse(
+      (await cli([...store.args, "--lease-ttl", "500ms", "allocate", "app=api;", "--json"]))
+        .stdout,
+    );
     await capture.waitFor((out) => out.includes('"key":"app=api;"'));
+    await untilDead(store.args, api.node);
     await cli([...store.args, "release", "app=api;", "--node", api.node]);
     await cli([...store.args, "gc", "--grace", "0s"]);
     await capture.waitFor((out) => out.includes('"type":"delete"'));
@@ -384,7 +396,10 @@ Deno.test("--verbose prints the library's log and leaves logging unconfigured af
 
 Deno.test("gc --every runs one pass per interval until interrupted", async () => {
   await using store = await TempStore.create();
-  const web = JSON.parse((await cli([...store.args, "allocate", "app=web;", "--json"])).stdout);
+  const web = JSON.parse(
+    (await cli([...store.args, "--lease-ttl", "500ms", "allocate", "app=web;", "--json"])).stdout,
+  );
+  await untilDead(store.args, web.node);
   await cli([...store.args, "release", "app=web;", "--node", web.node]);
   const stop = new AbortController();
   const capture = new Capture();

@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { etcdUnavailable } from "../_support/etcd.ts";
 import { sharedEtcd } from "../_support/etcd_fixture.ts";
-import { cli, isOneLineError } from "./_run.ts";
+import { main } from "../../src/cli/main.ts";
+import { Capture, cli, isOneLineError } from "./_run.ts";
 
 const ignore = etcdUnavailable() !== undefined;
 
@@ -24,7 +25,15 @@ Deno.test({
     assert.equal(empty.code, 0, "an empty prefix is an empty list");
     assert.match(empty.stderr, /note: nothing is stored under prefix idalloc-cli\//);
 
-    const web = JSON.parse((await cli([...args, "allocate", "app=web;", "--json"])).stdout);
+    // web is held by a running node until the test stops it; db's run ends at once.
+    const stopWeb = new AbortController();
+    const holder = new Capture();
+    const holding = main([...args, "allocate", "app=web;", "--hold", "--json"], {
+      ...holder.io,
+      signal: stopWeb.signal,
+    });
+    await holder.waitFor((out) => out.includes("\n"));
+    const web = JSON.parse(holder.stdout.split("\n")[0]);
     const db = JSON.parse((await cli([...args, "allocate", "app=db;", "--json"])).stdout);
     assert.equal(web.isNew, true);
     assert.equal((await cli([...args, "get", "app=web;"])).stdout, `${web.id}\n`);
@@ -44,8 +53,12 @@ Deno.test({
     assert.notEqual(status.leader, null);
     assert.deepEqual(status.usage, { inUse: 2, unused: 0 });
 
-    const released = await cli([...args, "release", "app=web;", "--node", web.node]);
-    assert.equal(released.code, 0, released.stderr);
+    // A live node's reference is never deleted; its own release (Ctrl-C of --hold) is.
+    const refused = await cli([...args, "release", "app=web;", "--node", web.node]);
+    assert.equal(refused.code, 4, refused.stderr);
+    assert.match(refused.stderr, /is live: its reference to app=web; \(ID \d+\) stays/);
+    stopWeb.abort();
+    assert.equal(await holding, 0);
     const gc = await cli([...args, "gc", "--grace", "0s", "--json"]);
     assert.equal(gc.code, 0, gc.stderr);
     const passes = gc.stdout.trim().split("\n").map((l) => JSON.parse(l));

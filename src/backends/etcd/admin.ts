@@ -8,11 +8,12 @@
  */
 import type { IKeyValue } from "etcd3";
 import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
+import { LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { rangePages } from "./paging.ts";
 import { type EtcdLayout, parseId } from "./paths.ts";
-import { prefixRange, text } from "./txn.ts";
+import { kvsAt, prefixRange, text } from "./txn.ts";
 
 const log = idallocLogger("etcd");
 
@@ -84,14 +85,29 @@ export class EtcdAdmin implements BackendAdmin {
     }
   }
 
+  /**
+   * Deletes `node`'s reference to `key` only if it is bound to no lease: a stored reference on a
+   * lease is live (etcd deletes a lease's keys when it ends), so deleting it would take the ID
+   * from under a running node, which writes it back at its next sync anyway. Such a reference is
+   * refused with {@linkcode LiveEntryError}; it goes with its lease when its node stops.
+   */
   async deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean> {
     const client = this.#client;
-    const res = await client.call(
-      "delete reference",
-      signal,
-      (o) => client.raw.kv.deleteRange({ key: bytes(this.#layout.refKey(key, node)) }, o),
-    );
-    return Number(res.deleted) > 0;
+    const refKey = bytes(this.#layout.refKey(key, node));
+    const res = await client.call("delete reference", signal, (o) =>
+      client.raw.kv.txn({
+        compare: [{ key: refKey, target: "Lease", result: "Equal", lease: 0 }],
+        success: [{ request_delete_range: { key: refKey } }],
+        failure: [{ request_range: { key: refKey } }],
+      }, o));
+    if (res.succeeded) {
+      return Number(res.responses[0]?.response_delete_range?.deleted ?? 0) > 0;
+    }
+    // The compare failed, so the reference exists on a lease (a missing key compares as lease 0).
+    const held = kvsAt(res.responses, 0)[0];
+    if (held === undefined) return false;
+    const lease = BigInt(String(held.lease)).toString(16);
+    throw new LiveEntryError(`node ${node}'s reference to '${key}' (on lease ${lease})`, [node]);
   }
 
   /** Every reference key under the prefix, parsed; corrupt ones are logged and skipped. */

@@ -5,11 +5,15 @@
  * Reported: masters with a non-numeric ID, an empty value, a value that is not UTF-8, or a key
  * the layout cannot hold (too large for a request, moved out of `value/` by Go's path cleaning,
  * or an entry that alone exceeds a response); references whose key has no `<key>/<node>` shape,
- * whose value is not a decimal ID, that are bound to no lease (they would never expire), or (with a
- * range) that name an ID outside it. Other keys under the prefix (Cilium's `locks/`) are not
- * looked at.
+ * whose value is not a decimal ID, that are bound to no lease (they would never expire), or (with
+ * valid ranges) that name an ID outside every one of them. Other keys under the prefix (Cilium's
+ * `locks/`) are not looked at.
  *
- * A removal is one transaction: delete the key if its mod revision is still the listed one.
+ * Each finding names the live nodes that hold it: an entry bound to a lease is held by that lease
+ * (etcd deletes it when the lease ends, so a stored one is live), and a master by the nodes whose
+ * references name its ID. A removal is one transaction: delete the key if its mod revision is
+ * still the listed one and it is bound to no lease; a leased entry is refused with
+ * {@linkcode LiveEntryError}.
  *
  * @example
  * ```ts ignore
@@ -29,15 +33,18 @@ import {
   type DamageScanOptions,
   decodeToken,
   encodeToken,
+  heldBy,
+  LiveUse,
+  rangeCheck,
   shorten,
 } from "../../allocator/damage.ts";
-import { InvalidOptionsError } from "../../errors.ts";
+import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { bytes, type EtcdClient } from "./client.ts";
 import { keyProblem } from "./key_check.ts";
 import { rangePages } from "./paging.ts";
 import { type EtcdLayout, parseId } from "./paths.ts";
-import { prefixRange, strictText, text } from "./txn.ts";
+import { kvsAt, prefixRange, strictText, text } from "./txn.ts";
 
 const log = idallocLogger("etcd", "doctor");
 
@@ -48,76 +55,135 @@ const tokenSchema = z.object({
   key: z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/).min(1),
   mod: z.string().regex(/^[0-9]+$/),
   kind: z.string(),
+  /** The holders the listing found (see `heldBy`): such a token is never acted on. */
+  held: z.array(z.string()).optional(),
 });
 
-/** Lists every damaged master and reference under the layout's prefix (see the module doc). */
+/** A finding before its holders are known, with what decides them. */
+interface Pending {
+  readonly finding: DamageFinding;
+  /** The entry's own lease (`"0"` for none): etcd deletes the entry when it ends. */
+  readonly lease: string;
+  /** A master's ID: its holders are the nodes whose live references name it. */
+  readonly masterId?: number;
+}
+
+/**
+ * Lists every damaged master and reference under the layout's prefix (see the module doc), each
+ * with the live nodes that hold it ({@linkcode DamageFinding.heldBy}): the entry's own lease
+ * (every stored reference on a lease is live: etcd deletes a lease's keys when it ends), and for a
+ * master the nodes whose references name its ID. Masters are reported after the references were
+ * read, as their holders are known only then.
+ */
 export async function* findDamage(
   client: EtcdClient,
   layout: EtcdLayout,
   options: DamageScanOptions = {},
 ): AsyncGenerator<DamageFinding> {
   const signal = options.signal ?? new AbortController().signal;
-  const range = options.range;
+  const check = rangeCheck(options);
   const pages = (prefix: string) =>
     rangePages(client, "doctor list", prefixRange(prefix), signal, { onCompacted: "resume" });
+  const use = new LiveUse();
+  const masters: Pending[] = [];
+  const master = (kv: IKeyValue, kind: DamageKind, reason: string, about: About = {}) => {
+    if (about.id !== undefined) use.watchId(about.id);
+    masters.push({
+      finding: finding(kv.key, kv, kind, reason, about),
+      lease: String(kv.lease),
+      masterId: about.id,
+    });
+  };
 
   for await (const page of pages(layout.masterRange)) {
     for (const kv of page.tooLarge) {
-      yield finding(kv.key, kv, "master-oversized", "the entry alone exceeds a response", {
+      master(kv, "master-oversized", "the entry alone exceeds a response", {
         id: layout.idOfMasterKey(text(kv.key)),
       });
     }
     for (const kv of page.kvs) {
       const id = layout.idOfMasterKey(text(kv.key));
       if (id === undefined) {
-        yield finding(kv.key, kv, "master-bad-id", "the ID is not a decimal safe integer");
+        master(kv, "master-bad-id", "the ID is not a decimal safe integer");
         continue;
       }
       const key = strictText(kv.value);
       if (key === undefined) {
-        yield finding(kv.key, kv, "master-undecodable", "the value is not UTF-8", { id });
+        master(kv, "master-undecodable", "the value is not UTF-8", { id });
         continue;
       }
       if (key === "") {
-        yield finding(kv.key, kv, "master-empty", "the value is empty", { id });
+        master(kv, "master-empty", "the value is empty", { id });
         continue;
       }
       const problem = keyProblem(layout, key);
       if (problem !== undefined) {
-        yield finding(kv.key, kv, "master-oversized", `its key cannot be stored: ${problem}`, {
-          id,
-          key,
-        });
+        master(kv, "master-oversized", `its key cannot be stored: ${problem}`, { id, key });
       }
     }
   }
 
+  // The nodes behind each lease, to name the holder of a leased entry that names no node itself.
+  const nodesOfLease = new Map<string, Set<string>>();
+  const references: Pending[] = [];
+  const reference = (kv: IKeyValue, kind: DamageKind, reason: string, about: About = {}) =>
+    references.push({ finding: finding(kv.key, kv, kind, reason, about), lease: String(kv.lease) });
   for await (const page of pages(layout.valuePrefix + "/")) {
     for (const kv of page.tooLarge) {
-      yield finding(kv.key, kv, "reference-undecodable", "the entry alone exceeds a response");
+      reference(kv, "reference-undecodable", "the entry alone exceeds a response");
     }
     for (const kv of page.kvs) {
+      const lease = String(kv.lease);
       const parts = layout.splitRefKey(text(kv.key));
       if (parts === undefined || parts.key === "" || parts.node === "") {
-        yield finding(kv.key, kv, "reference-bad-key", "not a <key>/<node> reference key");
+        reference(kv, "reference-bad-key", "not a <key>/<node> reference key");
         continue;
       }
+      if (lease !== "0") {
+        let nodes = nodesOfLease.get(lease);
+        if (nodes === undefined) nodesOfLease.set(lease, nodes = new Set());
+        nodes.add(parts.node);
+      }
       const id = parseId(text(kv.value));
-      const about = { key: parts.key, id };
+      const about = { key: parts.key, node: parts.node, id };
       if (id === undefined) {
-        yield finding(kv.key, kv, "reference-undecodable", "the value is not a decimal ID", about);
-      } else if (String(kv.lease) === "0") {
-        yield finding(kv.key, kv, "reference-without-lease", "it is bound to no lease", about);
-      } else if (range !== undefined && (id < range.min || id > range.max)) {
-        yield finding(kv.key, kv, "reference-out-of-range", `ID ${id} is outside the range`, about);
+        reference(kv, "reference-undecodable", "the value is not a decimal ID", about);
+        continue;
+      }
+      if (lease === "0") {
+        reference(kv, "reference-without-lease", "it is bound to no lease", about);
+        continue;
+      }
+      // A stored reference on a lease is a live one: its node uses the ID.
+      use.note({ key: parts.key, node: parts.node, id });
+      if (check !== undefined && !check.valid(id, parts.key)) {
+        reference(kv, "reference-out-of-range", check.outside(id, parts.key), about);
       }
     }
+  }
+
+  const holdersOfLease = (lease: string): string[] =>
+    lease === "0" ? [] : [...nodesOfLease.get(lease) ?? [leaseName(lease)]];
+  for (const p of [...masters, ...references]) {
+    const byId = p.masterId === undefined ? [] : use.holdersOfId(p.masterId);
+    yield heldBy(p.finding, [...holdersOfLease(p.lease), ...byId]);
   }
 }
 
+/** A lease as etcd's tools print it (`etcdctl lease list`): hexadecimal. */
+function leaseName(lease: string): string {
+  return `lease ${BigInt(lease).toString(16)}`;
+}
+
 /**
- * Deletes the entry of `finding` if its mod revision is still the listed one. Returns whether it
- * deleted. Throws {@linkcode InvalidOptionsError} for a token not issued for this prefix.
+ * Deletes the entry of `finding` if its mod revision is still the listed one and it is bound to
+ * no lease. Returns whether it deleted. Throws {@linkcode LiveEntryError} for an entry the listing
+ * found held, or one on a lease now (it exists, so the lease is live: etcd deletes a lease's keys
+ * when it ends), and {@linkcode InvalidOptionsError} for a token not issued for this prefix.
+ *
+ * A master that live references name was reported held by the listing; between the listing and
+ * this call a node can only come to name a corrupt master's ID by repairing the master, which
+ * changes its mod revision, so the guard keeps it.
  */
 export async function removeDamage(
   client: EtcdClient,
@@ -136,27 +202,53 @@ export async function removeDamage(
       `damage token names '${shorten(text(key))}', not a master or reference of this prefix`,
     );
   }
+  if (parsed.data.held !== undefined) {
+    throw new LiveEntryError(shorten(text(key)), parsed.data.held);
+  }
   // Raw bytes, not text: an entry whose key is not UTF-8 is removable too.
   const res = await client.call("doctor remove", signal, (o) =>
     client.raw.kv.txn({
-      compare: [{ key, target: "Mod", result: "Equal", mod_revision: parsed.data.mod }],
+      compare: [
+        { key, target: "Mod", result: "Equal", mod_revision: parsed.data.mod },
+        { key, target: "Lease", result: "Equal", lease: 0 },
+      ],
       success: [{ request_delete_range: { key } }],
-      failure: [],
+      failure: [{ request_range: { key } }],
     }, o));
+  const entry = shorten(text(key));
+  if (!res.succeeded) {
+    const now = kvsAt(res.responses, 0)[0];
+    if (now !== undefined && String(now.mod_revision) === parsed.data.mod) {
+      const node = layout.splitRefKey(text(key))?.node;
+      const lease = leaseName(String(now.lease));
+      log.info("kept damaged entry {key} ({kind}): held by {lease}", {
+        key: entry,
+        kind: parsed.data.kind,
+        lease,
+      });
+      throw new LiveEntryError(`${entry} (on ${lease})`, [node ?? lease]);
+    }
+  }
   log.info("{what} damaged entry {key} ({kind})", {
     what: res.succeeded ? "removed" : "entry changed since it was listed; kept",
-    key: shorten(text(key)),
+    key: entry,
     kind: parsed.data.kind,
   });
   return res.succeeded;
 }
+
+type About = {
+  readonly id?: number | undefined;
+  readonly key?: string;
+  readonly node?: string;
+};
 
 function finding(
   etcdKey: Uint8Array,
   kv: IKeyValue,
   kind: DamageKind,
   reason: string,
-  about: { readonly id?: number | undefined; readonly key?: string } = {},
+  about: About = {},
 ): DamageFinding {
   return {
     kind,
@@ -164,6 +256,7 @@ function finding(
     reason: shorten(reason),
     ...(about.id === undefined ? {} : { id: about.id }),
     ...(about.key === undefined ? {} : { key: shorten(about.key) }),
+    ...(about.node === undefined ? {} : { node: shorten(about.node) }),
     token: encodeToken(TAG, {
       key: Buffer.from(etcdKey).toString("base64"),
       mod: String(kv.mod_revision),

@@ -6,8 +6,9 @@
  * @module
  */
 import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
+import { LiveEntryError } from "../../errors.ts";
 import { commit, get, type KvContext, list, newStats } from "./io.ts";
-import { isExpired, isLive, readLeases } from "./liveness.ts";
+import { isExpired, isLive, nodeIsLive, readLeases } from "./liveness.ts";
 import { corrupt, decode } from "./schema.ts";
 
 /** Entries read per step when looking for other namespaces, and steps at most. */
@@ -147,15 +148,29 @@ export class KvAdmin implements BackendAdmin {
     }));
   }
 
+  /**
+   * Deletes `node`'s reference to `key` only if `node` is not live (its lease record cannot be
+   * read, or expired beyond the skew margin). A live node's reference is refused with
+   * {@linkcode LiveEntryError}: deleting it would take the ID from under a running node, which
+   * writes it back at its next sync anyway.
+   */
   async deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean> {
-    const ref = this.#ctx.layout.ref(key, node);
-    // Guarded by the entry's versionstamp: a node that rewrote its reference meanwhile (a new
-    // lease) keeps the new one only if the operator's delete lost; either way one commit wins.
+    const { layout, settings } = this.#ctx;
+    const ref = layout.ref(key, node);
+    // Guarded by the entry's and the lease record's versionstamps: a node that rewrote its
+    // reference or came back meanwhile (a renewed or new lease) makes the commit fail, and the
+    // next round judges again.
     for (;;) {
       const entry = await get(this.#ctx, this.#stats, ref, signal);
       if (entry.versionstamp === null) return false;
-      const res = await commit(this.#stats, this.#ctx.kv.atomic().check(entry).delete(ref), signal);
-      if (res.ok) return true;
+      const lease = (await readLeases(this.#ctx, this.#stats, [node], signal)).get(node);
+      if (nodeIsLive(lease, settings.now(), settings.maxClockSkewMs)) {
+        throw new LiveEntryError(`node ${node}'s reference to '${key}'`, [node]);
+      }
+      const op = this.#ctx.kv.atomic()
+        .check(entry, { key: layout.lease(node), versionstamp: lease?.versionstamp ?? null })
+        .delete(ref);
+      if ((await commit(this.#stats, op, signal)).ok) return true;
     }
   }
 }

@@ -3,13 +3,17 @@
  * the layout, reporting entries idalloc cannot use, and a guarded delete of one of them.
  *
  * Reported: masters with a bad ID, an unreadable value or a key too large for the layout; key
- * indexes that cannot be read or that name an ID without a matching master (or outside the range);
- * references that cannot be read (or name an ID outside the range); counters (`gen`, `touch`) that
- * do not hold a `Deno.KvU64`; lease records and change-feed entries of the wrong shape. Dead
- * references and expired lease records are stale, not damaged: GC sweeps them.
+ * indexes that cannot be read, that name an ID without a matching master (`index-orphan`), or
+ * whose ID (with its master there) lies outside every valid range (`index-out-of-range`);
+ * references that cannot be read (or name an ID outside every valid range); counters (`gen`,
+ * `touch`) that do not hold a `Deno.KvU64`; lease records and change-feed entries of the wrong
+ * shape. Dead references and expired lease records are stale, not damaged: GC sweeps them.
  *
- * A removal checks the versionstamp the entry was listed with. Deleting a master also writes its
- * change-feed entry, so watchers drop it from their caches at once.
+ * Each finding names the live nodes that hold it (a reference: its node while the node's lease is
+ * live; a master, key index or touch counter: the nodes whose live references name its ID or
+ * key), and a removal refuses such an entry with {@linkcode LiveEntryError}. A removal checks the
+ * versionstamp the entry was listed with. Deleting a master also writes its change-feed entry, so
+ * watchers drop it from their caches at once.
  *
  * @example
  * ```ts ignore
@@ -23,8 +27,15 @@
 import { Buffer } from "node:buffer";
 import { z } from "zod";
 import type { DamageFinding, DamageKind, DamageScanOptions } from "../../allocator/damage.ts";
-import { decodeToken, encodeToken, shorten } from "../../allocator/damage.ts";
-import { InvalidOptionsError } from "../../errors.ts";
+import {
+  decodeToken,
+  encodeToken,
+  heldBy,
+  LiveUse,
+  rangeCheck,
+  shorten,
+} from "../../allocator/damage.ts";
+import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import {
   commit,
@@ -36,7 +47,9 @@ import {
   list,
   loggedAtomic,
 } from "./io.ts";
+import { KvAdmin } from "./admin.ts";
 import { LIST_BATCH, MAX_GET_MANY } from "./limits.ts";
+import { liveRefs, nodeIsLive, readLeases, readRefs } from "./liveness.ts";
 import { formatKey, peek } from "./schema.ts";
 
 const log = idallocLogger("kv", "doctor");
@@ -56,9 +69,28 @@ const tokenSchema = z.object({
   key: z.array(partSchema).min(1),
   versionstamp: z.string().regex(/^[0-9a-f]{20}$/),
   kind: z.string(),
+  /** The holders the listing found (see `heldBy`): such a token is never acted on. */
+  held: z.array(z.string()).optional(),
 });
 
-/** Lists every damaged entry under the prefix (see the module doc). */
+/** A finding before its holders are known, with what decides them. */
+interface Pending {
+  readonly finding: DamageFinding;
+  /** A master's ID: held by the nodes whose live references name it. */
+  readonly id?: number;
+  /** A key index's or touch counter's key: held by the nodes with live references to it. */
+  readonly key?: string;
+  /** A reference's node: held by it while its lease is live. */
+  readonly node?: string;
+}
+
+/**
+ * Lists every damaged entry under the prefix (see the module doc), each with the live nodes that
+ * hold it ({@linkcode DamageFinding.heldBy}): a reference by its node while the node's lease is
+ * live, a master by the nodes whose live references name its ID, a key index or touch counter by
+ * the nodes with live references to its key. Findings are yielded once the holders are known, after
+ * the whole walk.
+ */
 export async function* findDamage(
   ctx: KvContext,
   stats: KvStats,
@@ -66,46 +98,57 @@ export async function* findDamage(
 ): AsyncGenerator<DamageFinding> {
   const signal = options.signal ?? new AbortController().signal;
   const { layout } = ctx;
-  const range = options.range;
-  const inRange = (id: number) => range === undefined || (id >= range.min && id <= range.max);
+  const check = rangeCheck(options);
   const entries = (family: string) =>
     list(ctx, stats, { prefix: [...layout.prefix, family] }, signal, LIST_BATCH);
+  const use = new LiveUse();
+  const pending: Pending[] = [];
+  const add = (p: Pending) => {
+    if (p.id !== undefined) use.watchId(p.id);
+    if (p.key !== undefined) use.watchKey(p.key);
+    pending.push(p);
+  };
 
   for await (const e of entries("id")) {
     const id = layout.parseId(e.key);
     if (id === undefined) {
-      yield finding(e, "master-bad-id", "the ID is not a non-negative safe integer");
+      add({ finding: finding(e, "master-bad-id", "the ID is not a non-negative safe integer") });
       continue;
     }
     const value = peek.master(e.value);
     if (value === undefined) {
-      yield finding(e, "master-undecodable", "the value is not { key: string }", { id });
-    } else if (!layout.fitsKey(value.key)) {
-      yield finding(e, "master-oversized", "its key is too large for the layout", {
+      add({
+        finding: finding(e, "master-undecodable", "the value is not { key: string }", { id }),
         id,
-        key: value.key,
+      });
+    } else if (!layout.fitsKey(value.key)) {
+      const about = { id, key: value.key };
+      add({
+        finding: finding(e, "master-oversized", "its key is too large for the layout", about),
+        id,
       });
     }
   }
 
   // Key indexes are judged against their masters, read ten at a time.
   let indexes: { entry: Deno.KvEntry<unknown>; key: string; id: number }[] = [];
-  const judgeIndexes = async function* (): AsyncGenerator<DamageFinding> {
+  const judgeIndexes = async () => {
     const masters = await getMany(ctx, stats, indexes.map((x) => layout.id(x.id)), signal);
     for (const [i, { entry, key, id }] of indexes.entries()) {
       const master = masters[i];
       const owner = master.versionstamp === null ? undefined : peek.master(master.value);
-      if (!inRange(id)) {
-        yield finding(entry, "index-orphan", `it names ID ${id}, outside the range`, { id, key });
-      } else if (master.versionstamp === null) {
-        yield finding(entry, "index-orphan", `it names ID ${id}, which has no master`, { id, key });
-      } else if (owner !== undefined && owner.key !== key) {
-        yield finding(entry, "index-orphan", `it names ID ${id}, whose master is another key's`, {
-          id,
+      const orphan = (why: string) =>
+        add({
+          finding: finding(entry, "index-orphan", `it names ID ${id}, ${why}`, { id, key }),
           key,
         });
+      if (master.versionstamp === null) orphan("which has no master");
+      else if (owner !== undefined && owner.key !== key) orphan("whose master is another key's");
+      else if (check !== undefined && !check.valid(id, key)) {
+        // The master is the key's (or unreadable, reported as such): only the range is wrong.
+        const reason = `it names ${check.outside(id, key)}`;
+        add({ finding: finding(entry, "index-out-of-range", reason, { id, key }), key });
       }
-      // A master that cannot be read is reported as such; the index may well be right.
     }
     indexes = [];
   };
@@ -113,60 +156,89 @@ export async function* findDamage(
     const key = layout.parseKeyOf(e.key, "key");
     const value = peek.keyIndex(e.value);
     if (key === undefined || value === undefined) {
-      yield finding(e, "index-undecodable", "not a key index { id }", { key });
+      add({ finding: finding(e, "index-undecodable", "not a key index { id }", { key }), key });
       continue;
     }
     indexes.push({ entry: e, key, id: value.id });
-    if (indexes.length >= MAX_GET_MANY) yield* judgeIndexes();
+    if (indexes.length >= MAX_GET_MANY) await judgeIndexes();
   }
-  if (indexes.length > 0) yield* judgeIndexes();
+  if (indexes.length > 0) await judgeIndexes();
 
   for await (const e of entries("touch")) {
     const key = layout.parseKeyOf(e.key, "touch");
     if (key === undefined || !(e.value instanceof Deno.KvU64)) {
-      yield finding(e, "counter-wrong-type", "a touch entry must hold a Deno.KvU64", { key });
+      const reason = "a touch entry must hold a Deno.KvU64";
+      add({ finding: finding(e, "counter-wrong-type", reason, { key }), key });
     }
   }
   const gen = await get(ctx, stats, layout.gen(), signal);
   if (gen.versionstamp !== null && !(gen.value instanceof Deno.KvU64)) {
-    yield finding(gen as Deno.KvEntry<unknown>, "counter-wrong-type", "gen must hold a Deno.KvU64");
+    const entry = gen as Deno.KvEntry<unknown>;
+    add({ finding: finding(entry, "counter-wrong-type", "gen must hold a Deno.KvU64") });
   }
 
   for await (const e of entries("ref")) {
     const parsed = layout.parseRef(e.key);
     if (parsed === undefined) {
-      yield finding(e, "reference-bad-key", "not a [ref, key, node] key");
+      add({ finding: finding(e, "reference-bad-key", "not a [ref, key, node] key") });
       continue;
     }
+    const { key, node } = parsed;
     const value = peek.ref(e.value);
     if (value === undefined) {
-      yield finding(e, "reference-undecodable", "the value is not { id, lease }", {
-        key: parsed.key,
-      });
-    } else if (!inRange(value.id)) {
-      yield finding(e, "reference-out-of-range", `it names ID ${value.id}, outside the range`, {
-        id: value.id,
-        key: parsed.key,
-      });
+      const reason = "the value is not { id, lease }";
+      add({ finding: finding(e, "reference-undecodable", reason, { key, node }), node });
+    } else if (check !== undefined && !check.valid(value.id, key)) {
+      const reason = `it names ${check.outside(value.id, key)}`;
+      const about = { id: value.id, key, node };
+      add({ finding: finding(e, "reference-out-of-range", reason, about), node });
     }
   }
 
   for await (const e of entries("lease")) {
     if (layout.parseLease(e.key) === undefined || peek.lease(e.value) === undefined) {
-      yield finding(e, "lease-undecodable", "not a lease record { lease, expiresAt }");
+      add({ finding: finding(e, "lease-undecodable", "not a lease record { lease, expiresAt }") });
     }
   }
 
   for await (const e of entries("log")) {
     if (!layout.isLog(e.key) || peek.log(e.value) === undefined) {
-      yield finding(e, "log-undecodable", "not a change-feed entry { id, key }");
+      add({ finding: finding(e, "log-undecodable", "not a change-feed entry { id, key }") });
     }
+  }
+
+  // One more pass over the references, judged as the sessions judge them, only when a finding's
+  // holders depend on them.
+  if (!use.empty) {
+    for await (const ref of new KvAdmin(ctx).references(signal)) if (ref.live) use.note(ref);
+  }
+  const nodes = pending.flatMap((p) => p.node === undefined ? [] : [p.node]);
+  const leases = await readLeases(ctx, stats, nodes, signal);
+  const now = ctx.settings.now();
+  for (const p of pending) {
+    const live = p.node !== undefined &&
+      nodeIsLive(leases.get(p.node), now, ctx.settings.maxClockSkewMs);
+    yield heldBy(p.finding, [
+      ...(live ? [p.node!] : []),
+      ...(p.id === undefined ? [] : use.holdersOfId(p.id)),
+      ...(p.key === undefined ? [] : use.holdersOfKey(p.key)),
+    ]);
   }
 }
 
 /**
- * Deletes the entry of `finding` if its versionstamp is still the listed one. Returns whether it
- * deleted. Throws {@linkcode InvalidOptionsError} for a token not issued for this prefix.
+ * Deletes the entry of `finding` if its versionstamp is still the listed one and no live node
+ * holds it. Returns whether it deleted. Throws {@linkcode InvalidOptionsError} for a token not
+ * issued for this prefix, and {@linkcode LiveEntryError} for an entry the listing found held, or
+ * one a live node holds now:
+ * - a reference whose node's lease is live (the commit also checks that lease record, so a node
+ *   that comes back meanwhile makes it fail);
+ * - a key index or touch counter of a key with live references (the commit also checks the touch
+ *   counter, which every writer of a reference changes).
+ *
+ * A master that live references name was reported held by the listing; between the listing and
+ * this call a node can only come to name a corrupt master's ID by repairing the master, which
+ * changes its versionstamp, so the guard keeps it.
  */
 export async function removeDamage(
   ctx: KvContext,
@@ -188,11 +260,13 @@ export async function removeDamage(
       `damage token names ${formatKey(key)}, which is not an entry of this store's layout`,
     );
   }
+  if (parsed.data.held !== undefined) throw new LiveEntryError(formatKey(key), parsed.data.held);
   const guard = { key, versionstamp: parsed.data.versionstamp };
   const id = layout.parseId(key);
   // A master's deletion is logged, so watchers drop a master they had cached (an oversized one).
   const op = id === undefined ? ctx.kv.atomic() : loggedAtomic(ctx, [{ id, key: null }]);
   op.check(guard).delete(key);
+  await guardHolders(ctx, stats, key, op, signal);
   const ok = id === undefined
     ? (await commit(stats, op, signal)).ok
     : (await commitLogged(ctx, stats, op, signal)).ok;
@@ -204,6 +278,40 @@ export async function removeDamage(
   return ok;
 }
 
+/**
+ * Throws {@linkcode LiveEntryError} when a live node holds the entry at `key` (see
+ * {@linkcode removeDamage}); otherwise adds to `op` the checks that fail its commit if one comes
+ * to hold it meanwhile.
+ */
+async function guardHolders(
+  ctx: KvContext,
+  stats: KvStats,
+  key: Deno.KvKey,
+  op: Deno.AtomicOperation,
+  signal: AbortSignal,
+): Promise<void> {
+  const { layout, settings } = ctx;
+  const held = (holders: string[]) => {
+    if (holders.length === 0) return;
+    log.info("kept damaged entry {key}: held by {holders}", { key: formatKey(key), holders });
+    throw new LiveEntryError(formatKey(key), holders);
+  };
+  const ref = layout.parseRef(key);
+  if (ref !== undefined) {
+    const lease = (await readLeases(ctx, stats, [ref.node], signal)).get(ref.node);
+    held(nodeIsLive(lease, settings.now(), settings.maxClockSkewMs) ? [ref.node] : []);
+    op.check({ key: layout.lease(ref.node), versionstamp: lease?.versionstamp ?? null });
+    return;
+  }
+  const of = layout.parseKeyOf(key, "key") ?? layout.parseKeyOf(key, "touch");
+  if (of === undefined) return;
+  // The touch counter first: a reference written after it was read changes it (GC does the same).
+  const touch = await get(ctx, stats, layout.touch(of), signal);
+  const live = await liveRefs(ctx, stats, await readRefs(ctx, stats, of, signal), signal);
+  held([...new Set(live.map((r) => r.node))].sort());
+  op.check({ key: layout.touch(of), versionstamp: touch.versionstamp });
+}
+
 /** The families of the layout (`layout.ts`): the only entries a token may name. */
 const FAMILIES = new Set(["id", "key", "touch", "ref", "lease", "log", "gen"]);
 
@@ -211,7 +319,7 @@ function finding(
   entry: Deno.KvEntry<unknown>,
   kind: DamageKind,
   reason: string,
-  about: { readonly id?: number; readonly key?: string } = {},
+  about: { readonly id?: number; readonly key?: string; readonly node?: string } = {},
 ): DamageFinding {
   return {
     kind,
@@ -219,6 +327,7 @@ function finding(
     reason,
     ...(about.id === undefined ? {} : { id: about.id }),
     ...(about.key === undefined ? {} : { key: shorten(about.key) }),
+    ...(about.node === undefined ? {} : { node: shorten(about.node) }),
     token: encodeToken(TAG, {
       key: entry.key.map(toPart),
       versionstamp: entry.versionstamp,

@@ -39,6 +39,19 @@ export function isLive(
 }
 
 /**
+ * Whether a node is live: its lease record can be read and has not expired (beyond the skew
+ * margin). Operator tools never delete what such a node holds, whichever lease id its entries
+ * name: a reference of its older lease is dead for the allocator, but the node is still there.
+ */
+export function nodeIsLive(
+  lease: LeaseRecord | undefined,
+  now: number,
+  maxClockSkewMs: number,
+): boolean {
+  return lease?.value !== undefined && !isExpired(lease.value, now, maxClockSkewMs);
+}
+
+/**
  * Whether a lease is past `expiresAt` by more than the skew margin: then no reference of it is
  * live for any observer, and its node never renews it (it takes a new lease id instead).
  */

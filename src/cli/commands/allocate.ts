@@ -10,16 +10,19 @@
  *
  * A fresh process holds nothing to release, so `release <key> --node <name>` is the operator's
  * tool: it deletes that node's reference to the key from the store directly (no lease is taken in
- * the node's name). Other nodes' references and the ID's master stay; a live node that still holds
- * the key re-creates its reference at its next sync.
+ * the node's name). Other nodes' references and the ID's master stay. It refuses (exit 4) the
+ * reference of a live node (on etcd: one bound to a lease, which exists only while the lease
+ * lives): that would take the ID from under a running node, which re-creates its reference at its
+ * next sync anyway. It is for what dead nodes left behind (Deno KV references GC has not swept
+ * yet, references written without a lease).
  *
  * @module
  */
 import { Allocator } from "../../allocator/allocator.ts";
-import { InvalidOptionsError } from "../../errors.ts";
+import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
-import { ExitCode } from "../exit.ts";
+import { errorLine, ExitCode } from "../exit.ts";
 import {
   aborted,
   allocatorOptions,
@@ -96,7 +99,19 @@ export async function releaseCommand(ctx: RunContext, key: string): Promise<numb
   const session = await store.reader(ctx.signal);
   const id = await session.get(key, ctx.signal);
   if (id === undefined) return await notFound(ctx, store, `key ${printable(key)} has no ID`);
-  const existed = await store.admin.deleteReference(key, node, ctx.signal);
+  let existed: boolean;
+  try {
+    existed = await store.admin.deleteReference(key, node, ctx.signal);
+  } catch (err) {
+    if (!(err instanceof LiveEntryError)) throw err;
+    // Refused, not failed: say who holds it and what to do instead.
+    const what = `node ${node} is live: its reference to ${printable(key)} (ID ${id}) stays, ` +
+      "as deleting it would take the ID from under a running node (which writes it back at its " +
+      `next sync anyway). Release the key in ${node} or stop it; its references go with its ` +
+      "lease (a CLI run's --lease-ttl after it exits)";
+    output.err.line(errorLine(ctx.options.json, ExitCode.Refused, err.name, what));
+    return ExitCode.Refused;
+  }
   if (!existed) {
     return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)} (ID ${id})`);
   }

@@ -4,7 +4,8 @@
  * that fails if a node referenced the key meanwhile). One run makes two passes `--grace` apart;
  * `--every 15m` keeps running, one pass per interval, like Cilium's operator.
  *
- * Only IDs in `[--min, --max]` are considered.
+ * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
+ * `--node` that names a live node is refused (exit 4): the run would take that node's lease.
  *
  * @module
  */
@@ -12,7 +13,8 @@ import { Allocator } from "../../allocator/allocator.ts";
 import type { GcStats } from "../../allocator/types.ts";
 import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
-import { ExitCode } from "../exit.ts";
+import { errorLine, ExitCode } from "../exit.ts";
+import type { Store } from "../store.ts";
 import { allocatorOptions, pause, printable, requireNamespace } from "./common.ts";
 
 /** Options of `gc`. */
@@ -31,6 +33,15 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
   const { output } = ctx;
   const store = await ctx.store();
   await requireNamespace(ctx, store);
+  const holder = await liveNodeNamed(ctx, store);
+  if (holder !== undefined) {
+    // A run under a live node's name would take its lease (Deno KV: its references die with it)
+    // and could then collect the very IDs that node uses.
+    const what = `--node ${holder} names a live node: gc would run under its name and could ` +
+      "collect the IDs it uses; give gc a name of its own (or none)";
+    output.err.line(errorLine(ctx.options.json, ExitCode.Refused, "LiveEntryError", what));
+    return ExitCode.Refused;
+  }
   await using allocator = await Allocator.open(store.backend, allocatorOptions(ctx), {
     signal: ctx.signal,
   });
@@ -78,6 +89,13 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
   }
   if (!ctx.options.json) output.err.line(`gc: ${total} IDs deleted`);
   return ExitCode.Ok;
+}
+
+/** The `--node` name, if one was given and a live node holds a lease under it. */
+async function liveNodeNamed(ctx: RunContext, store: Store): Promise<string | undefined> {
+  if (!ctx.options.nodeGiven) return undefined;
+  const leases = await store.admin.nodeLeases(ctx.signal);
+  return leases.some((l) => l.node === ctx.options.node && l.live) ? ctx.options.node : undefined;
 }
 
 function report(ctx: RunContext, pass: number, stats: GcStats, keys: Map<number, string>): void {

@@ -197,7 +197,8 @@ export async function statusCommand(
     rows.push([
       "split keys",
       `${plural(splits.length, "key")} whose live references name different IDs ` +
-      "(written by another writer; delete the wrong references with release --node)",
+      "(written by another writer; stop the nodes whose references are wrong: their " +
+      "references go with their leases)",
     ]);
     for (const split of splits) rows.push(["", describeSplit(split)]);
   }

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import type { GcCandidate } from "../../../src/allocator/backend.ts";
 import type { DamageFinding, GcSkip } from "../../../src/allocator/damage.ts";
+import { LiveEntryError } from "../../../src/errors.ts";
 import { TxnBatcher } from "../../../src/backends/etcd/batch.ts";
 import { EtcdClient } from "../../../src/backends/etcd/client.ts";
 import type { SessionCore } from "../../../src/backends/etcd/core.ts";
@@ -138,42 +139,78 @@ etcdTest(
   },
 );
 
-etcdTest("etcd garbage: the damage report lists bad references; removal is guarded", async () => {
-  await using ns = await namespace();
-  const a = await ns.backend("a");
-  await using sa = await openSession(a);
-  const signal = deadline();
-  await sa.acquire({ key: "ok;", pickCandidate: picker(10), signal });
-  await ns.raw.put(ns.layout.refKey("ok;", "no-lease")).value("10");
-  await ns.raw.put(ns.layout.refKey("bad;", "n")).value("ten");
-  await ns.raw.put(`${ns.layout.valuePrefix}/`).value("10");
-  await withLease(ns.raw, 60, async (lease) => {
-    await ns.raw.put(ns.layout.refKey("far;", "n")).value("70000").lease(lease).exec();
-    // A key that is not UTF-8 is removable too (raw bytes, not text, in the token).
-    await ns.raw.put(Buffer.concat([Buffer.from(ns.layout.masterRange), Buffer.from([0xff])]))
-      .value("x;");
-    const found: DamageFinding[] = [];
-    for await (const f of a.findDamage({ range: { min: 1, max: 1000 } })) found.push(f);
-    assert.deepEqual(found.map((f) => [f.kind, f.key ?? null]).sort(), [
-      ["master-bad-id", null],
-      ["reference-bad-key", null],
-      ["reference-out-of-range", "far;"],
-      ["reference-undecodable", "bad;"],
-      ["reference-without-lease", "ok;"],
-    ]);
-    const noLease = found.find((f) => f.kind === "reference-without-lease")!;
-    // Rewritten since the listing: kept.
+etcdTest(
+  "etcd garbage: the damage report lists bad references; removal is guarded, never of a leased one",
+  async () => {
+    await using ns = await namespace();
+    const a = await ns.backend("a");
+    await using sa = await openSession(a);
+    const signal = deadline();
+    await sa.acquire({ key: "ok;", pickCandidate: picker(10), signal });
     await ns.raw.put(ns.layout.refKey("ok;", "no-lease")).value("10");
-    assert.equal(await a.removeDamage(noLease), false);
-    for (const f of found) {
-      if (f !== noLease) assert.equal(await a.removeDamage(f), true, f.entry);
-    }
-    const again: DamageFinding[] = [];
-    for await (const f of a.findDamage({ range: { min: 1, max: 1000 } })) again.push(f);
-    assert.deepEqual(again.map((f) => f.kind), ["reference-without-lease"]);
-    assert.equal(await a.removeDamage(again[0]), true);
-  });
-  // The node's own live reference and master are untouched.
-  const left = (await ns.dump()).map((kv) => kv.key);
-  assert.deepEqual(left, [ns.layout.masterKey(10), ns.layout.refKey("ok;", "a")]);
-});
+    await ns.raw.put(ns.layout.refKey("bad;", "n")).value("ten");
+    await ns.raw.put(`${ns.layout.valuePrefix}/`).value("10");
+    await withLease(ns.raw, 60, async (lease) => {
+      await ns.raw.put(ns.layout.refKey("far;", "n")).value("70000").lease(lease).exec();
+      // A key that is not UTF-8 is removable too (raw bytes, not text, in the token).
+      await ns.raw.put(Buffer.concat([Buffer.from(ns.layout.masterRange), Buffer.from([0xff])]))
+        .value("x;");
+      const found: DamageFinding[] = [];
+      for await (const f of a.findDamage({ range: { min: 1, max: 1000 } })) found.push(f);
+      assert.deepEqual(found.map((f) => [f.kind, f.key ?? null]).sort(), [
+        ["master-bad-id", null],
+        ["reference-bad-key", null],
+        ["reference-out-of-range", "far;"],
+        ["reference-undecodable", "bad;"],
+        ["reference-without-lease", "ok;"],
+      ]);
+      // The out-of-range reference sits on a live lease: held by its node, never deleted.
+      const far = found.find((f) => f.kind === "reference-out-of-range")!;
+      assert.deepEqual(far.heldBy, ["n"]);
+      assert.deepEqual(found.filter((f) => f.heldBy !== undefined), [far]);
+      await assert.rejects(
+        a.removeDamage(far),
+        (e) => e instanceof LiveEntryError && e.holders.join() === "n",
+      );
+      const noLease = found.find((f) => f.kind === "reference-without-lease")!;
+      // Rewritten since the listing: kept.
+      await ns.raw.put(ns.layout.refKey("ok;", "no-lease")).value("10");
+      assert.equal(await a.removeDamage(noLease), false);
+      for (const f of found) {
+        if (f !== noLease && f !== far) assert.equal(await a.removeDamage(f), true, f.entry);
+      }
+      const again: DamageFinding[] = [];
+      for await (const f of a.findDamage({ range: { min: 1, max: 1000 } })) again.push(f);
+      assert.deepEqual(again.map((f) => f.kind).sort(), [
+        "reference-out-of-range",
+        "reference-without-lease",
+      ]);
+      assert.equal(await a.removeDamage(again.find((f) => f !== far && !f.heldBy)!), true);
+    });
+    // The node's own live reference and master are untouched.
+    const left = (await ns.dump()).map((kv) => kv.key);
+    assert.deepEqual(left, [ns.layout.masterKey(10), ns.layout.refKey("ok;", "a")]);
+  },
+);
+
+etcdTest(
+  "etcd admin: deleteReference deletes a lease-less reference, never a leased one",
+  async () => {
+    await using ns = await namespace();
+    const a = await ns.backend("a");
+    await using sa = await openSession(a);
+    await sa.acquire({ key: "held;", pickCandidate: picker(10), signal: deadline() });
+    await ns.raw.put(ns.layout.refKey("held;", "by-hand")).value("10");
+    const admin = a.admin();
+    await assert.rejects(
+      admin.deleteReference("held;", "a", deadline()),
+      (e) => e instanceof LiveEntryError && e.holders.join() === "a" && /on lease/.test(e.entry),
+    );
+    assert.equal(await admin.deleteReference("held;", "by-hand", deadline()), true);
+    assert.equal(await admin.deleteReference("held;", "by-hand", deadline()), false);
+    assert.deepEqual((await ns.dump()).map((kv) => kv.key), [
+      ns.layout.masterKey(10),
+      ns.layout.refKey("held;", "a"),
+    ]);
+  },
+);

@@ -7,6 +7,7 @@ import {
   CorruptEntryError,
   InvalidIdError,
   InvalidOptionsError,
+  LiveEntryError,
   SplitKeyError,
   StoreUnavailableError,
 } from "../../../src/errors.ts";
@@ -281,4 +282,77 @@ Deno.test("kv garbage: removing an oversized master tells the watchers at once",
   await until("delete 9");
   ctl.abort();
   await watching;
+});
+
+Deno.test("kv garbage: an index out of every range is index-out-of-range; a second range is valid", async () => {
+  await using store = await TestStore.create();
+  const a = await store.session("a");
+  await a.acquire(request("low", { first: 5 }));
+  await a.acquire(request("high", { first: 2_000 }));
+  const backend = await store.backend("doctor");
+  const scan = async (options: Parameters<typeof backend.findDamage>[0]) => {
+    const out: DamageFinding[] = [];
+    for await (const f of backend.findDamage(options)) out.push(f);
+    return out.map((f) => [f.kind, f.key, f.heldBy]);
+  };
+  // Its master is there and is the key's: only the range is wrong, and a live node holds it.
+  assert.deepEqual(await scan({ range: { min: 1, max: 1000 } }), [
+    ["index-out-of-range", "high", ["a"]],
+    ["reference-out-of-range", "high", ["a"]],
+  ]);
+  // A prefix that holds two valid ranges reports neither's IDs.
+  assert.deepEqual(await scan({ ranges: [{ min: 1, max: 1000 }, { min: 1500, max: 2500 }] }), []);
+  assert.deepEqual(
+    await scan({ ranges: (key) => [{ min: 1, max: key === "high" ? 3000 : 10 }] }),
+    [],
+  );
+});
+
+Deno.test("kv garbage: what a live node holds is reported with its holder and never removed", async () => {
+  await using store = await TestStore.create();
+  const a = await store.session("a");
+  const { id } = await a.acquire(request("held", { first: 7 }));
+  await store.kv.atomic()
+    .set([...P, "id", id], "garbage") // the master of a live key
+    .set([...P, "touch", "held"], "x") // its touch counter
+    .set([...P, "ref", "other", "a"], "not a reference") // a live node's unreadable reference
+    .set([...P, "ref", "other", "gone"], "not a reference") // a dead node's
+    .commit();
+  const backend = await store.backend("doctor");
+  const found: DamageFinding[] = [];
+  for await (const f of backend.findDamage()) found.push(f);
+  assert.deepEqual(found.map((f) => [f.kind, f.entry, f.heldBy ?? null]), [
+    ["master-undecodable", '["idalloc", "test", "id", 7]', ["a"]],
+    ["counter-wrong-type", '["idalloc", "test", "touch", "held"]', ["a"]],
+    ["reference-undecodable", '["idalloc", "test", "ref", "other", "a"]', ["a"]],
+    ["reference-undecodable", '["idalloc", "test", "ref", "other", "gone"]', null],
+  ]);
+  // Held ones are refused, naming their holder (the master by its token; the others are also
+  // judged again at the removal); the dead node's goes.
+  for (const f of found.slice(0, 3)) {
+    await assert.rejects(
+      backend.removeDamage(f),
+      (e) => e instanceof LiveEntryError && e.holders.join() === "a",
+    );
+  }
+  assert.equal(await backend.removeDamage(found[3]), true);
+  assert.equal(await value(store, [...P, "ref", "other", "a"]), "not a reference");
+  assert.equal(await value(store, [...P, "touch", "held"]), "x");
+  // Once the node is gone, nothing holds them: a new listing removes them.
+  await store.fixture.dropLease("a");
+  for await (const f of backend.findDamage()) {
+    assert.equal(f.heldBy, undefined);
+    assert.equal(await backend.removeDamage(f), true, f.entry);
+  }
+  // A reference of a node that came back after the listing is refused at the removal.
+  await store.kv.set([...P, "ref", "other", "b"], "not a reference");
+  const late = (await Array.fromAsync(backend.findDamage())).find((f) => f.node === "b")!;
+  assert.equal(late.heldBy, undefined);
+  await store.session("b");
+  await assert.rejects(backend.removeDamage(late), LiveEntryError);
+  // release --node's admin path: a live node's reference is refused, a dead node's deleted.
+  const admin = backend.admin();
+  await assert.rejects(admin.deleteReference("other", "b", never), LiveEntryError);
+  await store.kv.set([...P, "ref", "k", "gone"], { id: 3, lease: "l" });
+  assert.equal(await admin.deleteReference("k", "gone", never), true);
 });
