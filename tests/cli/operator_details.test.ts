@@ -27,7 +27,7 @@ Deno.test("watch on a KV file that does not exist yet waits for the first alloca
     }
     assert.match(
       capture.stderr,
-      /no Deno KV file at .*ids\.kv yet.*waiting|watching for the first/,
+      /no Deno KV file at .*ids\.kv yet.*watching for the first allocation/,
     );
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(await exists(store.path), false, "watch never creates the file");
@@ -73,4 +73,73 @@ Deno.test("watch on a missing KV file ends with 0 when interrupted while waiting
   stop.abort();
   assert.equal(await running, 0, capture.stderr);
   assert.equal(await exists(store.path), false);
+});
+
+Deno.test("a relative kv: path under deno task names a file in the caller's directory", async () => {
+  await using store = await TempStore.create();
+  const repo = new URL("../../", import.meta.url).pathname;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "task",
+      "--config",
+      `${repo}deno.json`,
+      "idalloc",
+      "--store",
+      "kv:here.kv",
+      "allocate",
+      "app=web;",
+    ],
+    cwd: store.dir,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, stderr);
+  assert.ok(await exists(`${store.dir}/here.kv`), `created in the caller's directory: ${stderr}`);
+  assert.equal(await exists(`${repo}here.kv`), false, "not in the repository");
+});
+
+Deno.test("kv: an SQLite database without Deno KV's tables is refused, untouched", async () => {
+  await using store = await TempStore.create();
+  const path = `${store.dir}/other.sqlite`;
+  const { DatabaseSync } = await import("node:sqlite");
+  const db = new DatabaseSync(path);
+  db.exec("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)");
+  db.close();
+  const before = await Deno.readFile(path);
+  for (const command of [["list"], ["allocate", "k;"]]) {
+    const result = await cli(["--store", `kv:${path}`, ...command]);
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(
+      result.stderr,
+      /is an SQLite database but not a Deno KV store \(it has tables users\)/,
+    );
+  }
+  assert.deepEqual(await Deno.readFile(path), before, "the database is left as it was");
+  await Deno.writeTextFile(`${store.dir}/notes.txt`, "hello\n");
+  const text = await cli(["--store", `kv:${store.dir}/notes.txt`, "list"]);
+  assert.equal(text.code, 1, text.stderr);
+  assert.match(text.stderr, /not a Deno KV store \(not an SQLite database\)/);
+  // A real Deno KV file still opens.
+  assert.equal((await cli([...store.args, "allocate", "k;"])).code, 0);
+  assert.equal((await cli([...store.args, "list"])).code, 0);
+});
+
+Deno.test("kv: etcd-only flags such as --ca are refused, not ignored", async () => {
+  await using store = await TempStore.create();
+  for (
+    const flags of [["--ca", "ca.pem"], ["--tls-server-name", "x"], [
+      "--user",
+      "u",
+      "--password",
+      "p",
+    ]]
+  ) {
+    const result = await cli([...store.args, ...flags, "list"]);
+    assert.equal(result.code, 1, result.stderr);
+    assert.match(
+      result.stderr,
+      new RegExp(`${flags[0]} is for etcd; --store kv:.* is a Deno KV store`),
+    );
+  }
 });
