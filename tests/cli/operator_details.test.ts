@@ -3,6 +3,9 @@
  */
 import assert from "node:assert/strict";
 import { main } from "../../src/cli/main.ts";
+import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
+import { rawClient } from "../_support/etcd_fixture.ts";
+import { testEachBackend } from "../_support/factories.ts";
 import { Capture, cli, TempStore } from "./_run.ts";
 
 async function exists(path: string): Promise<boolean> {
@@ -142,4 +145,48 @@ Deno.test("kv: etcd-only flags such as --ca are refused, not ignored", async () 
       new RegExp(`${flags[0]} is for etcd; --store kv:.* is a Deno KV store`),
     );
   }
+});
+
+Deno.test({
+  name: "etcd: allocate --hold ends cleanly with its lease revoked, not left to lapse",
+  ignore: etcdUnavailable() !== undefined,
+  fn: async () => {
+    await using etcd = await startEtcd();
+    const args = ["--store", `etcd://${etcd.endpoints[0].replace("http://", "")}`];
+    const raw = rawClient(etcd.endpoints);
+    const leases = async () => (await raw.leaseClient.leaseLeases({})).leases.length;
+    try {
+      const capture = new Capture();
+      const stop = new AbortController();
+      const running = main([...args, "--node", "holder", "allocate", "k;", "--hold", "--json"], {
+        ...capture.io,
+        signal: stop.signal,
+      });
+      await capture.waitFor((out) => out.includes('"hold":true'));
+      assert.equal(await leases(), 1, "the holder's lease");
+      stop.abort();
+      assert.equal(await running, 0, capture.stderr);
+      assert.match(capture.stdout, /"released":true/);
+      assert.equal(await leases(), 0, "no lease left behind");
+      const status = await cli([...args, "status", "--json"]);
+      assert.deepEqual(JSON.parse(status.stdout).nodes, []);
+      // Without --hold the reference is meant to outlive the run by its lease: that one stays.
+      assert.equal((await cli([...args, "--node", "n2", "allocate", "k2;"])).code, 0);
+      assert.equal(await leases(), 1, "a run without --hold keeps its lease");
+    } finally {
+      raw.close();
+    }
+  },
+});
+
+testEachBackend("cli: a second release says the same thing on every backend", async (f) => {
+  await using fx = await f.create();
+  const args = [...fx.spec().cli, "--node", "n2"];
+  assert.equal((await cli([...args, "allocate", "relk;"])).code, 0);
+  const first = await cli([...args, "release", "relk;"]);
+  assert.equal(first.code, 0, first.stderr);
+  const second = await cli([...args, "release", "relk;"]);
+  assert.equal(second.code, 3, second.stderr);
+  // Exactly this line on both backends (etcd used to say "key relk; has no ID").
+  assert.equal(second.stderr, "idalloc: node n2 holds no reference to relk;\n");
 });

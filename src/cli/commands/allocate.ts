@@ -25,7 +25,6 @@ import {
   allocatorOptions,
   deadline,
   noteNewNamespace,
-  notFound,
   printable,
   reportNotFound,
   requireNamespace,
@@ -95,15 +94,19 @@ export async function releaseCommand(ctx: RunContext, key: string): Promise<numb
   await requireNamespace(ctx, store);
   const session = await store.reader(ctx.signal);
   const id = await session.get(key, ctx.signal);
-  if (id === undefined) return await notFound(ctx, store, `key ${printable(key)} has no ID`);
   const existed = await store.admin.deleteReference(key, node, ctx.signal);
   if (!existed) {
-    return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)} (ID ${id})`);
+    // The same words on both backends: on etcd a key's ID is found through its references
+    // (Cilium's GetNoCache), so after its last reference is gone etcd no longer knows the ID
+    // while Deno KV's key index still does.
+    return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)}`);
   }
   if (ctx.options.json) output.out.line(JSON.stringify({ key, id, node, released: true }));
   else {
     output.out.line(
-      `node ${node} no longer references ${printable(key)} (ID ${id}); ` +
+      `node ${node} no longer references ${printable(key)}${
+        id === undefined ? "" : ` (ID ${id})`
+      }; ` +
         `the ID stays until GC finds no node using it`,
     );
   }
