@@ -190,3 +190,27 @@ testEachBackend("cli: a second release says the same thing on every backend", as
   // Exactly this line on both backends (etcd used to say "key relk; has no ID").
   assert.equal(second.stderr, "idalloc: node n2 holds no reference to relk;\n");
 });
+
+Deno.test("gc says its count in words: gc: 1 ID deleted", async () => {
+  await using store = await TempStore.create();
+  const args = [...store.args, "--node", "n1"];
+  assert.equal((await cli([...args, "allocate", "gone;"])).code, 0);
+  assert.equal((await cli([...args, "release", "gone;"])).code, 0);
+  const gc = await cli([...store.args, "gc", "--grace", "100ms"]);
+  assert.equal(gc.code, 0, gc.stderr);
+  assert.match(gc.stderr, /^gc: 1 ID deleted$/m);
+});
+
+Deno.test("identity allocate: a label with an empty key is named, not skipped", async () => {
+  await using store = await TempStore.create();
+  for (const label of ["=x", "k8s:", "k8s:=web"]) {
+    const result = await cli([...store.args, "identity", "allocate", "k8s:app=web", label]);
+    assert.equal(result.code, 1, result.stderr);
+    assert.equal(
+      result.stderr,
+      `idalloc: label ${JSON.stringify(label)} has an empty key: write [source:]key[=value], ` +
+        "e.g. k8s:app=web\n",
+    );
+  }
+  assert.equal(await exists(store.path), false, "nothing was written");
+});

@@ -13,7 +13,7 @@ import type { GcStats } from "../../allocator/types.ts";
 import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
-import { allocatorOptions, pause, printable, requireNamespace } from "./common.ts";
+import { allocatorOptions, pause, plural, printable, requireNamespace } from "./common.ts";
 
 /** Options of `gc`. */
 export interface GcCommandOptions {
@@ -76,7 +76,7 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     await pause(options.everyMs ?? options.graceMs, ctx.interrupt);
     if (ctx.interrupt.aborted) break;
   }
-  if (!ctx.options.json) output.err.line(`gc: ${total} IDs deleted`);
+  if (!ctx.options.json) output.err.line(`gc: ${plural(total, "ID")} deleted`);
   return ExitCode.Ok;
 }
 
