@@ -214,3 +214,34 @@ Deno.test("identity allocate: a label with an empty key is named, not skipped", 
   }
   assert.equal(await exists(store.path), false, "nothing was written");
 });
+
+Deno.test("bench --help prints its usage and exits 0", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "bench/main.ts", "--help"],
+    cwd: new URL("../../", import.meta.url).pathname,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  const text = new TextDecoder().decode(out.stdout);
+  assert.match(text, /^Usage: deno task bench \[group…\] \[--runs N\]/);
+  assert.match(text, /inprocess/);
+});
+
+Deno.test("a fresh install shows no 'Ignored build scripts' box (protobufjs is denied)", async () => {
+  // protobufjs's postinstall only warns about how dependents pin it; it builds nothing, so
+  // deno.json denies it instead of leaving every first run to show the warning box.
+  await using store = await TempStore.create();
+  const repo = new URL("../../", import.meta.url).pathname;
+  await Deno.copyFile(`${repo}deno.json`, `${store.dir}/deno.json`);
+  await Deno.copyFile(`${repo}deno.lock`, `${store.dir}/deno.lock`);
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["install", "--frozen", "--cached-only"],
+    cwd: store.dir,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, text);
+  assert.doesNotMatch(text, /Ignored build scripts/);
+});
