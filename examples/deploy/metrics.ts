@@ -24,7 +24,7 @@ import {
   envDetector,
   type Resource,
   resourceFromAttributes,
-} from "npm:@opentelemetry/resources@3.1.0";
+} from "@opentelemetry/resources";
 
 /**
  * The service name when the environment names none. Without one, OpenTelemetry's default is
