@@ -53,21 +53,19 @@ const DEFINITE_FAILURE_GRACE_MS = 1_000;
 const PROBE_MS = 500;
 
 /**
- * A connection closed without an answer: looks again at the plain-text endpoints (an HTTP/1
- * server? a TLS-only etcd?) and words what is known (see `resetFailure`).
+ * A connection closed without an answer: looks again at the endpoints without TLS (an HTTP/1
+ * server? a TLS-only etcd? a plain-text etcd reached with TLS?) and words what is known (see
+ * `resetFailure`).
  */
 async function explainReset(
   cause: unknown,
   settings: EtcdSettings,
 ): Promise<IdallocError | undefined> {
   if (connectionFailureOf(cause) !== "reset") return undefined;
-  let verdict: PlainProbeVerdict;
-  if (settings.tls === undefined) {
-    const verdicts = await Promise.all(
-      settings.endpoints.map((e) => probePlainEndpoint(e, PROBE_MS)),
-    );
-    verdict = verdicts.find((v) => v !== undefined);
-  }
+  const verdicts = await Promise.all(
+    settings.endpoints.map((e) => probePlainEndpoint(e, PROBE_MS)),
+  );
+  const verdict: PlainProbeVerdict = verdicts.find((v) => v !== undefined);
   return resetFailure(cause, settings.endpoints, settings.tls, verdict);
 }
 

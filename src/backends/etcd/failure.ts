@@ -182,9 +182,10 @@ export function typedFailure(
 
 /**
  * The typed error for a connection that the server(s) closed without an answer, given what
- * {@linkcode probePlainEndpoint} found (`verdict`, plain-text endpoints only); `undefined` when
- * nothing more is known. With TLS and no client certificate, a server that closes the handshake
- * without a word most likely demands one (etcd's `--client-cert-auth`).
+ * `probePlainEndpoint` found when it looked again without TLS (`verdict`); `undefined` when
+ * nothing more is known. With TLS, a server that answers plain HTTP does not speak TLS; one that
+ * closes the handshake without a word while no client certificate was given most likely
+ * demands one (etcd's `--client-cert-auth`).
  */
 export function resetFailure(
   err: unknown,
@@ -193,13 +194,20 @@ export function resetFailure(
   verdict: PlainProbeVerdict,
 ): IdallocError | undefined {
   const where = endpointWords(endpoints);
+  if (tls !== undefined && (verdict === "h2" || verdict === "http1")) {
+    return new StoreTlsError(
+      `${where} does not speak TLS (a plain-text etcd?)`,
+      "not-tls",
+      { cause: err },
+    );
+  }
   if (verdict === "http1") {
     return new NotEtcdServerError(
       `${where} is not an etcd server: an HTTP/1 server answers there, not etcd's gRPC API`,
       { cause: err },
     );
   }
-  if (verdict === "tls") {
+  if (tls === undefined && verdict === "tls") {
     return new StoreTlsError(
       `${where} speaks TLS, but the connection was made without TLS (no CA was given)`,
       "tls-required",

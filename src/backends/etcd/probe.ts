@@ -13,8 +13,11 @@
  * @module
  */
 
-/** What answers at an endpoint reached without TLS: an HTTP/1 server, a TLS server, or unknown. */
-export type PlainProbeVerdict = "http1" | "tls" | undefined;
+/**
+ * What answers at an endpoint reached without TLS: an HTTP/1 server, a plain-text HTTP/2 server
+ * (etcd without TLS answers so), a TLS server, or unknown.
+ */
+export type PlainProbeVerdict = "http1" | "h2" | "tls" | undefined;
 
 /** HTTP/2's connection preface and an empty SETTINGS frame: what grpc-js sends first. */
 const PREFACE = new Uint8Array([
@@ -61,14 +64,18 @@ function close(conn: Deno.Conn): void {
 }
 
 /** The first bytes the server sends after HTTP/2's preface, or `undefined` (closed, silent). */
-async function firstReply(hostname: string, port: number, ms: number): Promise<string | undefined> {
+async function firstReply(
+  hostname: string,
+  port: number,
+  ms: number,
+): Promise<Uint8Array | undefined> {
   const conn = await within(Deno.connect({ hostname, port }), ms, close).catch(() => undefined);
   if (conn === undefined) return undefined;
   try {
     await conn.write(PREFACE);
     const buf = new Uint8Array(16);
     const n = await within(conn.read(buf), ms, () => {});
-    return n ? new TextDecoder().decode(buf.subarray(0, n)) : undefined;
+    return n ? buf.subarray(0, n) : undefined;
   } catch {
     return undefined;
   } finally {
@@ -92,16 +99,19 @@ async function speaksTls(hostname: string, port: number, ms: number): Promise<bo
 }
 
 /**
- * What answers at `endpoint` (an `http://` URL) when it closes gRPC's plain-text connection:
- * `"http1"` for an HTTP/1 server, `"tls"` for a server that speaks TLS, else `undefined`. Each
- * step waits at most `ms`.
+ * What answers at `endpoint` (its host and port; the scheme is ignored) when it closes gRPC's
+ * connection without a word: `"http1"` for an HTTP/1 server, `"h2"` for a plain-text HTTP/2
+ * server (a SETTINGS frame first, as etcd without TLS sends), `"tls"` for a server that speaks
+ * TLS, else `undefined`. Each step waits at most `ms`.
  */
 export async function probePlainEndpoint(endpoint: string, ms: number): Promise<PlainProbeVerdict> {
   const url = new URL(endpoint);
   const hostname = url.hostname.replace(/^\[|\]$/g, "");
-  const port = Number(url.port || 80);
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
   const reply = await firstReply(hostname, port, ms);
-  if (reply?.startsWith("HTTP/")) return "http1";
+  if (reply !== undefined && new TextDecoder().decode(reply).startsWith("HTTP/")) return "http1";
+  // An HTTP/2 frame header: 3 bytes of length, then the type, 4 for SETTINGS.
+  if (reply !== undefined && reply.length >= 4 && reply[3] === 4) return "h2";
   if (reply === undefined && await speaksTls(hostname, port, ms)) return "tls";
   return undefined;
 }
