@@ -66,12 +66,15 @@ function isLocalFile(path: string): boolean {
 export function callerPath(path: string): string {
   if (path.startsWith("/") || /^[A-Za-z]:[\\/]/.test(path)) return path;
   let base: string | undefined;
+  let cwd: string | undefined;
   try {
     base = Deno.env.get("INIT_CWD");
+    cwd = Deno.cwd();
   } catch {
-    // No --allow-env: relative to the working directory, as given.
+    // No --allow-env (or --allow-read for the cwd): relative to the working directory, as given.
+    return path;
   }
-  if (base === undefined || base === "" || base === Deno.cwd()) return path;
+  if (base === undefined || base === "" || base === cwd) return path;
   return `${base.replace(/\/+$/, "")}/${path.replace(/^\.\//, "")}`;
 }
 
