@@ -18,7 +18,26 @@ import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
 
+const USAGE = `Usage: deno task bench [group…] [--runs N]
+
+Runs the benchmarks and prints one table (progress on stderr). Without a group, every group.
+
+Groups:
+  kv         cold processes on a fresh Deno KV file: raw Deno KV next to idalloc (p50/p99)
+  etcd       the same on a private etcd on loopback (needs etcd on PATH; skipped otherwise)
+  inprocess  warm in-process rates on Deno KV, cached re-allocations
+  identity   the identity layer
+  telemetry  what OpenTelemetry costs, with no provider and with an SDK
+
+Options:
+  --runs N   cold runs per cell of the kv and etcd groups (default 3)
+  -h, --help this help`;
+
 const args = [...Deno.args];
+if (args.includes("--help") || args.includes("-h")) {
+  console.log(USAGE);
+  Deno.exit(0);
+}
 const runsAt = args.indexOf("--runs");
 const runs = runsAt === -1 ? 3 : Number(args.splice(runsAt, 2)[1]);
 if (!Number.isSafeInteger(runs) || runs < 1) {
@@ -44,7 +63,10 @@ const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];
   if (!group) {
-    console.error(`unknown benchmark group '${name}' (have: ${Object.keys(groups).join(", ")})`);
+    const what = name.startsWith("-")
+      ? `unknown option '${name}'`
+      : `unknown benchmark group '${name}'`;
+    console.error(`${what} (groups: ${Object.keys(groups).join(", ")}; see --help)`);
     Deno.exit(1);
   }
   console.error(`running ${name}…`);

@@ -18,6 +18,35 @@
 import { metrics } from "@opentelemetry/api";
 import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
 import { MeterProvider } from "@opentelemetry/sdk-metrics";
+import {
+  defaultResource,
+  detectResources,
+  envDetector,
+  type Resource,
+  resourceFromAttributes,
+} from "@opentelemetry/resources";
+
+/**
+ * The service name when the environment names none. Without one, OpenTelemetry's default is
+ * `unknown_service:<path of the deno binary>`, which is what every scrape showed as `service_name`.
+ */
+export const DEFAULT_SERVICE_NAME = "idalloc-identity-service";
+
+/**
+ * The resource the metrics describe: OpenTelemetry's defaults (SDK name and version), then
+ * {@linkcode DEFAULT_SERVICE_NAME}, then what the environment says (`OTEL_SERVICE_NAME`,
+ * `OTEL_RESOURCE_ATTRIBUTES`), which wins. Without env access the environment says nothing.
+ */
+function serviceResource(): Resource {
+  const base = defaultResource().merge(
+    resourceFromAttributes({ "service.name": DEFAULT_SERVICE_NAME }),
+  );
+  try {
+    return base.merge(detectResources({ detectors: [envDetector] }));
+  } catch {
+    return base;
+  }
+}
 
 /** A global meter provider whose only reader renders Prometheus text on demand. */
 export class PrometheusMetrics implements AsyncDisposable {
@@ -36,7 +65,7 @@ export class PrometheusMetrics implements AsyncDisposable {
    */
   static install(): PrometheusMetrics | undefined {
     const exporter = new PrometheusExporter({ preventServerStart: true });
-    const provider = new MeterProvider({ readers: [exporter] });
+    const provider = new MeterProvider({ readers: [exporter], resource: serviceResource() });
     if (!metrics.setGlobalMeterProvider(provider)) {
       void provider.shutdown();
       return undefined;

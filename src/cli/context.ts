@@ -100,7 +100,11 @@ export class RunContext implements AsyncDisposable {
 
   /** Opens the store; `create` allows a new Deno KV file. Closed when the run ends. */
   async store(create = false): Promise<Store> {
-    const store = await openStore(this.options, { create, signal: this.signal });
+    const store = await openStore(this.options, {
+      create,
+      signal: this.signal,
+      interrupt: this.interrupt,
+    });
     this.#stores.push(store);
     return store;
   }

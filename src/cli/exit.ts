@@ -11,10 +11,15 @@ export interface ExitCodes {
   readonly Ok: 0;
   /**
    * Bad command line or input: an unknown command or option, an invalid key, ID, label or
-   * duration, a prefix under which nothing is stored, a missing KV file, credentials etcd denies.
+   * duration, a prefix under which nothing is stored, a missing KV file; and setup mistakes that
+   * retrying cannot fix: credentials etcd denies (or an etcd without authentication), TLS that
+   * does not fit the server, an endpoint that is not etcd.
    */
   readonly Usage: 1;
-  /** The store could not be reached or opened, or did not answer within `--timeout`. */
+  /**
+   * The store could not be reached (host name not resolvable, connection refused, no answer
+   * within `--connect-timeout`) or opened, or did not answer within `--timeout`.
+   */
   readonly Unavailable: 2;
   /** `get`, `get-id` or `release`: the key or ID has no entry in the store. */
   readonly NotFound: 3;
@@ -63,7 +68,12 @@ const BY_NAME: Readonly<Record<string, number>> = {
   LabelError: ExitCode.Usage,
   ReadOnlyError: ExitCode.Usage,
   StoreAccessDeniedError: ExitCode.Usage,
+  AuthNotEnabledError: ExitCode.Usage,
+  StoreTlsError: ExitCode.Usage,
+  NotEtcdServerError: ExitCode.Usage,
   StoreUnavailableError: ExitCode.Unavailable,
+  StoreHostNotFoundError: ExitCode.Unavailable,
+  StoreConnectionRefusedError: ExitCode.Unavailable,
   PoolExhaustedError: ExitCode.Refused,
   ConflictError: ExitCode.Refused,
   CorruptEntryError: ExitCode.Refused,
@@ -73,6 +83,63 @@ const BY_NAME: Readonly<Record<string, number>> = {
   // answered, so it is not "down".
   IdallocError: ExitCode.Refused,
 };
+
+/** The store could not be reached: `StoreUnavailableError` and its subclasses. */
+const UNAVAILABLE = new Set([
+  "StoreUnavailableError",
+  "StoreHostNotFoundError",
+  "StoreConnectionRefusedError",
+]);
+
+/**
+ * Failures to connect that say more than "--timeout passed" when both happen at once (the
+ * connect timeout is capped by `--timeout`).
+ */
+const CONNECT_FAILURES = new Set([
+  ...UNAVAILABLE,
+  "StoreAccessDeniedError",
+  "AuthNotEnabledError",
+  "StoreTlsError",
+  "NotEtcdServerError",
+]);
+
+/** What to do about a setup mistake, in the CLI's flags (the library's message says what is wrong). */
+function hintOf(err: unknown, name: string): string {
+  switch (name) {
+    case "StoreAccessDeniedError":
+      return "check --user and --password, or IDALLOC_ETCD_PASSWORD, and the user's permissions " +
+        "on --prefix";
+    case "AuthNotEnabledError":
+      return "drop --user and --password (and IDALLOC_ETCD_PASSWORD), or enable authentication " +
+        "in etcd";
+    case "NotEtcdServerError":
+      return "check the host and port in --store: etcd's client port is usually 2379";
+    case "StoreTlsError":
+      switch ((err as { problem?: string }).problem) {
+        case "ip-server-name":
+          return "give --tls-server-name with a DNS name from the server certificate";
+        case "name-mismatch":
+          return "check the host in --store, or give --tls-server-name with a name the " +
+            "certificate holds";
+        case "untrusted":
+          return "check --ca: it must be the CA that signed the server certificate";
+        case "client-certificate":
+          return "give --cert and --key with a client certificate the server trusts";
+        case "not-tls":
+          return "drop --ca (and --cert, --key) for a plain-text etcd";
+        case "tls-required":
+          return "give --ca (and --tls-server-name for an IP address)";
+        case "not-a-certificate":
+          return "";
+        default:
+          return "check --ca, --cert, --key and --tls-server-name";
+      }
+    case "StoreConnectionRefusedError":
+      return "check that etcd runs there, and the port in --store";
+    default:
+      return "";
+  }
+}
 
 function nameOf(err: unknown): string | undefined {
   return err instanceof Error ? err.name : undefined;
@@ -93,37 +160,34 @@ export function classify(
   context: { readonly interrupted: boolean; readonly timedOut?: string },
 ): Failure {
   if (context.interrupted) return { code: ExitCode.Interrupted, message: "interrupted" };
-  if (context.timedOut !== undefined) {
+  const name = nameOf(err);
+  // A failure to connect that names its cause beats "the deadline passed" when both happen.
+  if (context.timedOut !== undefined && !(name !== undefined && CONNECT_FAILURES.has(name))) {
     return {
       code: ExitCode.Unavailable,
       message: `the store did not answer within ${context.timedOut} (--timeout)`,
     };
   }
-  const name = nameOf(err);
   if (name === "AllocationFailedError") {
     // The last attempt's error says why; a store that went away is not a refusal.
     const cause = (err as Error).cause;
-    const code = nameOf(cause) === "StoreUnavailableError"
-      ? ExitCode.Unavailable
-      : ExitCode.Refused;
+    const code = UNAVAILABLE.has(nameOf(cause) ?? "") ? ExitCode.Unavailable : ExitCode.Refused;
     const why = cause === undefined ? "" : `: ${messageOf(cause)}`;
     return { code, message: `${messageOf(err)}${why}` };
   }
-  if (name === "StoreUnavailableError") {
-    // The message says what failed in plain words; the client's raw text is the cause
-    // (`--debug` prints it).
-    return { code: ExitCode.Unavailable, message: `store unavailable: ${messageOf(err)}` };
-  }
-  if (name === "StoreAccessDeniedError") {
-    return {
-      code: ExitCode.Usage,
-      message: `${messageOf(err)} (check --user and --password, or IDALLOC_ETCD_PASSWORD, and ` +
-        "the user's permissions on --prefix)",
-    };
-  }
   if (name !== undefined && name in BY_NAME) {
-    const prefix = name === "IdallocError" ? "the store refused: " : "";
-    return { code: BY_NAME[name], message: `${prefix}${messageOf(err)}` };
+    // The message says what failed in plain words, naming the store; the client's raw text is
+    // the cause (`--debug` prints it).
+    const prefix = name === "IdallocError"
+      ? "the store refused: "
+      : UNAVAILABLE.has(name)
+      ? "store unavailable: "
+      : "";
+    const hint = hintOf(err, name);
+    return {
+      code: BY_NAME[name],
+      message: `${prefix}${messageOf(err)}${hint === "" ? "" : `; ${hint}`}`,
+    };
   }
   if (err instanceof Deno.errors.BrokenPipe) {
     // The reader went away (`idalloc list | head`): nothing left to say to anyone.

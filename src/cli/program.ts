@@ -43,9 +43,11 @@ export type ParseResult =
 const EXIT_CODES_HELP = `
 Exit codes:
   0    ok (an empty list is a list: [] and exit 0)
-  1    usage: bad option, key, ID or label; nothing stored under --prefix (for lookups, watch
-       and gc); credentials or permissions etcd denies
-  2    store unavailable: cannot connect or open, or no answer within --timeout
+  1    usage: bad option, key, ID or label; nothing stored under --prefix (for lookups and
+       gc); etcd setup mistakes: credentials or permissions etcd denies, credentials for an
+       etcd without authentication, TLS that does not fit the server, an endpoint that is not etcd
+  2    store unavailable: host name not resolvable, connection refused, no answer within
+       --connect-timeout, a KV file that cannot be opened, or no answer within --timeout
   3    not found: get / get-id / identity get / release found no such key, ID or reference
   4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry
   5    internal error (a bug; --debug prints the stack trace)
@@ -128,7 +130,8 @@ function addGlobalOptions(program: Command): void {
   add(
     new Option(
       "--connect-timeout <duration>",
-      "etcd: time to wait for an answer when connecting and per request (default: --timeout)",
+      "etcd: time to wait for an answer when connecting (default: 5s, at most --timeout), and " +
+        "per request when given (default: --timeout)",
     ),
     TUNING_GROUP,
   );
@@ -269,7 +272,10 @@ export async function parseCommandLine(
     .addHelpText(
       "after",
       '\nLines: {"type":"upsert","id":…,"key":…}, {"type":"delete",…}, and {"type":"synced"}\n' +
-        "once the current mappings have been printed.",
+        "once the current mappings have been printed.\n\n" +
+        "Nothing there yet is fine: on an empty prefix, or a Deno KV file that does not exist\n" +
+        "yet, watch notes it on stderr and waits for the first allocation (it never creates\n" +
+        "the file), so `watch` in one terminal and `allocate` in another just works.",
     )
     .action((o: { replay: boolean }) => pick((ctx) => watchCommand(ctx, { replay: o.replay })));
 

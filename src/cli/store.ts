@@ -35,8 +35,10 @@ export interface Store {
 export interface OpenStoreOptions {
   /** Create a new Deno KV file if none exists (only for commands that allocate). */
   readonly create: boolean;
-  /** Aborts connecting. */
+  /** Aborts connecting: the user's interrupt or the `--timeout` deadline. */
   readonly signal: AbortSignal;
+  /** The user's interrupt alone (see `DriverOpenOptions.interrupt`). */
+  readonly interrupt?: AbortSignal;
 }
 
 /** Opens the store of `options`; throws `InvalidOptionsError` or `StoreUnavailableError`. */

@@ -364,6 +364,35 @@ export class Labels implements Iterable<Label> {
     return this.#labels.map((l) => l.toString()).sort(compareUtf8);
   }
 
+  /**
+   * How `console.log` and `Deno.inspect` show the set, `Labels(2) [ "k8s:a=b", "k8s:c=d" ]`: its
+   * labels live in private fields, which inspection does not show (`Labels {}` otherwise).
+   *
+   * @param inspect Deno's `inspect`, to format the labels with the caller's options
+   * @param options the caller's inspect options
+   */
+  [Symbol.for("Deno.customInspect")](
+    inspect: (value: unknown, options?: unknown) => string,
+    options?: unknown,
+  ): string {
+    return `Labels(${this.size}) ${inspect(this.toJSON(), options)}`;
+  }
+
+  /**
+   * The same for Node's `util.inspect` (and so `console.log` under Node).
+   *
+   * @param _depth the remaining depth (the labels are one level)
+   * @param options the caller's inspect options
+   * @param inspect Node's `inspect`
+   */
+  [Symbol.for("nodejs.util.inspect.custom")](
+    _depth: number,
+    options: unknown,
+    inspect: (value: unknown, options?: unknown) => string,
+  ): string {
+    return `Labels(${this.size}) ${inspect(this.toJSON(), options)}`;
+  }
+
   /** Whether both sets hold exactly the same labels. */
   equals(other: Labels): boolean {
     if (this === other) return true;

@@ -31,7 +31,7 @@ Deno.test({
       assert.equal(allocated.code, 0, allocated.stderr);
       const { id } = JSON.parse(allocated.stdout);
       assert.equal((await cli([...tls, "get-id", String(id)])).stdout, "app=web;\n");
-      // Without the client certificate the server refuses: the store is unavailable to us.
+      // Without the client certificate the server refuses: a setup mistake, the user's to fix.
       const refused = await cli([
         ...base,
         "--tls-server-name",
@@ -40,8 +40,9 @@ Deno.test({
         "1s",
         "list",
       ]);
-      assert.equal(refused.code, 2);
+      assert.equal(refused.code, 1, refused.stderr);
       assert.ok(isOneLineError(refused.stderr), refused.stderr);
+      assert.match(refused.stderr, /client certificate.*give --cert and --key/);
     });
   },
 });

@@ -59,6 +59,10 @@ Deno.test("deploy: GET /metrics serves idalloc's metrics as Prometheus text", as
       / 1$/,
     );
     assert.match(text, /^# HELP idalloc_allocations_total /m);
+    // A service name of its own, not OpenTelemetry's `unknown_service:<deno binary>`.
+    if (Deno.env.get("OTEL_SERVICE_NAME") === undefined) {
+      assert.match(text, /^target_info\{service_name="idalloc-identity-service",/m);
+    }
     const post = await fetch(`${base}/metrics`, { method: "POST" });
     await post.body?.cancel();
     assert.equal(post.status, 405);
@@ -67,4 +71,24 @@ Deno.test("deploy: GET /metrics serves idalloc's metrics as Prometheus text", as
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("deploy: OTEL_SERVICE_NAME names the service in /metrics", async () => {
+  // In a child process: the meter provider is process-wide, and so is the environment.
+  const repo = new URL("../../", import.meta.url).pathname;
+  const script = `
+    import { PrometheusMetrics } from "./examples/deploy/metrics.ts";
+    await using metrics = PrometheusMetrics.install();
+    console.log(await metrics.text());
+  `;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--ext=ts", script],
+    cwd: repo,
+    env: { OTEL_SERVICE_NAME: "ids-eu-1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.match(text, /^target_info\{service_name="ids-eu-1",/m);
 });

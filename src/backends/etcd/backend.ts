@@ -19,12 +19,21 @@ import type {
   SessionOptions,
 } from "../../allocator/backend.ts";
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
-import { InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
+import { type IdallocError, InvalidKeyError, StoreUnavailableError } from "../../errors.ts";
 import { EtcdAdmin } from "./admin.ts";
-import { EtcdClient } from "./client.ts";
+import { EtcdClient, ResponseTooLarge } from "./client.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { keyProblem } from "./key_check.ts";
-import { connectionFailureOf, summarize } from "./failure.ts";
+import {
+  certificateProblem,
+  connectionFailureOf,
+  endpointWords,
+  resetFailure,
+  summarize,
+  typedFailure,
+} from "./failure.ts";
+import { type PlainProbeVerdict, probePlainEndpoint } from "./probe.ts";
+import { NotEtcdServerError, StoreTlsError } from "./errors.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
 import { EtcdLayout } from "./paths.ts";
 import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
@@ -34,8 +43,46 @@ function never(): AbortSignal {
   return new AbortController().signal;
 }
 
-/** How long `connect` retries members that refuse the connection before it gives up, in ms. */
-const REFUSED_GRACE_MS = 1_000;
+/**
+ * How long `connect` retries members that fail for certain (refused, unresolvable, TLS, not etcd)
+ * before it gives up, in ms.
+ */
+const DEFINITE_FAILURE_GRACE_MS = 1_000;
+
+/** How long each step of the second look at an endpoint that closed the connection may take. */
+const PROBE_MS = 500;
+
+/**
+ * A connection closed without an answer: looks again at the endpoints without TLS (an HTTP/1
+ * server? a TLS-only etcd? a plain-text etcd reached with TLS?) and words what is known (see
+ * `resetFailure`).
+ */
+async function explainReset(
+  cause: unknown,
+  settings: EtcdSettings,
+): Promise<IdallocError | undefined> {
+  if (connectionFailureOf(cause) !== "reset") return undefined;
+  const verdicts = await Promise.all(
+    settings.endpoints.map((e) => probePlainEndpoint(e, PROBE_MS)),
+  );
+  const verdict: PlainProbeVerdict = verdicts.find((v) => v !== undefined);
+  return resetFailure(cause, settings.endpoints, settings.tls, verdict);
+}
+
+/** Rejects a CA or client certificate that is not a PEM certificate before dialling. */
+function checkCertificates(settings: EtcdSettings): void {
+  for (const [what, pem] of [["CA", settings.tls?.ca], ["client", settings.tls?.cert]]) {
+    if (pem === undefined) continue;
+    const problem = certificateProblem(pem);
+    if (problem !== undefined) {
+      throw new StoreTlsError(
+        `the ${what} certificate given for ${endpointWords(settings.endpoints)} is not a PEM ` +
+          `certificate: ${problem}`,
+        "not-a-certificate",
+      );
+    }
+  }
+}
 
 function formatMs(ms: number): string {
   return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
@@ -80,32 +127,63 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
 
   /**
    * Validates `options` (throws {@linkcode InvalidOptionsError}), connects, and checks that etcd
-   * answers within `dialTimeoutMs` (throws {@linkcode StoreUnavailableError} otherwise).
+   * answers within `dialTimeoutMs`. A failure that has a class of its own rejects with it, its
+   * message naming the endpoints: {@linkcode StoreHostNotFoundError},
+   * {@linkcode StoreConnectionRefusedError} (both retryable {@linkcode StoreUnavailableError}s),
+   * {@linkcode StoreTlsError}, {@linkcode NotEtcdServerError}, {@linkcode AuthNotEnabledError},
+   * {@linkcode StoreAccessDeniedError}; these come after about a second (other members get that
+   * long to answer). No answer at all rejects with {@linkcode StoreUnavailableError} after
+   * `dialTimeoutMs`. An aborted `signal` rejects with its reason.
    */
   static async connect(
     options: EtcdBackendOptions,
     connectOptions: EtcdConnectOptions = {},
   ): Promise<EtcdBackend> {
     const settings = resolveEtcdOptions(options);
+    checkCertificates(settings);
     const client = new EtcdClient(settings, new RateLimiter(settings.qps));
+    // The most telling failure seen: a member that failed for certain says more than one that
+    // merely closed the connection (a server demanding a client certificate does either).
+    let definite: unknown;
     try {
       await client.call(
         "connect",
         connectOptions.signal,
         (o) => client.raw.maintenance.status(o),
         settings.dialTimeoutMs,
-        // A refused connection is an answer: nothing listens there. Waiting the whole dial
-        // timeout only helps a member that is just starting, which a short grace covers.
-        (err, elapsedMs) => elapsedMs >= REFUSED_GRACE_MS && connectionFailureOf(err) === "refused",
+        // A refused connection, a name that does not resolve, a TLS or protocol mismatch is an
+        // answer: waiting the whole dial timeout only helps a member that is just starting, or
+        // another member of the list, which a short grace covers.
+        (err, elapsedMs) => {
+          const kind = connectionFailureOf(err);
+          if (kind !== undefined && kind !== "timeout" && kind !== "reset") definite = err;
+          return elapsedMs >= DEFINITE_FAILURE_GRACE_MS && kind !== undefined &&
+            kind !== "timeout";
+        },
       );
     } catch (err) {
       await client.close();
       if (connectOptions.signal?.aborted) throw err;
+      if (err instanceof ResponseTooLarge) {
+        // etcd's status answer is a few hundred bytes: a "message" over the receive limit is a
+        // non-gRPC body (an HTTP/2 server's error page) read as a gRPC length prefix.
+        throw new NotEtcdServerError(
+          `${endpointWords(settings.endpoints)} is not an etcd server: something answers there, ` +
+            "but not etcd's gRPC API (its answer is not a gRPC message)",
+          { cause: err },
+        );
+      }
       if (err instanceof StoreUnavailableError) {
-        const where = `etcd at ${settings.endpoints.join(", ")}`;
-        const cause = err.cause ?? err;
-        const message = connectionFailureOf(cause) === "refused"
-          ? `${where} refused the connection`
+        const cause = definite ?? err.cause ?? err;
+        const typed = typedFailure(cause, settings.endpoints, settings.tls) ??
+          await explainReset(cause, settings);
+        if (typed !== undefined) throw typed;
+        const where = endpointWords(settings.endpoints);
+        const message = connectionFailureOf(cause) === "reset"
+          ? `${where} closed the connection without answering` +
+            (settings.tls
+              ? " (if it demands a client certificate, one it trusts is needed)"
+              : " (if it serves TLS, a CA is needed)")
           : `${where} did not answer within ${formatMs(settings.dialTimeoutMs)} ` +
             `(${summarize(cause)})`;
         throw new StoreUnavailableError(message, { cause: err });

@@ -39,7 +39,7 @@ import {
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { abortable, sleep } from "../../abort.ts";
 import { StoreAccessDeniedError } from "./errors.ts";
-import { summarize } from "./failure.ts";
+import { endpointWords, summarize, typedFailure } from "./failure.ts";
 import type { EtcdSettings } from "./options.ts";
 import type { RateLimiter } from "./rate_limiter.ts";
 import { StoreTelemetry } from "../../telemetry/store.ts";
@@ -268,6 +268,10 @@ export class EtcdClient {
   readonly #client: Etcd3;
   readonly #limiter: RateLimiter;
   readonly #requestTimeoutMs: number;
+  /** The endpoints in words, for messages: `etcd at http://…`. */
+  readonly #where: string;
+  readonly #endpoints: readonly string[];
+  readonly #tls: EtcdSettings["tls"];
   readonly raw: RawClients;
   /** Metrics and spans of this connection's requests (see `src/telemetry/store.ts`). */
   readonly telemetry: StoreTelemetry;
@@ -292,6 +296,9 @@ export class EtcdClient {
   ) {
     this.maxResponseBytes = tuning.maxResponseBytes ?? MAX_RESPONSE_BYTES;
     this.telemetry = new StoreTelemetry("etcd", settings.prefix, settings.node);
+    this.#endpoints = settings.endpoints;
+    this.#where = endpointWords(settings.endpoints);
+    this.#tls = settings.tls;
     const options: IOptions = {
       hosts: [...settings.endpoints],
       grpcOptions: {
@@ -393,8 +400,11 @@ export class EtcdClient {
    * (other) members with a short backoff until `timeoutMs` (default: the request timeout) runs out,
    * then {@linkcode StoreUnavailableError}. A missing lease surfaces as {@linkcode LeaseNotFound},
    * refused credentials or permissions as {@linkcode StoreAccessDeniedError}, a response over the
-   * receive limit as {@linkcode ResponseTooLarge} (none of them retried). `stopRetrying` may end
-   * the retries before the deadline (a connection refused while connecting).
+   * receive limit as {@linkcode ResponseTooLarge} (none of them retried); other failures that
+   * retrying cannot fix as their own class when they have one (credentials given to an etcd
+   * without authentication, a server that is not etcd: see `failure.ts`). `stopRetrying` may end
+   * the retries before the deadline (a connection refused while connecting); it is given the
+   * failure worth reporting (the last one of a member actually tried).
    * An aborted `signal` rejects at once with its reason.
    */
   async call<T>(
@@ -445,20 +455,22 @@ export class EtcdClient {
         if (accessDenied(err)) {
           this.#lastError = `${what}: ${describe(err)}`;
           // The step (`what`) stays in `lastError`; the message names what etcd refused.
-          throw new StoreAccessDeniedError(`etcd refused access: ${summarize(err)}`, {
+          throw new StoreAccessDeniedError(`${this.#where} refused access: ${summarize(err)}`, {
             cause: err,
           });
         }
         if (!(err instanceof MemberSkipped) || reported === undefined) reported = err;
         this.#lastError = `${what}: ${describe(reported)}`;
         if (!transient(err)) {
-          throw new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
+          throw typedFailure(err, this.#endpoints, this.#tls) ??
+            new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
         }
         this.#healthy = false;
-        if (Date.now() + pause >= deadline || stopRetrying?.(err, Date.now() - began)) {
-          throw new StoreUnavailableError(`etcd ${what} failed: ${summarize(reported)}`, {
-            cause: reported,
-          });
+        if (Date.now() + pause >= deadline || stopRetrying?.(reported, Date.now() - began)) {
+          throw new StoreUnavailableError(
+            `${this.#where}: ${what} failed: ${summarize(reported)}`,
+            { cause: reported },
+          );
         }
         this.telemetry.retry(what, err);
         await sleep(pause, signal);

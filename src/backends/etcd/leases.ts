@@ -27,6 +27,9 @@ const log = idallocLogger("etcd", "lease");
 /** Cilium's `etcdMaxKeysPerLease`. */
 export const MAX_KEYS_PER_LEASE = 1000;
 
+/** How long `close()` tries to revoke leases that carry no reference, in ms. */
+const REVOKE_ON_CLOSE_MS = 2_000;
+
 interface LeaseState {
   readonly id: string;
   readonly ttlMs: number;
@@ -209,13 +212,29 @@ export class LeaseManager {
     }
   }
 
-  /** Stops renewals (the leases lapse on their own) and waits for in-flight work. */
+  /**
+   * Stops renewals and waits for in-flight work. Leases that still carry references lapse on
+   * their own (`ttl` after the last renewal, as after a crash); leases that carry none (every
+   * key was released, as after `allocate --hold` ends) are revoked at once, so that the node does
+   * not look alive to operators for a lease TTL after a clean exit. Revoking is best effort.
+   */
   async close(): Promise<void> {
     this.#closing.abort(new Error("lease manager closed"));
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#dropStream();
     await Promise.allSettled([this.#granting, this.#opening]);
+    const empty = [...this.#leases.values()].filter((l) => l.keys === 0).map((l) => l.id);
+    if (empty.length === 0 || this.#client.closed) return;
+    await Promise.allSettled(empty.map((id) =>
+      this.#client.call(
+        "lease revoke",
+        undefined,
+        (o) => this.#client.raw.lease.leaseRevoke({ ID: id }, o),
+        REVOKE_ON_CLOSE_MS,
+      ).then(() => this.#leases.delete(id))
+    ));
+    this.#updateEarliest();
   }
 
   #withRoom(): string | undefined {

@@ -34,9 +34,17 @@ export {
   type EtcdBackendOptions,
   type EtcdTlsOptions,
 } from "./options.ts";
-export { StoreAccessDeniedError } from "./errors.ts";
-// The base class of StoreAccessDeniedError, so that this entrypoint's docs are complete.
-export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
+export {
+  AuthNotEnabledError,
+  NotEtcdServerError,
+  StoreAccessDeniedError,
+  StoreConnectionRefusedError,
+  StoreHostNotFoundError,
+  StoreTlsError,
+  type TlsProblem,
+} from "./errors.ts";
+// The base classes of the errors above, so that this entrypoint's docs are complete.
+export { IdallocError, type IdallocErrorOptions, StoreUnavailableError } from "../../errors.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
 export type { LimiterStats } from "./rate_limiter.ts";
 export type * from "../../allocator/backend.ts";

@@ -67,7 +67,11 @@ export interface EtcdBackendOptions {
    * @default {true}
    */
   readonly groupCommit?: boolean;
-  /** Time `connect` waits for etcd to answer. @default {5000} */
+  /**
+   * Time `connect` waits for etcd to answer. Failures that are certain (a host name that does
+   * not resolve, a refused connection, TLS that does not fit, a server that is not etcd) reject
+   * after about a second instead, each with its own error class (see `errors.ts`). @default {5000}
+   */
   readonly dialTimeoutMs?: number;
   /**
    * Upper bound of one request, retries across members included; the caller's signal may end it

@@ -28,7 +28,6 @@ import {
   allocatorOptions,
   deadline,
   noteNewNamespace,
-  notFound,
   printable,
   reportNotFound,
   requireNamespace,
@@ -98,27 +97,33 @@ export async function releaseCommand(ctx: RunContext, key: string): Promise<numb
   await requireNamespace(ctx, store);
   const session = await store.reader(ctx.signal);
   const id = await session.get(key, ctx.signal);
-  if (id === undefined) return await notFound(ctx, store, `key ${printable(key)} has no ID`);
   let existed: boolean;
   try {
     existed = await store.admin.deleteReference(key, node, ctx.signal);
   } catch (err) {
     if (!(err instanceof LiveEntryError)) throw err;
     // Refused, not failed: say who holds it and what to do instead.
-    const what = `node ${node} is live: its reference to ${printable(key)} (ID ${id}) stays, ` +
-      "as deleting it would take the ID from under a running node (which writes it back at its " +
-      `next sync anyway). Release the key in ${node} or stop it; its references go with its ` +
+    const what =
+      `node ${node} is live: its reference to ${printable(key)}${
+        id === undefined ? "" : ` (ID ${id})`
+      } stays, as deleting it would take the ID from under a running node (which writes it back at ` +
+      `its next sync anyway). Release the key in ${node} or stop it; its references go with its ` +
       "lease (a CLI run's --lease-ttl after it exits)";
     output.err.line(errorLine(ctx.options.json, ExitCode.Refused, err.name, what));
     return ExitCode.Refused;
   }
   if (!existed) {
-    return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)} (ID ${id})`);
+    // The same words on both backends: on etcd a key's ID is found through its references
+    // (Cilium's GetNoCache), so after its last reference is gone etcd no longer knows the ID
+    // while Deno KV's key index still does.
+    return reportNotFound(ctx, `node ${node} holds no reference to ${printable(key)}`);
   }
   if (ctx.options.json) output.out.line(JSON.stringify({ key, id, node, released: true }));
   else {
     output.out.line(
-      `node ${node} no longer references ${printable(key)} (ID ${id}); ` +
+      `node ${node} no longer references ${printable(key)}${
+        id === undefined ? "" : ` (ID ${id})`
+      }; ` +
         `the ID stays until GC finds no node using it`,
     );
   }

@@ -15,7 +15,7 @@ import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { errorLine, ExitCode } from "../exit.ts";
 import type { Store } from "../store.ts";
-import { allocatorOptions, pause, printable, requireNamespace } from "./common.ts";
+import { allocatorOptions, pause, plural, printable, requireNamespace } from "./common.ts";
 
 /** Options of `gc`. */
 export interface GcCommandOptions {
@@ -87,7 +87,7 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     await pause(options.everyMs ?? options.graceMs, ctx.interrupt);
     if (ctx.interrupt.aborted) break;
   }
-  if (!ctx.options.json) output.err.line(`gc: ${total} IDs deleted`);
+  if (!ctx.options.json) output.err.line(`gc: ${plural(total, "ID")} deleted`);
   return ExitCode.Ok;
 }
 

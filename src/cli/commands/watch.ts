@@ -3,12 +3,19 @@
  * lease) follows the store, so a store that goes away and comes back is re-listed and the stream
  * goes on; deletes carry the key they had.
  *
+ * Nothing there yet is not an error for `watch` (unlike lookups and `gc`): "watch in one
+ * terminal, allocate in another" is how a new cluster is first watched. An empty prefix, or a
+ * Deno KV file that does not exist yet, gets a note on stderr naming what is missing (so a wrong
+ * `--store` or `--prefix` shows), and the stream starts once the first IDs arrive; a missing
+ * file is waited for (checked every `--poll`), never created.
+ *
  * @module
  */
 import { Allocator } from "../../allocator/allocator.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
-import { requireNamespace } from "./common.ts";
+import { openStore, type Store } from "../store.ts";
+import { emptyNamespaceMessage, namespaceExists, pause } from "./common.ts";
 
 /** Options of `watch`. */
 export interface WatchCommandOptions {
@@ -19,8 +26,20 @@ export interface WatchCommandOptions {
 /** `watch [--no-replay]`. */
 export async function watchCommand(ctx: RunContext, options: WatchCommandOptions): Promise<number> {
   const { output } = ctx;
-  const store = await ctx.store();
-  await requireNamespace(ctx, store);
+  let store = await ctx.store();
+  if (!(await namespaceExists(ctx, store))) {
+    const missing = store.emptyBecause !== undefined;
+    output.warn(
+      `note: ${await emptyNamespaceMessage(ctx, store)}; watching for the first ` +
+        `${missing ? "allocation to create it" : "IDs"} (Ctrl-C to stop)`,
+    );
+    if (missing) {
+      ctx.untimed();
+      const created = await untilCreated(ctx);
+      if (created === undefined) return ExitCode.Ok;
+      store = created;
+    }
+  }
   await using allocator = await Allocator.open(store.backend, {
     min: 1,
     max: Number.MAX_SAFE_INTEGER,
@@ -42,4 +61,19 @@ export async function watchCommand(ctx: RunContext, options: WatchCommandOptions
     if (live) await output.out.flush();
   }
   return ExitCode.Ok;
+}
+
+/**
+ * Opens the store again every `--poll` until its file exists (never creating it), then returns it
+ * opened for the rest of the run; `undefined` when interrupted first.
+ */
+async function untilCreated(ctx: RunContext): Promise<Store | undefined> {
+  for (;;) {
+    await pause(ctx.options.pollMs, ctx.interrupt);
+    if (ctx.interrupt.aborted) return undefined;
+    const probe = await openStore(ctx.options, { create: false, signal: ctx.interrupt });
+    const exists = probe.emptyBecause === undefined;
+    await probe.close();
+    if (exists) return await ctx.store();
+  }
 }

@@ -27,8 +27,14 @@ export interface OpenedBackend {
 export interface DriverOpenOptions {
   /** Whether the run may create the store (only commands that allocate). */
   readonly create: boolean;
-  /** Aborts connecting. */
+  /** Aborts connecting: the user's interrupt or the `--timeout` deadline. */
   readonly signal: AbortSignal;
+  /**
+   * The user's interrupt alone. A driver with a connect timeout of its own (capped by
+   * `--timeout`) connects under this, so that its failure names the cause even when it ends
+   * together with `--timeout`.
+   */
+  readonly interrupt?: AbortSignal;
 }
 
 /** One backend as the CLI knows it. */

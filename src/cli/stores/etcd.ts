@@ -27,15 +27,35 @@ function hostsOf(rest: string): string[] | undefined {
   return valid ? hosts : undefined;
 }
 
+/**
+ * How long connecting waits for an answer unless `--connect-timeout` says otherwise (and at most
+ * `--timeout`): a reachable etcd answers in milliseconds, and a failure should be said in seconds.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
 async function readPem(flag: string, path: string | undefined): Promise<string | undefined> {
   if (path === undefined) return undefined;
+  let text: string;
   try {
-    return await Deno.readTextFile(path);
+    text = await Deno.readTextFile(path);
   } catch (err) {
     throw new InvalidOptionsError(`cannot read ${flag} file ${path}: ${errorText(err)}`, {
       cause: err,
     });
   }
+  if (flag !== "--key") {
+    // Said here with the flag and the file; the backend would only say "the CA certificate".
+    const { certificateProblem } = await import("../../backends/etcd/failure.ts");
+    const { StoreTlsError } = await import("../../backends/etcd/errors.ts");
+    const problem = certificateProblem(text);
+    if (problem !== undefined) {
+      throw new StoreTlsError(
+        `${flag} file ${path} is not a PEM certificate: ${problem}`,
+        "not-a-certificate",
+      );
+    }
+  }
+  return text;
 }
 
 async function open(
@@ -56,9 +76,10 @@ async function open(
     key: await readPem("--key", o.key),
     serverName: o.tlsServerName,
   };
-  // Connecting may take as long as --timeout allows unless --connect-timeout says otherwise; the
-  // same bound holds per request (a request retries across members until it runs out).
-  const waitMs = Math.min(o.connectTimeoutMs ?? o.timeoutMs, o.timeoutMs);
+  // Connecting waits --connect-timeout (5s by default), at most --timeout. A request retries
+  // across members for --connect-timeout when it is given, else for --timeout.
+  const dialMs = Math.min(o.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, o.timeoutMs);
+  const requestMs = Math.min(o.connectTimeoutMs ?? o.timeoutMs, o.timeoutMs);
   const backend = await EtcdBackend.connect({
     endpoints,
     prefix: o.prefix ?? CILIUM_IDENTITIES_PREFIX,
@@ -66,9 +87,9 @@ async function open(
     tls,
     user: o.user,
     password: o.password,
-    dialTimeoutMs: waitMs,
-    requestTimeoutMs: waitMs,
-  }, { signal: open.signal });
+    dialTimeoutMs: dialMs,
+    requestTimeoutMs: requestMs,
+  }, { signal: open.interrupt ?? open.signal });
   return { backend, where: `etcd ${endpoints.join(",")}`, close: () => backend.close() };
 }
 

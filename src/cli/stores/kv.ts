@@ -57,6 +57,84 @@ function isLocalFile(path: string): boolean {
   return path !== ":memory:" && !/^https?:\/\//.test(path);
 }
 
+/**
+ * A relative path against the directory the user ran the command in: `deno task` runs tasks in
+ * the directory of deno.json and says where it was started in `INIT_CWD` (npm scripts do the
+ * same), so `deno task idalloc --store kv:ids.kv` names a file in the caller's directory, not the
+ * repository's. Without `INIT_CWD` (or the env permission to read it) the path stays as given.
+ */
+export function callerPath(path: string): string {
+  if (path.startsWith("/") || /^[A-Za-z]:[\\/]/.test(path)) return path;
+  let base: string | undefined;
+  let cwd: string | undefined;
+  try {
+    base = Deno.env.get("INIT_CWD");
+    cwd = Deno.cwd();
+  } catch {
+    // No --allow-env (or --allow-read for the cwd): relative to the working directory, as given.
+    return path;
+  }
+  if (base === undefined || base === "" || base === cwd) return path;
+  return `${base.replace(/\/+$/, "")}/${path.replace(/^\.\//, "")}`;
+}
+
+/** Flags that only etcd understands: given with a Deno KV store, they are a mistake. */
+const ETCD_ONLY: ReadonlyArray<[keyof GlobalOptions, string]> = [
+  ["ca", "--ca"],
+  ["cert", "--cert"],
+  ["key", "--key"],
+  ["tlsServerName", "--tls-server-name"],
+  ["user", "--user"],
+];
+
+/** The first 16 bytes of every SQLite database file. */
+const SQLITE_HEADER = "SQLite format 3\0";
+
+/** Tables every Deno KV file has (Deno's SQLite backend). */
+const KV_TABLES = ["kv", "migration_state", "data_version"];
+
+/**
+ * Refuses an existing file that is not a Deno KV store: Deno.openKv would add its tables to any
+ * SQLite database, and fail on anything else only at the first read.
+ */
+async function checkKvFile(path: string): Promise<void> {
+  const header = new Uint8Array(16);
+  let read: number | null;
+  {
+    using file = await Deno.open(path, { read: true });
+    read = await file.read(header);
+  }
+  if (read === null || read === 0) return; // an empty file: Deno KV sets it up
+  if (new TextDecoder().decode(header.subarray(0, read)) !== SQLITE_HEADER) {
+    throw new InvalidOptionsError(
+      `invalid option: --store kv:${path}: the file is not a Deno KV store (not an SQLite ` +
+        "database)",
+    );
+  }
+  const { DatabaseSync } = await import("node:sqlite");
+  let tables: string[];
+  try {
+    const db = new DatabaseSync(path, { readOnly: true });
+    try {
+      tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all()
+        .map((row) => String((row as { name: unknown }).name));
+    } finally {
+      db.close();
+    }
+  } catch (err) {
+    throw new StoreUnavailableError(`cannot read Deno KV store ${path}: ${errorText(err)}`, {
+      cause: err,
+    });
+  }
+  if (tables.length > 0 && !KV_TABLES.every((t) => tables.includes(t))) {
+    const shown = tables.slice(0, 5).join(", ") + (tables.length > 5 ? ", …" : "");
+    throw new InvalidOptionsError(
+      `invalid option: --store kv:${path}: the file is an SQLite database but not a Deno KV ` +
+        `store (it has tables ${shown}); refusing to add Deno KV's tables to it`,
+    );
+  }
+}
+
 /** The directory of a local path (`.` for a bare file name). */
 function directoryOf(path: string): string {
   const slash = path.lastIndexOf("/");
@@ -80,6 +158,14 @@ async function open(
   o: GlobalOptions,
   open: DriverOpenOptions,
 ): Promise<OpenedBackend> {
+  for (const [option, flag] of ETCD_ONLY) {
+    if (o[option] !== undefined) {
+      throw new InvalidOptionsError(
+        `invalid option: ${flag} is for etcd; --store kv:${path} is a Deno KV store`,
+      );
+    }
+  }
+  if (isLocalFile(path)) path = callerPath(path);
   const prefix = kvPrefix(o.prefix);
   if (o.leaseTtlMs < 2 * o.clockSkewMs) {
     // Deno KV judges leases with the skew margin on both sides.
@@ -101,6 +187,7 @@ async function open(
       throw new InvalidOptionsError(`invalid option: --store kv:${path} is a directory`);
     }
     missing = kind === "none" && !open.create;
+    if (kind === "file") await checkKvFile(path);
   }
   let kv: Deno.Kv;
   try {

@@ -11,9 +11,12 @@ import { deadline, etcdTest, eventually, namespace, openSession, picker } from "
 
 etcdTest("connect: nothing listening → StoreUnavailableError within dialTimeoutMs", async () => {
   const port = freePort();
+  // A refused connection has its own class, a retryable StoreUnavailableError
+  // (connect_errors.test.ts covers every such failure).
   await assert.rejects(
     EtcdBackend.connect({ endpoints: [`http://127.0.0.1:${port}`], node: "a", dialTimeoutMs: 300 }),
-    (e) => e instanceof StoreUnavailableError && e.retryable && e.name === "StoreUnavailableError",
+    (e) =>
+      e instanceof StoreUnavailableError && e.retryable && e.name === "StoreConnectionRefusedError",
   );
 });
 
