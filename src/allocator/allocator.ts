@@ -549,9 +549,15 @@ export class Allocator<K = string> implements AsyncDisposable {
       const leased: number[] = [];
       try {
         const hint = this.#cache.lookup(k);
+        // A master outside this allocator's range (another cluster's identity under the same
+        // prefix) is never a hint: joining it would write a reference to an ID this node refuses.
+        const inRange = hint !== undefined && hint.id >= this.#gcRange.min &&
+          hint.id <= this.#gcRange.max;
         const result = await this.#session.acquire({
           key: k,
-          hint: hint?.version !== undefined ? { id: hint.id, version: hint.version } : undefined,
+          hint: inRange && hint.version !== undefined
+            ? { id: hint.id, version: hint.version }
+            : undefined,
           pickCandidate: (exclude) => {
             const unmasked = this.#pool.lease(k, this.#unmaskSet(exclude));
             if (unmasked === undefined) return undefined;

@@ -124,3 +124,24 @@ testEachBackendAndMode(
     await watching;
   },
 );
+
+testEachBackendAndMode(
+  "a key held in another range is refused without writing a reference to it",
+  async (factory) => {
+    await using fx = await factory.create();
+    await using low = await Allocator.open(await fx.backend("node-low", { fast: true }), {
+      min: 1,
+      max: 100,
+    });
+    const { id } = await low.allocate(K);
+    await using high = await Allocator.open(await fx.backend("node-high", { fast: true }), {
+      min: 200,
+      max: 300,
+    });
+    await high.waitForInitialSync();
+    await eventually(() => high.cachedId(K) === id, "the other allocator's cache has the key");
+    await assert.rejects(high.allocate(K), (err: Error) => err.name === "InvalidIdError");
+    const refs = (await fx.references()).filter((r) => r.key === K);
+    assert.deepEqual(refs.map((r) => [r.node, r.id]), [["node-low", id]], "no reference to it");
+  },
+);
