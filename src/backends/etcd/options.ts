@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import { parseOptions } from "../../validate.ts";
 
 /** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */

@@ -21,7 +21,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import type { DamageFinding, DamageKind, DamageScanOptions } from "../../allocator/damage.ts";
 import { decodeToken, encodeToken, shorten } from "../../allocator/damage.ts";
 import { InvalidOptionsError } from "../../errors.ts";

@@ -80,6 +80,13 @@ async function open(
   o: GlobalOptions,
   open: DriverOpenOptions,
 ): Promise<OpenedBackend> {
+  if (typeof Deno.openKv !== "function") {
+    // Deno KV is unstable in Deno 2: a `deno install -g` or `deno run` without the flag gets here.
+    throw new InvalidOptionsError(
+      `Deno KV needs Deno's --unstable-kv flag: run idalloc with \`deno run --unstable-kv …\` or ` +
+        `install it with \`deno install -g -A --unstable-kv -n idalloc …\``,
+    );
+  }
   const prefix = kvPrefix(o.prefix);
   if (o.leaseTtlMs < 2 * o.clockSkewMs) {
     // Deno KV judges leases with the skew margin on both sides.
