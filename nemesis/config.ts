@@ -5,9 +5,8 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { z } from "zod";
 import type { Timings } from "./records.ts";
-import { GARBAGE_KINDS } from "./stores/store.ts";
+import { GARBAGE_KINDS, type GarbageKind, KV_ONLY_GARBAGE } from "./stores/store.ts";
 import { type Workload, type WorkloadName, workloadOf, WORKLOADS } from "./workload.ts";
 
 /** Faults the suite can inject. `garbage` stands for every `garbage/<kind>`. */
@@ -33,9 +32,25 @@ export const ETCD_ONLY: ReadonlySet<FaultKind> = new Set([
   "outage",
 ]);
 
+/** A backend's run: its share of `--seconds`, and the fault phase that fits in that share. */
+export interface BackendRun {
+  readonly backend: "kv" | "etcd";
+  /** Its share of `--seconds`: the bound of the whole backend run. */
+  readonly seconds: number;
+  /** Length of its fault phase. */
+  readonly faultSeconds: number;
+}
+
 /** Everything a run needs to know. */
 export interface NemesisOptions {
-  readonly backends: readonly ("kv" | "etcd")[];
+  /** The backend runs, one after the other. */
+  readonly runs: readonly BackendRun[];
+  /** `--seconds`: the bound of the whole run, every backend's together (a growth run adds to it). */
+  readonly totalSeconds: number;
+  /**
+   * Length of the fault phase of the backend run at hand, which `runBackend` reads; set per run by
+   * {@linkcode optionsForRun}.
+   */
   readonly seconds: number;
   readonly seed: number;
   readonly nodes: number;
@@ -47,12 +62,17 @@ export interface NemesisOptions {
   readonly garbage: ReadonlySet<string>;
   /** `--faults` as given (for the command that reproduces a run). */
   readonly faultList: string;
-  /** Allocate/release cycles of the growth run; 0 skips it. */
+  /** Allocate/release cycles of the growth run after each backend run; 0 (the default) skips it. */
   readonly growthOps: number;
   /** Where logs go; a temporary directory when unset. */
   readonly out?: string;
   /** Keep the logs even when the run is clean. */
   readonly keep: boolean;
+}
+
+/** `options` for backend run `run`: its fault phase as `seconds`. */
+export function optionsForRun(options: NemesisOptions, run: BackendRun): NemesisOptions {
+  return { ...options, seconds: run.faultSeconds };
 }
 
 /** Timings of every nemesis process: short, so faults play out within a 90-second run. */
@@ -114,33 +134,125 @@ export function isIdentityWorker(index: number): boolean {
   return index % 3 === 2;
 }
 
+/** A mistake on the command line of `deno task nemesis`, said in plain words. */
+export class NemesisUsageError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "NemesisUsageError";
+  }
+}
+
+/**
+ * What a backend run spends outside its fault phase — starting the store and the workers, letting
+ * them settle, probing every key, draining, reading the logs back and checking — in seconds: a
+ * fixed part, and a share of the run for the logs, which grow with it. Measured on a busy 2-core
+ * machine with 4 workers around a short fault phase: Deno KV 10–11 s, etcd (three members) about
+ * 19 s (a store fault still in progress when the phase ends adds to it).
+ */
+export const OVERHEAD: Readonly<Record<"kv" | "etcd", { fixed: number; share: number }>> = {
+  kv: { fixed: 10, share: 0.02 },
+  etcd: { fixed: 18, share: 0.02 },
+};
+
+/**
+ * The shortest fault phase: 3 s of warm-up, a second in which one fault starts, and the last 5 s,
+ * in which none starts.
+ */
+export const MIN_FAULT_SECONDS = 9;
+
+/** The fault phase that fits a backend run of `seconds` in all. */
+export function faultSeconds(backend: "kv" | "etcd", seconds: number): number {
+  const { fixed, share } = OVERHEAD[backend];
+  return Math.floor(seconds - fixed - share * seconds);
+}
+
+/** The shortest `--seconds` share a backend run can have. */
+export function minSeconds(backend: "kv" | "etcd"): number {
+  let seconds = MIN_FAULT_SECONDS;
+  while (faultSeconds(backend, seconds) < MIN_FAULT_SECONDS) seconds++;
+  return seconds;
+}
+
+/** Growth-run cycles per second on Deno KV (200,000 took 218 s on a busy 2-core machine). */
+const GROWTH_CYCLES_PER_SECOND = 900;
+
+const DEFAULT_SECONDS = 60;
+const MAX_SECONDS = 86_400;
+
+/** The bounds `--help` gives, from the figures above. */
+const BOUNDS = {
+  kv: OVERHEAD.kv.fixed,
+  etcd: OVERHEAD.etcd.fixed,
+  share: `${OVERHEAD.kv.share * 100}%`,
+  minKv: minSeconds("kv"),
+  minEtcd: minSeconds("etcd"),
+  minBoth: 2 * Math.max(minSeconds("kv"), minSeconds("etcd")),
+  growth: GROWTH_CYCLES_PER_SECOND.toLocaleString("en-US"),
+};
+
 const USAGE = `deno task nemesis [options]
 
-  --backend kv|etcd|both   store(s) to run against (default both)
-  --seconds N              length of the fault phase per backend (default 60)
+  --backend kv|etcd|both   store(s) to run against, one after the other (default both)
+  --seconds N              about how long the whole run takes, every backend together
+                           (default ${DEFAULT_SECONDS}): starting the store and the workers, the fault
+                           phase, settling, probing, draining and the checks. Each backend gets
+                           an equal share; its fault phase is what is left after about ${BOUNDS.kv} s
+                           (kv) or ${BOUNDS.etcd} s (etcd) for the rest, and ${BOUNDS.share} for reading the logs.
+                           At least ${BOUNDS.minKv} (kv), ${BOUNDS.minEtcd} (etcd), ${BOUNDS.minBoth} (both); at most ${MAX_SECONDS}.
   --seed S                 seed of every random choice (default: random, printed)
-  --nodes N                worker processes, 3 or more (default 4; every third uses the identity layer)
+  --nodes N                worker processes, 3 to 32 (default 4; every third uses the identity layer)
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
-                           a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref
+                           a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref.
+                           ${[...ETCD_ONLY].join(", ")} run on etcd only.
   --workload NAME          ${WORKLOADS.join("|")}: "keyside" crowds 60 keys into 80 IDs with
-                           short leases and GC every 500 ms (default: default)
-  --growth N               allocate/release cycles of the growth run (default 200000; 0 skips it)
+                           short leases, GC every 500 ms and overlapping faults (default: default)
+  --growth N               after each backend's run, N allocate/release cycles on a fresh store,
+                           checked for growth; on top of --seconds (about ${BOUNDS.growth} cycles a
+                           second on Deno KV, fewer on etcd). Default 0: no growth run.
   --out DIR                keep logs in DIR (default: a temp dir, kept only on violations)
   --keep                   keep the logs of a clean run too
-  --help`;
+  --help
 
-const optionsSchema = z.object({
-  backend: z.enum(["kv", "etcd", "both"]).default("both"),
-  seconds: z.coerce.number().int().min(10).max(86_400).default(60),
-  seed: z.coerce.number().int().min(0).max(2 ** 31 - 1).optional(),
-  nodes: z.coerce.number().int().min(3).max(32).default(4),
-  faults: z.string().default("all"),
-  workload: z.enum(WORKLOADS).default("default"),
-  growth: z.coerce.number().int().min(0).max(10_000_000).default(200_000),
-  out: z.string().min(1).optional(),
-  keep: z.boolean().default(false),
-});
+Exit code: 0 no violation; 1 a violation, or a mistake on this command line; 2 the harness
+itself failed (a check may not have run fully).`;
+
+/** `text` as a whole number from `min` to `max`, or a usage error naming `--name`. */
+function wholeNumber(name: string, text: string, min: number, max: number, what: string): number {
+  const n = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!(n >= min && n <= max)) {
+    throw new NemesisUsageError(`--${name} takes ${what} from ${min} to ${max}, not '${text}'`);
+  }
+  return n;
+}
+
+/** `--workload` as given, or a usage error naming the workloads. */
+function workloadName(text: string | undefined): WorkloadName {
+  if (text === undefined) return "default";
+  if (!(WORKLOADS as readonly string[]).includes(text)) {
+    throw new NemesisUsageError(`--workload takes ${WORKLOADS.join(" or ")}, not '${text}'`);
+  }
+  return text as WorkloadName;
+}
+
+/** node:util's parseArgs errors in plain words. */
+function argsError(err: unknown): NemesisUsageError {
+  const code = (err as { code?: string }).code;
+  const text = err instanceof Error ? err.message : String(err);
+  const quoted = /'([^']*)'/.exec(text)?.[1];
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    return new NemesisUsageError(`unknown option ${quoted ?? text} (see --help)`);
+  }
+  if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") {
+    return new NemesisUsageError(`unexpected argument '${quoted ?? text}': options start with --`);
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") {
+    const option = /--[a-z]+/.exec(text)?.[0] ?? "an option";
+    return new NemesisUsageError(`${option} needs a value (see --help)`);
+  }
+  return new NemesisUsageError(text.split("\n")[0]);
+}
 
 /** Parses `--faults`: names, `garbage/<kind>`, `all`, and `-name` removals. */
 export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Set<string> } {
@@ -156,14 +268,16 @@ export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Se
     const remove = item.startsWith("-");
     const name = remove ? item.slice(1) : item;
     if (name === "all") {
-      if (remove) throw new Error(`'-all' removes everything`);
+      if (remove) throw new NemesisUsageError(`'-all' removes everything`);
       addAll();
       continue;
     }
     if (name.startsWith("garbage/")) {
       const kind = name.slice("garbage/".length);
       if (!(GARBAGE_KINDS as readonly string[]).includes(kind)) {
-        throw new Error(`unknown garbage kind '${kind}' (have: ${GARBAGE_KINDS.join(", ")})`);
+        throw new NemesisUsageError(
+          `unknown garbage kind '${kind}' (have: ${GARBAGE_KINDS.join(", ")})`,
+        );
       }
       if (remove) garbage.delete(kind);
       else {
@@ -173,7 +287,9 @@ export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Se
       continue;
     }
     if (!(FAULT_KINDS as readonly string[]).includes(name)) {
-      throw new Error(`unknown fault '${name}' (have: ${FAULT_KINDS.join(", ")}, garbage/<kind>)`);
+      throw new NemesisUsageError(
+        `unknown fault '${name}' (have: ${FAULT_KINDS.join(", ")}, garbage/<kind>)`,
+      );
     }
     const kind = name as FaultKind;
     if (remove) {
@@ -188,45 +304,90 @@ export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Se
   return { faults, garbage };
 }
 
-/** Parses the command line; returns `undefined` after printing help, throws on bad input. */
+/**
+ * Parses the command line; returns `undefined` after printing help, throws
+ * {@linkcode NemesisUsageError} on a mistake.
+ */
 export function parseOptions(args: readonly string[]): NemesisOptions | undefined {
-  const { values } = parseArgs({
-    args: [...args],
-    options: {
-      backend: { type: "string" },
-      seconds: { type: "string" },
-      seed: { type: "string" },
-      nodes: { type: "string" },
-      faults: { type: "string" },
-      workload: { type: "string" },
-      growth: { type: "string" },
-      out: { type: "string" },
-      keep: { type: "boolean" },
-      help: { type: "boolean" },
-    },
-    strict: true,
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...args],
+      options: {
+        backend: { type: "string" },
+        seconds: { type: "string" },
+        seed: { type: "string" },
+        nodes: { type: "string" },
+        faults: { type: "string" },
+        workload: { type: "string" },
+        growth: { type: "string" },
+        out: { type: "string" },
+        keep: { type: "boolean" },
+        help: { type: "boolean" },
+      },
+      strict: true,
+    }));
+  } catch (err) {
+    throw argsError(err);
+  }
   if (values.help) {
     console.log(USAGE);
     return undefined;
   }
-  const parsed = optionsSchema.safeParse(values);
-  if (!parsed.success) {
-    throw new Error(`${z.prettifyError(parsed.error)}\n\n${USAGE}`);
+  const backend = values.backend ?? "both";
+  if (backend !== "kv" && backend !== "etcd" && backend !== "both") {
+    throw new NemesisUsageError(`--backend takes kv, etcd or both, not '${backend}'`);
   }
-  const o = parsed.data;
-  const { faults, garbage } = parseFaults(o.faults);
+  const backends: ("kv" | "etcd")[] = backend === "both" ? ["kv", "etcd"] : [backend];
+  const totalSeconds = values.seconds === undefined
+    ? DEFAULT_SECONDS
+    : wholeNumber("seconds", values.seconds, 1, MAX_SECONDS, "a whole number of seconds");
+  const share = Math.floor(totalSeconds / backends.length);
+  const runs = backends.map((b) => ({
+    backend: b,
+    seconds: share,
+    faultSeconds: faultSeconds(b, share),
+  }));
+  if (runs.some((r) => r.faultSeconds < MIN_FAULT_SECONDS)) {
+    const least = backends.length * Math.max(...backends.map(minSeconds));
+    const rest = backends.map((b) => `${OVERHEAD[b].fixed} s (${b})`).join(" or ");
+    throw new NemesisUsageError(
+      `--seconds ${totalSeconds} is too short for ${
+        backend === "both" ? "both backends" : backend
+      }: it needs at least ${least} (a backend's run spends about ${rest} starting, settling ` +
+        `and checking, around at least ${MIN_FAULT_SECONDS} s of faults)`,
+    );
+  }
+  if (values.out === "") throw new NemesisUsageError("--out needs a directory");
+  const { faults, garbage } = parseFaults(values.faults ?? "all");
   return {
-    backends: o.backend === "both" ? ["kv", "etcd"] : [o.backend],
-    seconds: o.seconds,
-    seed: o.seed ?? Math.floor(Math.random() * 1_000_000),
-    nodes: o.nodes,
+    runs,
+    totalSeconds,
+    seconds: runs[0].faultSeconds,
+    seed: values.seed === undefined
+      ? Math.floor(Math.random() * 1_000_000)
+      : wholeNumber("seed", values.seed, 0, 2 ** 31 - 1, "a whole number"),
+    nodes: values.nodes === undefined
+      ? 4
+      : wholeNumber("nodes", values.nodes, 3, 32, "a number of worker processes"),
     faults,
     garbage,
-    workload: o.workload,
-    faultList: o.faults,
-    growthOps: o.growth,
-    out: o.out,
-    keep: o.keep,
+    workload: workloadName(values.workload),
+    faultList: values.faults ?? "all",
+    growthOps: values.growth === undefined
+      ? 0
+      : wholeNumber("growth", values.growth, 0, 10_000_000, "a number of cycles"),
+    out: values.out,
+    keep: values.keep ?? false,
   };
+}
+
+/** The faults a run on `backend` injects, as a header lists them. */
+export function faultsOf(backend: "kv" | "etcd", options: NemesisOptions): string {
+  const kinds = [...options.faults].filter((k) => backend === "etcd" || !ETCD_ONLY.has(k));
+  const garbage = [...options.garbage].filter((g) =>
+    backend === "kv" || !KV_ONLY_GARBAGE.has(g as GarbageKind)
+  );
+  const names = kinds.map((k) => k === "garbage" ? `garbage (${garbage.join(", ")})` : k);
+  return names.length === 0 ? "none" : names.join(", ");
 }

@@ -1,10 +1,12 @@
 /**
  * `deno task nemesis`: kills, stalls, outages and garbage under load, with the invariants checked
  * from the store and from every answer the workers gave. A bounded, seeded run per backend prints
- * a table and exits 1 on any violation, 2 on bad options or when the harness itself failed.
+ * a table; `--seconds` bounds the whole run (a growth run, only when asked for with `--growth`,
+ * comes on top). Exits 1 on any violation or a mistake on the command line, 2 when the harness
+ * itself failed.
  *
  * ```sh
- * deno task nemesis --backend both --seconds 90
+ * deno task nemesis --backend both --seconds 180
  * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
  * deno task nemesis --faults -stall --seed 17                   # everything but stalls
  * ```
@@ -13,22 +15,29 @@
  */
 import { processIo, Sink } from "../src/cli/io.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
-import { type NemesisOptions, parseOptions } from "./config.ts";
+import {
+  type BackendRun,
+  faultsOf,
+  type NemesisOptions,
+  NemesisUsageError,
+  optionsForRun,
+  parseOptions,
+} from "./config.ts";
 import { runGrowth, writeGrowth } from "./growth.ts";
 import { clean, writeReport } from "./report.ts";
 import { runBackend } from "./run.ts";
 
-function command(o: NemesisOptions, backend: string): string {
+/** The command that repeats `run` alone: its share of `--seconds`, its seed, no growth run. */
+function command(o: NemesisOptions, run: BackendRun): string {
   const parts = [
     "deno task nemesis",
-    `--backend ${backend}`,
-    `--seconds ${o.seconds}`,
+    `--backend ${run.backend}`,
+    `--seconds ${run.seconds}`,
     `--seed ${o.seed}`,
     `--nodes ${o.nodes}`,
   ];
   if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
   if (o.workload !== "default") parts.push(`--workload ${o.workload}`);
-  parts.push("--growth 0");
   return parts.join(" ");
 }
 
@@ -37,19 +46,23 @@ async function main(): Promise<number> {
   try {
     options = parseOptions(Deno.args);
   } catch (err) {
-    console.error(`nemesis: ${err instanceof Error ? err.message : err}`);
-    return 2;
+    if (!(err instanceof NemesisUsageError)) throw err;
+    console.error(`nemesis: ${err.message}`);
+    return 1;
   }
   if (!options) return 0;
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
-  sink.line(
-    `nemesis: seed ${options.seed}, faults ${[...options.faults].join(", ")}; logs in ${root}`,
-  );
+  const runs = options.runs.map((r) => `${r.backend} for ${r.seconds} s`).join(", then ");
+  const growth = options.growthOps > 0
+    ? `then ${options.growthOps.toLocaleString("en-US")} growth cycles after each (on top)`
+    : "no growth run (--growth N adds one)";
+  sink.line(`nemesis: seed ${options.seed}, ${runs}; ${growth}; logs in ${root}`);
   let ok = true;
   /** Whether the harness itself failed somewhere, so that a check may not have run fully. */
   let harness = false;
-  for (const backend of options.backends) {
+  for (const run of options.runs) {
+    const { backend } = run;
     if (backend === "etcd") {
       const why = etcdUnavailable();
       if (why) {
@@ -58,8 +71,8 @@ async function main(): Promise<number> {
       }
     }
     try {
-      const report = await runBackend(backend, options, `${root}/${backend}`);
-      writeReport(sink, report, command(options, backend));
+      const report = await runBackend(backend, optionsForRun(options, run), `${root}/${backend}`);
+      writeReport(sink, report, { run, faults: faultsOf(backend, options) }, command(options, run));
       ok &&= clean(report);
       harness ||= report.harness.length > 0;
       if (options.growthOps > 0) {

@@ -8,17 +8,30 @@ import { writeTable } from "../src/cli/table.ts";
 import type { Sink } from "../src/cli/io.ts";
 import type { BackendReport } from "./run.ts";
 import { clock } from "./checks/violation.ts";
+import type { BackendRun } from "./config.ts";
 
 /** Violations printed per run; the rest are in the run's `report.json`. */
 const SHOWN = 12;
 
+/** What the header of a backend's report says about the run as it was planned. */
+export interface RunPlan {
+  /** Its share of `--seconds` and its fault phase. */
+  readonly run: BackendRun;
+  /** The faults it injects, as a list for people (only this backend's). */
+  readonly faults: string;
+}
+
 /** Writes the report of one backend run. */
-export function writeReport(sink: Sink, r: BackendReport, command: string): void {
+export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command: string): void {
   const failed = [...r.checks.values()].reduce((n, c) => n + c.failed, 0);
+  const took = Math.round(r.durationMs / 1_000);
+  // A busy machine can stretch the parts around the fault phase past their estimate: say so.
+  const over = took > plan.run.seconds ? ` (over its ${plan.run.seconds} s: a busy machine)` : "";
   sink.line(
-    `== nemesis ${r.backend}: seed ${r.seed}, ${r.seconds} s of faults, ${r.workers.plain} allocator + ` +
-      `${r.workers.identity} identity workers, ${Math.round(r.durationMs / 1_000)} s in all`,
+    `== nemesis ${r.backend}: seed ${r.seed}, ${took} s in all${over}, ${r.seconds} s of faults, ` +
+      `${r.workers.plain} allocator + ${r.workers.identity} identity workers`,
   );
+  sink.line(`   faults: ${plan.faults}`);
   sink.line(`   reproduce: ${command}`);
   sink.line();
 

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { getLogger, type Logger } from "@logtape/logtape";
+import { getLogger, type Logger } from "./deps/logtape.ts";
 
 /** A logger for `["idalloc", ...category]`. */
 export function idallocLogger(...category: string[]): Logger {

@@ -20,7 +20,7 @@
  *
  * @module
  */
-import type { z } from "zod";
+import type { z } from "./deps/zod.ts";
 import { InvalidOptionsError } from "./errors.ts";
 
 /** How an option's path is named in messages: `'backoff.maxMs'` by default. */

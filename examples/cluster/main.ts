@@ -5,7 +5,10 @@
  * @module
  */
 import { DenoKvBackend } from "@idalloc/idalloc";
+import { exitOnMistakes } from "../mistakes.ts";
 import { type ClusterStore, runCluster } from "./scenario.ts";
+
+exitOnMistakes("cluster");
 
 const dir = await Deno.makeTempDir({ prefix: "idalloc-cluster-" });
 const store: ClusterStore = { kind: "deno-kv", path: `${dir}/ids.kv`, prefix: ["cluster"] };

@@ -1,8 +1,9 @@
 /**
  * One node of the cluster example, in its own process. It allocates the keys it is given (all at
  * once, racing the other nodes), prints `{"node", "ids": {key: id}}` as one JSON line, then keeps
- * its lease alive, releasing keys when told (`release <key>` on stdin), until it reads `exit` (or is
- * killed).
+ * its lease alive, releasing keys when told (`release <key>` on stdin), until it reads `exit`: then
+ * it releases what it still holds, so that two GC passes can remove everything the example wrote
+ * (or it is killed, and its references lapse with its lease).
  *
  * `deno run -A examples/cluster/node.ts '<store JSON>' <node> <key,key,…>`
  *
@@ -10,7 +11,10 @@
  */
 import { Allocator, type Backend, DenoKvBackend } from "@idalloc/idalloc";
 import { EtcdBackend } from "@idalloc/idalloc/etcd";
+import { exitOnMistakes } from "../mistakes.ts";
 import type { ClusterStore } from "./scenario.ts";
+
+exitOnMistakes(Deno.args[1] ?? "node");
 
 const [storeJson, node, keyList] = Deno.args;
 const store: ClusterStore = JSON.parse(storeJson);
@@ -33,6 +37,7 @@ if (store.kind === "deno-kv") {
 const allocator = await Allocator.open(backend, { min: 256, max: 65535, leaseTtlMs: LEASE_TTL_MS });
 
 const keys = keyList.split(",");
+const held = new Set(keys);
 const results = await Promise.all(keys.map((key) => allocator.allocate(key)));
 const ids = Object.fromEntries(keys.map((key, i) => [key, results[i].id]));
 console.log(JSON.stringify({ node, ids }));
@@ -49,10 +54,12 @@ commands: for await (const chunk of Deno.stdin.readable.pipeThrough(new TextDeco
     if (command === "exit") break commands;
     if (command === "release") {
       const { lastUse } = await allocator.release(key);
+      held.delete(key);
       console.log(JSON.stringify({ node, key, lastUse }));
     }
   }
 }
+for (const key of held) await allocator.release(key);
 await allocator.close();
 if (backend instanceof EtcdBackend) await backend.close();
 kv?.close();

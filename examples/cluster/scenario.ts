@@ -7,6 +7,7 @@
  * @module
  */
 import { Allocator, type Backend, type GcStats } from "@idalloc/idalloc";
+import { ExampleError } from "../mistakes.ts";
 
 /** Where the nodes meet. */
 export type ClusterStore =
@@ -81,7 +82,13 @@ class NodeProcess {
   async #line(): Promise<Record<string, never>> {
     while (!this.#buffer.includes("\n")) {
       const { value, done } = await this.#lines.read();
-      if (done) throw new Error(`${this.name} exited: ${await this.#stderr}`);
+      if (done) {
+        // One line is an ordinary mistake the node reported (see `mistakes.ts`); more is a bug's
+        // stack trace, kept as it is.
+        const stderr = (await this.#stderr).trim();
+        const Failure = stderr.includes("\n") ? Error : ExampleError;
+        throw new Failure(`${this.name} exited: ${stderr}`);
+      }
       this.#buffer += value;
     }
     const newline = this.#buffer.indexOf("\n");

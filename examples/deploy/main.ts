@@ -21,6 +21,7 @@
  *
  * @module
  */
+import { ExampleError, exitOnMistakes, openKvFile } from "../mistakes.ts";
 import { createHandler } from "./handler.ts";
 import { PrometheusMetrics } from "./metrics.ts";
 import { IdentityService } from "./service.ts";
@@ -43,22 +44,61 @@ export function isolateNode(env: Pick<typeof Deno.env, "get"> = Deno.env): strin
   return `deploy-${region}-${deployment}-${crypto.randomUUID().slice(0, 8)}`;
 }
 
+/** The local port: `$PORT` (0 picks a free one), 8000 without it. */
+function localPort(): number {
+  const text = Deno.env.get("PORT") ?? "8000";
+  const port = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
+  if (!(port <= 65535)) {
+    throw new ExampleError(`PORT must be a port number from 0 to 65535, not '${text}'`);
+  }
+  return port;
+}
+
+/** Serves `handler` on loopback `port`; a port another process has is an {@linkcode ExampleError}. */
+function serveLocally(
+  port: number,
+  handler: Deno.ServeHandler,
+  node: string,
+): Deno.HttpServer<Deno.NetAddr> {
+  try {
+    return Deno.serve({
+      hostname: "127.0.0.1",
+      port,
+      onListen: ({ hostname, port }) =>
+        console.log(`identity service (node ${node}) on http://${hostname}:${port}/`),
+    }, handler);
+  } catch (err) {
+    if (!(err instanceof Deno.errors.AddrInUse)) throw err;
+    throw new ExampleError(
+      `port ${port} on 127.0.0.1 is in use: set PORT to a free port (PORT=0 picks one)`,
+      { cause: err },
+    );
+  }
+}
+
 if (import.meta.main) {
+  exitOnMistakes("deploy");
   const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;
+  // Checked before anything is opened, so that a mistake leaves no KV file behind.
+  const port = onDeploy ? undefined : localPort();
   // Under OTEL_DENO=true Deno's own provider is global already and exports over OTLP.
   const metrics = PrometheusMetrics.install();
-  const kv = onDeploy
+  const kv = port === undefined
     ? await Deno.openKv()
-    : await Deno.openKv(Deno.env.get("IDALLOC_KV_PATH") ?? "./deploy.kv");
+    : await openKvFile(Deno.env.get("IDALLOC_KV_PATH") ?? "./deploy.kv", "IDALLOC_KV_PATH");
   const service = await IdentityService.open(kv, { node: isolateNode() });
   const stopping = new AbortController();
   const handler = createHandler(service, { signal: stopping.signal, metrics });
-  const server = onDeploy ? Deno.serve(handler) : Deno.serve({
-    hostname: "127.0.0.1",
-    port: Number(Deno.env.get("PORT") ?? 8000),
-    onListen: ({ hostname, port }) =>
-      console.log(`identity service (node ${service.node}) on http://${hostname}:${port}/`),
-  }, handler);
+  let server: Deno.HttpServer<Deno.NetAddr>;
+  try {
+    server = port === undefined ? Deno.serve(handler) : serveLocally(port, handler, service.node);
+  } catch (err) {
+    // Nothing serves: let go of the store before saying why.
+    await service.close();
+    await metrics?.[Symbol.asyncDispose]();
+    kv.close();
+    throw err;
+  }
 
   const listeners: Array<() => void> = [];
   const shutdown = async () => {

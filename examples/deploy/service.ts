@@ -153,6 +153,8 @@ export class IdentityService implements AsyncDisposable {
       } catch (err) {
         if (!signal.aborted) console.error(`[${this.node}] reconcile failed: ${err}`);
       }
+      // An abort during the pass has fired already: waiting for it would take the whole interval.
+      if (signal.aborted) break;
       await new Promise<void>((resolve) => {
         const timer = setTimeout(done, reconcileMs);
         signal.addEventListener("abort", done, { once: true });

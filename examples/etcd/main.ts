@@ -1,15 +1,19 @@
 /**
  * `deno task etcd`: the cluster scenario (four node processes agree on IDs, one is killed, GC
- * reclaims) on etcd, in Cilium's key layout. Uses `ETCD_ENDPOINTS` (comma-separated client URLs)
- * if set, else starts a private etcd on loopback when an `etcd` binary is installed, else explains
- * and exits 0.
+ * reclaims) on etcd, in Cilium's key layout. Uses `ETCD_ENDPOINTS` (comma-separated client URLs,
+ * or etcdctl's `host:port`) if set, else starts a private etcd on loopback when an `etcd` binary is
+ * installed, else explains and exits 0. On an etcd of the user's, it removes what it wrote when it
+ * is done (or says where it left it).
  *
  * @module
  */
+import { Allocator, InvalidOptionsError } from "@idalloc/idalloc";
 import { EtcdBackend } from "@idalloc/idalloc/etcd";
 import { type EtcdCluster, findEtcd, startEtcd } from "../../tests/_support/etcd.ts";
 import { type ClusterStore, runCluster } from "../cluster/scenario.ts";
+import { ExampleError, exitOnMistakes } from "../mistakes.ts";
 
+exitOnMistakes("etcd");
 let etcd: EtcdCluster | undefined;
 let endpoints = Deno.env.get("ETCD_ENDPOINTS")?.split(",").map((e) => e.trim()).filter(Boolean);
 if (endpoints === undefined || endpoints.length === 0) {
@@ -29,13 +33,54 @@ if (endpoints === undefined || endpoints.length === 0) {
 
 // A fresh prefix per run, so that a shared etcd keeps runs apart.
 const prefix = `idalloc-example/${crypto.randomUUID().slice(0, 8)}`;
-console.log(`Cilium's layout under ${prefix}: id/<ID> → key, value/<key>/<node> → ID (leased)\n`);
-const store: ClusterStore = { kind: "etcd", endpoints, prefix };
 let ok = false;
 try {
-  await using operator = await EtcdBackend.connect({ endpoints, prefix, node: "operator" });
-  ok = await runCluster(store, operator);
+  await using operator = await connect(endpoints, prefix);
+  console.log(`Cilium's layout under ${prefix}: id/<ID> → key, value/<key>/<node> → ID (leased)\n`);
+  try {
+    ok = await runCluster({ kind: "etcd", endpoints, prefix } satisfies ClusterStore, operator);
+  } finally {
+    // A private etcd goes away with its data; the user's keeps what the example wrote unless it
+    // is removed here.
+    if (etcd === undefined) await cleanUp(operator);
+  }
 } finally {
   await etcd?.close();
 }
 if (!ok) Deno.exit(1);
+
+/** The operator's backend; a mistake in `ETCD_ENDPOINTS` is said as one. */
+async function connect(endpoints: string[], prefix: string): Promise<EtcdBackend> {
+  try {
+    return await EtcdBackend.connect({ endpoints, prefix, node: "operator" });
+  } catch (err) {
+    if (!(err instanceof InvalidOptionsError)) throw err;
+    throw new ExampleError(
+      `ETCD_ENDPOINTS takes comma-separated client URLs (http://127.0.0.1:2379) or host:port: ` +
+        err.message,
+      { cause: err },
+    );
+  }
+}
+
+/**
+ * Removes what the run wrote: the nodes released their keys when they stopped and the killed
+ * node's references lapsed with its lease, so two GC passes delete every master left under the
+ * prefix. Says where anything is left.
+ */
+async function cleanUp(operator: EtcdBackend): Promise<void> {
+  const signal = AbortSignal.timeout(10_000);
+  let left = true;
+  try {
+    await using gc = await Allocator.open(operator, { min: 256, max: 65535 }, { signal });
+    let deleted = 0;
+    for (let pass = 0; pass < 2; pass++) deleted += (await gc.runGc({ signal })).deleted;
+    left = await operator.admin().namespaceExists(signal);
+    if (!left) console.log(`removed the example's ${deleted} IDs from etcd (${prefix} is empty)`);
+  } catch (err) {
+    console.error(`cleaning up failed: ${err instanceof Error ? err.message : err}`);
+  }
+  if (left) {
+    console.log(`left entries under ${prefix}/ in etcd: etcdctl del --prefix ${prefix}/`);
+  }
+}

@@ -5,8 +5,10 @@
  * @module
  */
 import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
+import { exitOnMistakes, openKvFile } from "../mistakes.ts";
 
-using kv = await Deno.openKv(Deno.args[0] ?? "./quickstart.kv");
+exitOnMistakes("quickstart");
+using kv = await openKvFile(Deno.args[0] ?? "./quickstart.kv", "the first argument");
 const backend = new DenoKvBackend(kv, { prefix: ["quickstart"], node: "node-a" });
 await using ids = await Allocator.open(backend, { min: 256, max: 65535 });
 

@@ -99,7 +99,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #backend: Backend;
   readonly #session: BackendSession;
   readonly #settings: AllocatorSettings<K>;
-  readonly #cache = new IdCache<K>();
+  // Own allocations enter the cache decoded (see `IdCache.insertLocal`); settings are set by then.
+  readonly #cache = new IdCache<K>((k) => this.#settings.codec.decode(k));
   readonly #pool: IdPool;
   readonly #local = new LocalKeys();
   readonly #mutex = new KeyedMutex();
@@ -225,6 +226,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     for (let attempt = 0; !signal.aborted; attempt++) {
       // A (re)started watch re-lists: IDs not seen again before `synced` have vanished.
       const seen = new Set<number>();
+      const listedFrom = this.#cache.mark();
       let listing = true;
       try {
         for await (const event of this.#telemetry.watched(this.#session.watch(signal))) {
@@ -232,7 +234,7 @@ export class Allocator<K = string> implements AsyncDisposable {
             if (listing) {
               listing = false;
               for (const [id] of [...this.#cache.entries()]) {
-                if (!seen.has(id)) this.#onDelete(id);
+                if (!seen.has(id) && this.#cache.unlisted(id, listedFrom)) this.#onDelete(id);
               }
             }
             attempt = 0;
@@ -570,7 +572,7 @@ export class Allocator<K = string> implements AsyncDisposable {
         });
         const id = this.#validId(result.id, k);
         this.#pool.remove(this.#unmask(id));
-        this.#cache.insertLocal(k, id, result.version);
+        this.#publish(this.#cache.insertLocal(k, id, result.version));
         return { ...result, id };
       } catch (err) {
         if (signal.aborted) {
@@ -923,7 +925,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       this.#fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;
       this.#fence.reassigned();
-      this.#cache.insertLocal(key, id, version);
+      this.#publish(this.#cache.insertLocal(key, id, version));
       await this.#forgetIfGone(oldId, key, signal);
       const value = this.#settings.codec.decode(key);
       log.warning("held key {key} lost ID {oldId} while fenced; re-acquired as {newId}", {

@@ -11,8 +11,11 @@ export interface CacheEntry<K> {
   readonly key: string;
   /** The decoded key. */
   readonly value: K;
-  /** The master's version (opaque; a hint for the backend). */
-  readonly version: string;
+  /**
+   * The master's version (opaque; a hint for the backend); unknown for this node's own
+   * allocation when the backend did not report it and the watch has not echoed it yet.
+   */
+  readonly version?: string;
 }
 
 /** A change of the cache that subscribers see. */
@@ -20,7 +23,15 @@ export type CacheChange<K> =
   | { readonly type: "upsert"; readonly id: number; readonly key: K }
   | { readonly type: "delete"; readonly id: number; readonly key: K };
 
-/** ID → key and key → ID, fed by the backend's watch and by this node's own allocations. */
+/**
+ * ID → key and key → ID, fed by the backend's watch and by this node's own allocations.
+ *
+ * A node's own allocation enters the cache (and reaches subscribers) when `allocate` resolves,
+ * not when the watch echoes it a poll interval or a watch round trip later: a caller that lists
+ * `entries()` or starts a `watch()` right after its `allocate` sees the mapping it was just given.
+ * The echo then changes nothing that subscribers see (it only brings the master's version).
+ * Cilium's `insert` shows the mapping only from the next watch event on; here no wait is needed.
+ */
 export class IdCache<K> {
   readonly #byId = new Map<number, CacheEntry<K>>();
   /** The newest master of each key. */
@@ -31,10 +42,18 @@ export class IdCache<K> {
    */
   readonly #shared = new Map<string, Set<number>>();
   /**
-   * Mappings this node allocated that the watch has not echoed yet. Kept apart so that the echo
-   * still reaches subscribers as an upsert (Cilium's `insert` emits nothing; the watch does).
+   * This node's own allocations that the watch has not echoed yet, by encoded key, with when
+   * they were inserted (see {@linkcode IdCache.mark}).
    */
-  readonly #pending = new Map<string, { id: number; version?: string }>();
+  readonly #unechoed = new Map<string, { id: number; seq: number }>();
+  #seq = 0;
+
+  readonly #decode: (key: string) => K;
+
+  /** @param decode decodes an encoded key of this node's own allocations. */
+  constructor(decode: (key: string) => K) {
+    this.#decode = decode;
+  }
 
   /** Number of cached IDs. */
   get size(): number {
@@ -44,8 +63,7 @@ export class IdCache<K> {
   /** The cached ID of encoded key `key`, with its version if known. */
   lookup(key: string): { id: number; version?: string } | undefined {
     const id = this.#byKey.get(key);
-    if (id !== undefined) return { id, version: this.#byId.get(id)?.version };
-    return this.#pending.get(key);
+    return id === undefined ? undefined : { id, version: this.#byId.get(id)?.version };
   }
 
   /** Cached IDs other than `id` whose master names encoded key `key` (a second master). */
@@ -66,15 +84,48 @@ export class IdCache<K> {
     return this.#byId.entries();
   }
 
-  /** Remembers this node's own fresh allocation until the watch reports it. */
-  insertLocal(key: string, id: number, version?: string): void {
-    if (this.#byKey.get(key) === id) return;
-    this.#pending.set(key, { id, version });
+  /**
+   * Inserts this node's own fresh allocation before the watch reports it; returns the change to
+   * publish. A key the codec cannot decode waits for the watch (which logs and skips it).
+   */
+  insertLocal(key: string, id: number, version?: string): CacheChange<K> | undefined {
+    if (this.#byKey.get(key) === id) return undefined;
+    let value: K;
+    try {
+      value = this.#decode(key);
+    } catch {
+      return undefined;
+    }
+    this.#unechoed.set(key, { id, seq: ++this.#seq });
+    return this.#set(id, key, value, version);
+  }
+
+  /**
+   * A mark to take when a listing of the store starts: {@linkcode IdCache.unlisted} then tells
+   * which cached IDs the listing should have shown.
+   */
+  mark(): number {
+    return this.#seq;
+  }
+
+  /**
+   * Whether `id` is missing from a listing that started at `mark` because it vanished: not when
+   * it is this node's own allocation, inserted after the listing's snapshot may have been taken
+   * and not echoed yet (the watch that follows the listing reports it, or its deletion).
+   */
+  unlisted(id: number, mark: number): boolean {
+    const key = this.#byId.get(id)?.key;
+    const own = key === undefined ? undefined : this.#unechoed.get(key);
+    return own === undefined || own.id !== id || own.seq <= mark;
   }
 
   /** Applies an upsert; returns the change to publish, or undefined if nothing changed. */
   upsert(id: number, key: string, value: K, version: string): CacheChange<K> | undefined {
-    this.#pending.delete(key);
+    this.#unechoed.delete(key);
+    return this.#set(id, key, value, version);
+  }
+
+  #set(id: number, key: string, value: K, version?: string): CacheChange<K> | undefined {
     const old = this.#byId.get(id);
     this.#byId.set(id, { key, value, version });
     if (old && old.key !== key) this.#unlink(old.key, id);
@@ -85,11 +136,9 @@ export class IdCache<K> {
 
   /** Applies a delete; returns the change to publish, or undefined if `id` was not cached. */
   delete(id: number): CacheChange<K> | undefined {
-    for (const [key, pending] of this.#pending) {
-      if (pending.id === id) this.#pending.delete(key);
-    }
     const old = this.#byId.get(id);
     if (!old) return undefined;
+    if (this.#unechoed.get(old.key)?.id === id) this.#unechoed.delete(old.key);
     this.#byId.delete(id);
     this.#unlink(old.key, id);
     return { type: "delete", id, key: old.value };

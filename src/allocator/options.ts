@@ -3,7 +3,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../deps/zod.ts";
 import { InvalidOptionsError } from "../errors.ts";
 import { parseOptions } from "../validate.ts";
 import type { Backoff } from "./backoff.ts";

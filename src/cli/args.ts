@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../deps/zod.ts";
 import { InvalidIdError } from "../errors.ts";
 import { parseOptions } from "../validate.ts";
 import { driverOf, storeSyntax } from "./stores/mod.ts";

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { Command, Option } from "commander";
+import type { Command, Option } from "../deps/commander.ts";
 import { InvalidOptionsError } from "../errors.ts";
 
 /** The shells {@linkcode completionScript} writes for. */

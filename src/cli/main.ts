@@ -33,7 +33,7 @@
  *
  * @module
  */
-import { configure, getTextFormatter, reset } from "@logtape/logtape";
+import { configure, getTextFormatter, reset } from "../deps/logtape.ts";
 import { classify, errorLine, ExitCode } from "./exit.ts";
 import { InvalidOptionsError } from "../errors.ts";
 import { type CliIo, Output, processIo } from "./io.ts";

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { Command, CommanderError, Option } from "commander";
+import { Command, CommanderError, Option } from "../deps/commander.ts";
 import denoJson from "../../deno.json" with { type: "json" };
 import { durationOption, type GlobalOptions, globalOptions, integerOption } from "./args.ts";
 import { completionScript, SHELLS } from "./completion.ts";

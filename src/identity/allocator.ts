@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../deps/zod.ts";
 import { Allocator } from "../allocator/allocator.ts";
 import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";

@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { Attributes, Span } from "@opentelemetry/api";
+import type { Attributes, Span } from "../deps/opentelemetry_api.ts";
 import type { FenceStatus } from "../allocator/fence.ts";
 import type { AllocateResult, GcStats, ReleaseResult } from "../allocator/types.ts";
 import { ATTR } from "./catalog.ts";

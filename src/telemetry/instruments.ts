@@ -36,7 +36,7 @@ import {
   trace,
   type Tracer,
   type TracerProvider,
-} from "@opentelemetry/api";
+} from "../deps/opentelemetry_api.ts";
 import denoJson from "../../deno.json" with { type: "json" };
 import { idallocLogger } from "../log.ts";
 import { METRICS } from "./catalog.ts";

@@ -16,7 +16,7 @@
  *
  * @module
  */
-import type { Attributes, Span } from "@opentelemetry/api";
+import type { Attributes, Span } from "../deps/opentelemetry_api.ts";
 import { ATTR } from "./catalog.ts";
 import {
   AttributeSets,

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { backoffDelay } from "../../src/allocator/backoff.ts";
 import { sleep } from "../../src/abort.ts";
 import { EventQueue } from "../../src/allocator/event_queue.ts";
+import { IdCache } from "../../src/allocator/cache.ts";
 import { KeyedMutex } from "../../src/allocator/keyed_mutex.ts";
 import { resolveOptions } from "../../src/allocator/options.ts";
 import { InvalidOptionsError } from "../../src/errors.ts";
@@ -78,4 +79,28 @@ Deno.test("options: defaults, required finite max, clear errors", () => {
   assert.throws(() => resolveOptions({ max: 1.5 }), InvalidOptionsError);
   assert.throws(() => resolveOptions({ max: 10, maxAttempts: 0 }), /maxAttempts/);
   assert.throws(() => resolveOptions({ max: 10, typo: true } as never), /'typo' is not an option/);
+});
+
+Deno.test("IdCache: an own allocation is visible at once; a listing keeps it only if it may have missed it", () => {
+  const cache = new IdCache<string>((k) => k.toUpperCase());
+  assert.deepEqual(cache.insertLocal("a", 1), { type: "upsert", id: 1, key: "A" });
+  assert.equal(cache.insertLocal("a", 1), undefined, "a second insert changes nothing");
+  assert.deepEqual(cache.lookup("a"), { id: 1, version: undefined });
+  const mark = cache.mark();
+  // Inserted before the listing started: a listing that does not show it means it vanished.
+  assert.equal(cache.unlisted(1, mark), true);
+  assert.deepEqual(cache.insertLocal("b", 2, "v0"), { type: "upsert", id: 2, key: "B" });
+  // Inserted after: the listing's snapshot may predate it; the watch that follows reports it.
+  assert.equal(cache.unlisted(2, mark), false);
+  assert.equal(cache.upsert(2, "b", "B", "v1"), undefined, "the echo publishes nothing");
+  assert.deepEqual(cache.lookup("b"), { id: 2, version: "v1" });
+  assert.equal(cache.unlisted(2, mark), true, "once echoed, the listing is the judge");
+  // A key the codec cannot decode waits for the watch.
+  const strict = new IdCache<string>(() => {
+    throw new Error("no");
+  });
+  assert.equal(strict.insertLocal("x", 3), undefined);
+  assert.equal(strict.lookup("x"), undefined);
+  assert.deepEqual(cache.delete(1), { type: "delete", id: 1, key: "A" });
+  assert.equal(cache.lookup("a"), undefined);
 });

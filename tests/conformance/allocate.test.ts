@@ -90,6 +90,45 @@ testEachBackendAndMode("allocate, get, getNoCache, getById, entries and watch ag
   await assertStoreInvariants(fx);
 });
 
+testEachBackendAndMode(
+  "a node's own allocation is in entries() and watch() when allocate resolves, and once",
+  async (f) => {
+    await using fx = await f.create();
+    await using a = await openNode(fx, "a", { min: 256, max: 65535 });
+    await using b = await openNode(fx, "b", { min: 256, max: 65535 });
+    await a.waitForInitialSync();
+    const controller = new AbortController();
+    const live: unknown[] = [];
+    const watching = (async () => {
+      for await (const ev of a.watch({ signal: controller.signal })) live.push(ev);
+    })();
+    await eventually(() => live.length === 1, "synced");
+    // No waiting between allocate and the reads: the README's snippet does exactly this.
+    const { id } = await a.allocate("app=web;");
+    assert.deepEqual([...a.entries()], [[id, "app=web;"]]);
+    assert.equal(a.cachedKey(id), "app=web;");
+    const replay: unknown[] = [];
+    for await (const ev of a.watch()) {
+      replay.push(ev);
+      if (ev.type === "synced") break;
+    }
+    assert.deepEqual(replay, [{ type: "upsert", id, key: "app=web;" }, { type: "synced" }]);
+    assert.deepEqual(live, [{ type: "synced" }, { type: "upsert", id, key: "app=web;" }]);
+    // b writes after a did, so the store reports a's echo to a's watch before b's key: once b's
+    // key is here, the echo has been applied, and it added no second upsert.
+    const other = await b.allocate("app=db;");
+    await eventually(() => live.length >= 3, "b's allocation reaches a");
+    assert.deepEqual(live, [
+      { type: "synced" },
+      { type: "upsert", id, key: "app=web;" },
+      { type: "upsert", id: other.id, key: "app=db;" },
+    ]);
+    assert.deepEqual([...a.entries()].sort(), [[id, "app=web;"], [other.id, "app=db;"]].sort());
+    controller.abort();
+    await watching;
+  },
+);
+
 testEachBackendAndMode("a released key keeps its ID until GC, and gets it back", async (f) => {
   await using fx = await f.create();
   await using a = await openNode(fx, "a", { max: 1000 });

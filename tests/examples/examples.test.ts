@@ -2,7 +2,8 @@
  * Every example runs as its `deno task`, as a user would start it, and says what it should.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable } from "../_support/etcd.ts";
+import { etcdUnavailable, freePort, startEtcd } from "../_support/etcd.ts";
+import { rawClient } from "../_support/etcd_fixture.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A hung example fails the test instead of hanging CI. */
@@ -101,4 +102,104 @@ Deno.test("identity: labels, reserved and CIDR identities, a remote cluster", as
   );
   assert.doesNotMatch(result.stdout, /✘/);
   assert.match(result.stdout, /all checks passed/);
+});
+
+/** An ordinary mistake: exit 1 and one line on stderr that says it, never a stack trace. */
+function assertMistake(result: TaskResult, example: string, says: RegExp): void {
+  const lines = result.stderr.trim().split("\n");
+  assert.equal(result.code, 1, result.stderr);
+  assert.equal(lines.length, 1, `one line, got:\n${result.stderr}`);
+  assert.match(lines[0], new RegExp(`^${example}: `));
+  assert.match(lines[0], says);
+}
+
+Deno.test({
+  name: "etcd: etcdctl's host:port in ETCD_ENDPOINTS works, and the run removes what it wrote",
+  ignore: etcdUnavailable() !== undefined,
+  fn: async () => {
+    await using etcd = await startEtcd();
+    const address = new URL(etcd.endpoints[0]).host;
+    const result = await task("etcd", [], { ETCD_ENDPOINTS: address });
+    assertClusterRun(result);
+    const prefix = /Cilium's layout under (idalloc-example\/[0-9a-f]+):/.exec(result.stdout)?.[1];
+    assert.ok(prefix, result.stdout);
+    assert.match(
+      result.stdout,
+      new RegExp(`removed the example's \\d+ IDs from etcd \\(${prefix} is empty\\)`),
+    );
+    const client = rawClient(etcd.endpoints);
+    try {
+      assert.deepEqual(await client.getAll().prefix("idalloc-example/").keys(), []);
+    } finally {
+      client.close();
+    }
+  },
+});
+
+Deno.test("etcd: a bad ETCD_ENDPOINTS or an etcd that is not there is one line, exit 1", async () => {
+  assertMistake(
+    await task("etcd", [], { ETCD_ENDPOINTS: "etcd one" }),
+    "etcd",
+    /ETCD_ENDPOINTS takes comma-separated client URLs .* or host:port: .*'endpoints\.0'/,
+  );
+  // Nothing listens on a free port: refused, in plain words, with the endpoint.
+  const port = freePort();
+  assertMistake(
+    await task("etcd", [], { ETCD_ENDPOINTS: `127.0.0.1:${port}` }),
+    "etcd",
+    new RegExp(`http://127\\.0\\.0\\.1:${port}`),
+  );
+});
+
+Deno.test("quickstart: a KV file that cannot be opened is one line, exit 1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "idalloc-quickstart-" });
+  try {
+    assertMistake(
+      await task("quickstart", [`${dir}/missing/ids.kv`]),
+      "quickstart",
+      /cannot open Deno KV file .*missing\/ids\.kv \(the first argument\)/,
+    );
+    await Deno.writeTextFile(
+      `${dir}/notes.txt`,
+      "not a database, but long enough to be read as one",
+    );
+    assertMistake(
+      await task("quickstart", [`${dir}/notes.txt`]),
+      "quickstart",
+      /cannot open Deno KV file .*notes\.txt \(the first argument\): file is not a database/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("deploy:dev: a port in use or a PORT that is no port is one line, exit 1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "idalloc-deploy-" });
+  using taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = taken.addr.port;
+  try {
+    const env = { IDALLOC_KV_PATH: `${dir}/deploy.kv` };
+    assertMistake(
+      await task("deploy:dev", [], { ...env, PORT: String(port) }),
+      "deploy",
+      new RegExp(`port ${port} on 127\\.0\\.0\\.1 is in use: set PORT to a free port`),
+    );
+    // A PORT that is no port is found before anything is opened: no KV file is left behind.
+    await Deno.remove(`${dir}/deploy.kv`);
+    for (const bad of ["abc", "70000", "-1"]) {
+      assertMistake(
+        await task("deploy:dev", [], { ...env, PORT: bad }),
+        "deploy",
+        new RegExp(`PORT must be a port number from 0 to 65535, not '${bad}'`),
+      );
+    }
+    assert.deepEqual([...Deno.readDirSync(dir)], []);
+    assertMistake(
+      await task("deploy:dev", [], { IDALLOC_KV_PATH: `${dir}/missing/deploy.kv`, PORT: "0" }),
+      "deploy",
+      /cannot open Deno KV file .*missing\/deploy\.kv \(IDALLOC_KV_PATH\)/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -1,9 +1,13 @@
 /**
- * The README's "Use it" code runs as written, with the command line the README gives for it, in a
- * project of its own (no `unstable` setting inherited from this repository), and comes to its
- * end without sitting in a watch until its deadline; module examples print what their comments say.
+ * The README's code runs as written, with the command line the README gives for it, in a project
+ * of its own (a directory with no `deno.json`: no import map, `unstable` setting or anything else
+ * inherited from this repository), importing this checkout by path as the README tells a user
+ * without JSR to; the "Use it" code comes to its end without sitting in a watch until its
+ * deadline; the README's command that installs the CLI works; module examples print what their
+ * comments say.
  */
 import assert from "node:assert/strict";
+import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -16,42 +20,146 @@ async function readmeCode(title: string): Promise<string> {
   return code;
 }
 
-Deno.test("README: the 'Use it' code runs as written and ends before its deadline", async () => {
+/**
+ * `code` importing this checkout by path instead of by its JSR names, as the README tells a user
+ * without JSR to do: `@idalloc/idalloc[/sub]` becomes the file of that export in `deno.json`.
+ */
+async function byPath(code: string): Promise<string> {
+  const repo = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
+  const exports = repo.exports as Record<string, string>;
+  return code.replace(/"@idalloc\/idalloc((?:\/[a-z]+)?)"/g, (whole, sub: string) => {
+    const target = exports[`.${sub}`];
+    assert.ok(target, `the README imports ${whole}, which deno.json does not export`);
+    return JSON.stringify(new URL(target, `file://${ROOT}`).href);
+  });
+}
+
+/**
+ * A user's own project: a temporary directory with no `deno.json` (nor one above it), so nothing
+ * of this repository's configuration (import map, `unstable`, `nodeModulesDir`) applies.
+ */
+async function userProject<T>(t: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await Deno.makeTempDir({ prefix: "idalloc-user-" });
+  try {
+    for (let up = dir; up !== "/"; up = up.slice(0, up.lastIndexOf("/")) || "/") {
+      for (const name of ["deno.json", "deno.jsonc", "package.json"]) {
+        await assert.rejects(Deno.stat(`${up}/${name}`), Deno.errors.NotFound, `${up}/${name}`);
+      }
+    }
+    return await t(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Runs `deno <args>` in `cwd`; the exit code and both outputs. */
+async function deno(args: string[], cwd: string, env?: Record<string, string>) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args,
+    cwd,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+}
+
+Deno.test("README: the 'Use it' code runs as written from a project with no deno.json", async () => {
   const readme = await Deno.readTextFile(`${ROOT}README.md`);
   const command = /`(deno run [^`]*--unstable-kv[^`]*) main\.ts`/.exec(readme)?.[1];
   assert.ok(command, "the README says how to run code that opens Deno KV");
-  const repo = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
-  const dir = await Deno.makeTempDir({ prefix: "idalloc-readme-" });
-  try {
-    const npm = Object.fromEntries(
-      Object.entries(repo.imports as Record<string, string>).filter(([, v]) =>
-        v.startsWith("npm:")
-      ),
-    );
-    await Deno.writeTextFile(
-      `${dir}/deno.json`,
-      JSON.stringify({ imports: { ...npm, "@idalloc/idalloc": `${ROOT}mod.ts` } }),
-    );
-    const code = await readmeCode("Use it");
+  await userProject(async (dir) => {
+    const code = await byPath(await readmeCode("Use it"));
     // Its own deadline tells whether the code waited for it: a watch left open sits until then.
+    // What `entries()` held right after `allocate` is what the README's comment promises.
     await Deno.writeTextFile(
       `${dir}/main.ts`,
-      `${code}\nconsole.log(JSON.stringify({ done: true, deadlinePassed: signal.aborted }));\n`,
+      code.replace(
+        "for (const [id, key] of alloc.entries()) {}",
+        "const listed = [...alloc.entries()];",
+      ) +
+        `\nconsole.log(JSON.stringify({ listed, deadlinePassed: signal.aborted }));\n`,
     );
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: [...command.split(" ").slice(1), "main.ts"],
-      cwd: dir,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, stderr);
-    assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), {
-      done: true,
+    const out = await deno([...command.split(" ").slice(1), "main.ts"], dir);
+    assert.equal(out.code, 0, out.stderr);
+    const promised = /alloc\.entries\(\)\) \{\} \/\/ .*: (\[\[.*\]\])$/m.exec(code)?.[1];
+    assert.ok(promised, "the README says what entries() holds");
+    assert.deepEqual(JSON.parse(out.stdout), {
+      listed: JSON.parse(promised),
       deadlinePassed: false,
     });
+  });
+});
+
+Deno.test({
+  name: "README: the etcd code runs from a project with no deno.json, with the permissions given",
+  ignore: etcdUnavailable() !== undefined,
+  fn: async () => {
+    const readme = await Deno.readTextFile(`${ROOT}README.md`);
+    const command = /^(deno run --allow-net=127\.0\.0\.1:2379 .*) main\.ts$/m.exec(readme)?.[1];
+    assert.ok(command, "the README says how to run the etcd code");
+    const section = readme.slice(readme.indexOf("On etcd (`@idalloc/idalloc/etcd`)"));
+    const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(code !== undefined && code.includes("EtcdBackend.connect"), "no etcd code");
+    await using etcd = await startEtcd();
+    const address = new URL(etcd.endpoints[0]).host;
+    await userProject(async (dir) => {
+      await Deno.writeTextFile(
+        `${dir}/main.ts`,
+        (await byPath(code)).replaceAll("127.0.0.1:2379", address) +
+          "console.log(JSON.stringify({ id }));\n",
+      );
+      const args = command.replace("127.0.0.1:2379", address).split(" ").slice(1);
+      const out = await deno([...args, "main.ts"], dir);
+      assert.equal(out.code, 0, out.stderr);
+      const { id } = JSON.parse(out.stdout);
+      assert.ok(Number.isSafeInteger(id) && id >= 256 && id <= 65535, out.stdout);
+    });
+  },
+});
+
+Deno.test("README: the CLI's install command works as written; the command runs anywhere", async () => {
+  const readme = await Deno.readTextFile(`${ROOT}README.md`);
+  const command = /^(deno install -g [^#\n]*?)\s*(?:#.*)?$/m.exec(readme)?.[1];
+  assert.ok(command, "the README says how to install the CLI");
+  const name = /-n (\S+)/.exec(command)?.[1];
+  assert.ok(name);
+  const root = await Deno.makeTempDir({ prefix: "idalloc-install-" });
+  // An installed command, run in a user's directory; the script it is runs `deno` from PATH.
+  const run = (bin: string, args: string[]) =>
+    userProject(async (dir) => {
+      const out = await new Deno.Command(`${root}/bin/${bin}`, {
+        args,
+        cwd: dir,
+        env: { PATH: `${Deno.execPath().replace(/\/[^/]*$/, "")}:${Deno.env.get("PATH") ?? ""}` },
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const decoder = new TextDecoder();
+      return {
+        code: out.code,
+        stdout: decoder.decode(out.stdout),
+        stderr: decoder.decode(out.stderr),
+      };
+    });
+  try {
+    // As written, in a checkout; DENO_INSTALL_ROOT keeps it out of the user's own bin.
+    const installed = await deno(command.split(" ").slice(1), ROOT, { DENO_INSTALL_ROOT: root });
+    assert.equal(installed.code, 0, installed.stderr);
+    const allocated = await run(name, ["--store", "kv:ids.kv", "allocate", "app=web;"]);
+    assert.equal(allocated.code, 0, allocated.stderr);
+    assert.match(allocated.stdout, /^ID \d+ for app=web; \(created\)$/m);
+    // Installed without the flag the README gives, a KV store is a usage error that names it.
+    const bare = command.replace(" --unstable-kv", "").replace(`-n ${name}`, `-n ${name}-bare`);
+    assert.notEqual(bare, command);
+    const plain = await deno(bare.split(" ").slice(1), ROOT, { DENO_INSTALL_ROOT: root });
+    assert.equal(plain.code, 0, plain.stderr);
+    const refused = await run(`${name}-bare`, ["--store", "kv:ids.kv", "list"]);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /^idalloc: Deno KV needs Deno's --unstable-kv flag/m);
   } finally {
-    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(root, { recursive: true });
   }
 });
 

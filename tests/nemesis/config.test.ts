@@ -1,6 +1,19 @@
-// The nemesis fault list: names, garbage kinds and removals, as .ci/run and the README use them.
+// The nemesis command line: the fault list (names, garbage kinds and removals, as .ci/run and the
+// README use them), the bounds of a run, the header's fault list and usage errors.
 import assert from "node:assert/strict";
-import { FAULT_KINDS, parseFaults } from "../../nemesis/config.ts";
+import {
+  ETCD_ONLY,
+  FAULT_KINDS,
+  faultSeconds,
+  faultsOf,
+  MIN_FAULT_SECONDS,
+  minSeconds,
+  NemesisUsageError,
+  optionsForRun,
+  OVERHEAD,
+  parseFaults,
+  parseOptions,
+} from "../../nemesis/config.ts";
 import { GARBAGE_KINDS } from "../../nemesis/stores/store.ts";
 
 Deno.test("nemesis faults: 'all', and removals that start from everything", () => {
@@ -25,4 +38,110 @@ Deno.test("nemesis faults: a list of names, one garbage kind, no garbage at all"
 Deno.test("nemesis faults: unknown names are refused", () => {
   assert.throws(() => parseFaults("stal"), /unknown fault 'stal'/);
   assert.throws(() => parseFaults("garbage/huge"), /unknown garbage kind 'huge'/);
+});
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+Deno.test("nemesis --seconds bounds the whole run: each backend's share holds its fault phase and the rest", () => {
+  const kv = parseOptions(["--backend", "kv", "--seconds", "20"])!;
+  assert.equal(kv.totalSeconds, 20);
+  assert.equal(kv.runs.length, 1);
+  const [run] = kv.runs;
+  assert.equal(run.seconds, 20);
+  assert.ok(run.faultSeconds >= MIN_FAULT_SECONDS, `${run.faultSeconds} s of faults`);
+  assert.ok(run.faultSeconds + OVERHEAD.kv.fixed <= 20, `${run.faultSeconds} s of faults`);
+  assert.equal(optionsForRun(kv, run).seconds, run.faultSeconds, "runBackend's fault phase");
+  assert.equal(kv.growthOps, 0, "no growth run unless asked for");
+  const both = parseOptions([])!;
+  assert.equal(both.totalSeconds, 60);
+  assert.deepEqual(both.runs.map((r) => [r.backend, r.seconds]), [["kv", 30], ["etcd", 30]]);
+  for (const r of both.runs) {
+    assert.ok(r.faultSeconds >= MIN_FAULT_SECONDS);
+    assert.ok(r.faultSeconds + OVERHEAD[r.backend].fixed <= r.seconds, JSON.stringify(r));
+    assert.equal(faultSeconds(r.backend, minSeconds(r.backend)), MIN_FAULT_SECONDS);
+  }
+});
+
+Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", async () => {
+  const ci = await Deno.readTextFile(`${ROOT}.ci/run`);
+  const lines = [...ci.matchAll(/task nemesis (.*)$/gm)].map((m) => m[1]);
+  assert.ok(lines.length >= 2, "CI runs the nemesis");
+  for (const line of lines) {
+    const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").split(/\s+/);
+    const o = parseOptions(args)!;
+    assert.equal(o.growthOps, 20_000, line);
+    assert.ok(o.runs.every((r) => r.seconds === 90 && r.faultSeconds >= 60), line);
+  }
+});
+
+Deno.test("nemesis: the header lists only the chosen backend's faults", () => {
+  const o = parseOptions(["--backend", "kv"])!;
+  const kv = faultsOf("kv", o);
+  for (const f of ETCD_ONLY) assert.ok(!kv.includes(f), `${f} in kv's ${kv}`);
+  assert.match(kv, /bad-index/);
+  const etcd = faultsOf("etcd", o);
+  assert.match(etcd, /kill-leader/);
+  assert.doesNotMatch(etcd, /bad-index|bad-counter/);
+  assert.equal(faultsOf("kv", parseOptions(["--backend", "kv", "--faults", "compact"])!), "none");
+});
+
+Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain words", () => {
+  const cases: [string[], RegExp][] = [
+    [
+      ["--seconds", "abc"],
+      /^--seconds takes a whole number of seconds from 1 to 86400, not 'abc'$/,
+    ],
+    [["--seconds", "1.5"], /^--seconds takes a whole number/],
+    [
+      ["--backend", "kv", "--seconds", "12"],
+      /^--seconds 12 is too short for kv: it needs at least \d+ /,
+    ],
+    [["--seconds", "30"], /^--seconds 30 is too short for both backends/],
+    [["--backend", "redis"], /^--backend takes kv, etcd or both, not 'redis'$/],
+    [["--nodes", "2"], /^--nodes takes a number of worker processes from 3 to 32, not '2'$/],
+    [["--growth", "-1"], /^--growth needs a value|^--growth takes/],
+    [["--bogus"], /^unknown option --bogus \(see --help\)$/],
+    [["extra"], /^unexpected argument 'extra'/],
+    [["--seconds"], /^--seconds needs a value/],
+  ];
+  for (const [args, message] of cases) {
+    assert.throws(
+      () => parseOptions(args),
+      (err: unknown) =>
+        err instanceof NemesisUsageError && err.name === "NemesisUsageError" &&
+        message.test(err.message) && !err.message.includes("\n"),
+      args.join(" "),
+    );
+  }
+});
+
+Deno.test("nemesis: a usage error exits 1 with one line; --help gives the bounds", async () => {
+  const run = async (...args: string[]) => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", `${ROOT}nemesis/main.ts`, ...args],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const decoder = new TextDecoder();
+    return {
+      code: out.code,
+      stdout: decoder.decode(out.stdout),
+      stderr: decoder.decode(out.stderr),
+    };
+  };
+  const bad = await run("--seconds", "abc");
+  assert.equal(bad.code, 1);
+  assert.equal(
+    bad.stderr,
+    "nemesis: --seconds takes a whole number of seconds from 1 to 86400, not 'abc'\n",
+  );
+  const help = await run("--help");
+  assert.equal(help.code, 0, help.stderr);
+  assert.match(
+    help.stdout,
+    new RegExp(`At least ${minSeconds("kv")} \\(kv\\), ${minSeconds("etcd")} \\(etcd\\)`),
+  );
+  assert.match(help.stdout, /on top of --seconds/);
+  assert.match(help.stdout, /Default 0: no growth run/);
 });

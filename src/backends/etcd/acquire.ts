@@ -30,7 +30,7 @@
  *
  * @module
  */
-import type { ICompare, IRequestOp, IResponseOp } from "etcd3";
+import type { ICompare, IRequestOp, IResponseOp } from "../../deps/etcd3.ts";
 import type { TxnResult } from "./batch.ts";
 import type { AcquireRequest, AcquireResult, IdRange } from "../../allocator/backend.ts";
 import {

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { IKeyValue } from "etcd3";
+import type { IKeyValue } from "../../deps/etcd3.ts";
 import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
 import { LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";

@@ -22,7 +22,7 @@
  *
  * @module
  */
-import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
+import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "../../deps/etcd3.ts";
 import { type EtcdClient, LeaseNotFound, ResponseTooLarge } from "./client.ts";
 import { BATCH_BYTES } from "./limits.ts";
 import { nested } from "./txn.ts";

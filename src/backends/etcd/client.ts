@@ -35,7 +35,7 @@ import {
   type LeaseClient,
   type MaintenanceClient,
   type WatchClient,
-} from "etcd3";
+} from "../../deps/etcd3.ts";
 import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { abortable, sleep } from "../../abort.ts";
 import { StoreAccessDeniedError } from "./errors.ts";

@@ -25,8 +25,8 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import type { IKeyValue } from "etcd3";
-import { z } from "zod";
+import type { IKeyValue } from "../../deps/etcd3.ts";
+import { z } from "../../deps/zod.ts";
 import {
   type DamageFinding,
   type DamageKind,

@@ -15,7 +15,7 @@
  *
  * @module
  */
-import type { IRequestOp } from "etcd3";
+import type { IRequestOp } from "../../deps/etcd3.ts";
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import { mutexGuards, readMaster } from "./acquire.ts";

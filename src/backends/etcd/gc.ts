@@ -25,7 +25,7 @@
  *
  * @module
  */
-import type { ICompare, IKeyValue, IRequestOp } from "etcd3";
+import type { ICompare, IKeyValue, IRequestOp } from "../../deps/etcd3.ts";
 import { mutexGuards } from "./acquire.ts";
 import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import { type GcSkip, shorten } from "../../allocator/damage.ts";

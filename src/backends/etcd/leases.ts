@@ -17,7 +17,7 @@
  *
  * @module
  */
-import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "etcd3";
+import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "../../deps/etcd3.ts";
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { abortable, sleep } from "../../abort.ts";

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import { parseOptions } from "../../validate.ts";
 
 /** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */
@@ -34,7 +34,11 @@ export interface EtcdTlsOptions {
 
 /** Options of {@linkcode EtcdBackend.connect}. */
 export interface EtcdBackendOptions {
-  /** Client URLs of the etcd members, e.g. `http://127.0.0.1:2379`. All `http` or all `https`. */
+  /**
+   * Client URLs of the etcd members, e.g. `http://127.0.0.1:2379`, all `http` or all `https`; or
+   * etcdctl's `host:port` (`127.0.0.1:2379`, `[::1]:2379`), which is `https` when `tls` is given
+   * and `http` otherwise, as etcdctl reads it.
+   */
   readonly endpoints: readonly string[];
   /** Base path of the layout (Cilium's `basePath`). @default {"cilium/state/identities/v1"} */
   readonly prefix?: string;
@@ -82,6 +86,7 @@ export interface EtcdBackendOptions {
 
 /** Options after validation, with defaults. */
 export interface EtcdSettings {
+  /** Client URLs, each with its scheme. */
   readonly endpoints: readonly string[];
   readonly prefix: string;
   readonly node: string;
@@ -103,7 +108,26 @@ const endpoint = z.string().refine((s) => {
   } catch {
     return false;
   }
-}, "must be an http:// or https:// URL without a path");
+}, "must be an http:// or https:// URL without a path, or host:port");
+
+/** etcdctl's endpoint form: a host name, IPv4 address or bracketed IPv6 address, and a port. */
+const HOST_PORT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
+
+/**
+ * `options` with etcdctl's `host:port` endpoints given their scheme (https with `tls`, as etcdctl
+ * does with `--cacert`), so that users can pass what etcdctl and `ETCDCTL_ENDPOINTS` take; every
+ * other value is left for the schema to judge.
+ */
+function withSchemes(options: EtcdBackendOptions): EtcdBackendOptions {
+  if (typeof options !== "object" || options === null || !Array.isArray(options.endpoints)) {
+    return options;
+  }
+  const scheme = options.tls === undefined ? "http" : "https";
+  const endpoints = options.endpoints.map((e) =>
+    typeof e === "string" && HOST_PORT.test(e) ? `${scheme}://${e}` : e
+  );
+  return { ...options, endpoints };
+}
 
 const schema = z.object({
   endpoints: z.array(endpoint).min(1, "at least one endpoint is required"),
@@ -141,5 +165,5 @@ const schema = z.object({
 
 /** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
 export function resolveEtcdOptions(options: EtcdBackendOptions): EtcdSettings {
-  return parseOptions(schema, options, "etcd backend options");
+  return parseOptions(schema, withSchemes(options), "etcd backend options");
 }

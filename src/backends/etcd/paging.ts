@@ -28,7 +28,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import type { IKeyValue } from "etcd3";
+import type { IKeyValue } from "../../deps/etcd3.ts";
 import { IdallocError } from "../../errors.ts";
 import { type EtcdClient, ResponseTooLarge } from "./client.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";

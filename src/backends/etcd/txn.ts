@@ -24,7 +24,13 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import type { ICompare, IKeyValue, IRequestOp, IResponseOp, ITxnResponse } from "etcd3";
+import type {
+  ICompare,
+  IKeyValue,
+  IRequestOp,
+  IResponseOp,
+  ITxnResponse,
+} from "../../deps/etcd3.ts";
 import { bytes } from "./client.ts";
 import { parseId, prefixEnd, prefixMatchesKey } from "./paths.ts";
 

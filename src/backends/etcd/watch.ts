@@ -16,7 +16,7 @@
  *
  * @module
  */
-import type { IWatchResponse } from "etcd3";
+import type { IWatchResponse } from "../../deps/etcd3.ts";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";

@@ -25,7 +25,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import type { DamageFinding, DamageKind, DamageScanOptions } from "../../allocator/damage.ts";
 import {
   decodeToken,

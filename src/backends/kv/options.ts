@@ -3,7 +3,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";
 import { prefixFits } from "./layout.ts";

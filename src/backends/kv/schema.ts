@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../../deps/zod.ts";
 import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 

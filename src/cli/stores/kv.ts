@@ -158,6 +158,13 @@ async function open(
   o: GlobalOptions,
   open: DriverOpenOptions,
 ): Promise<OpenedBackend> {
+  if (typeof Deno.openKv !== "function") {
+    // Deno KV is unstable in Deno 2: a `deno install -g` or `deno run` without the flag gets here.
+    throw new InvalidOptionsError(
+      `Deno KV needs Deno's --unstable-kv flag: run idalloc with \`deno run --unstable-kv …\` or ` +
+        `install it with \`deno install -g -A --unstable-kv -n idalloc …\``,
+    );
+  }
   for (const [option, flag] of ETCD_ONLY) {
     if (o[option] !== undefined) {
       throw new InvalidOptionsError(

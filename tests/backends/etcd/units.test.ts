@@ -147,7 +147,10 @@ Deno.test("options: defaults, and every invalid field named in InvalidOptionsErr
   assert.equal(ok.qps, undefined);
   const bad: Array<[Record<string, unknown>, string]> = [
     [{ endpoints: [], node: "n" }, "endpoints"],
-    [{ endpoints: ["127.0.0.1:2379"], node: "n" }, "endpoints"],
+    [{ endpoints: ["127.0.0.1"], node: "n" }, "endpoints"],
+    [{ endpoints: ["127.0.0.1:99999"], node: "n" }, "endpoints"],
+    [{ endpoints: ["127.0.0.1:2379/x"], node: "n" }, "endpoints"],
+    [{ endpoints: ["etcd 1:2379"], node: "n" }, "endpoints"],
     [{ endpoints: ["http://127.0.0.1:2379/x"], node: "n" }, "endpoints"],
     [{ endpoints: ["http://a:1", "https://b:1"], node: "n" }, "endpoints"],
     [{ endpoints: ["http://a:1"], node: "a/b" }, "node"],
@@ -168,6 +171,25 @@ Deno.test("options: defaults, and every invalid field named in InvalidOptionsErr
       JSON.stringify(options),
     );
   }
+});
+
+Deno.test("options: etcdctl's host:port endpoints are http, or https with TLS material", () => {
+  const plain = resolveEtcdOptions({
+    endpoints: ["127.0.0.1:2379", "[::1]:2380", "etcd-0.example:2379"],
+    node: "n",
+  });
+  assert.deepEqual(plain.endpoints, [
+    "http://127.0.0.1:2379",
+    "http://[::1]:2380",
+    "http://etcd-0.example:2379",
+  ]);
+  const secure = resolveEtcdOptions({ endpoints: ["10.0.0.1:2379"], node: "n", tls: { ca: "x" } });
+  assert.deepEqual(secure.endpoints, ["https://10.0.0.1:2379"]);
+  // A URL keeps its own scheme; mixing it with the TLS default is the usual error.
+  assert.throws(
+    () => resolveEtcdOptions({ endpoints: ["http://a:1", "b:1"], node: "n", tls: { ca: "x" } }),
+    /all http:\/\/ or all https:\/\//,
+  );
 });
 
 Deno.test("lease TTL: ms rounded up to whole seconds, at least 2 s", () => {

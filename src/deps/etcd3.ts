@@ -1,0 +1,10 @@
+/**
+ * etcd3, the etcd client (only the etcd backend loads it: Deno KV users never load gRPC), named by
+ * its full `npm:` specifier so that the library resolves from a directory with no import map (a
+ * user's project, `deno install -g`). The version range is the one `deno.json`'s import map pins,
+ * so the lock resolves one copy for both; a test (`tests/examples/outside.test.ts`) keeps them
+ * equal.
+ *
+ * @module
+ */
+export * from "npm:etcd3@^1.1.2";
