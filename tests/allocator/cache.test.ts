@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { IdCache } from "../../src/allocator/cache.ts";
 
 Deno.test("cache: a second master of a key is known until it goes, then the other stands", () => {
-  const cache = new IdCache<string>();
+  const cache = new IdCache<string>((k) => k);
   cache.upsert(10, "k", "k", "v1");
   assert.deepEqual(cache.otherIds("k", 10), []);
   cache.upsert(20, "k", "k", "v2");
