@@ -8,7 +8,13 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import type { Timings } from "./records.ts";
 import { GARBAGE_KINDS } from "./stores/store.ts";
-import { type Workload, type WorkloadName, workloadOf, WORKLOADS } from "./workload.ts";
+import {
+  withCiliumKeys,
+  type Workload,
+  type WorkloadName,
+  workloadOf,
+  WORKLOADS,
+} from "./workload.ts";
 
 /** Faults the suite can inject. `garbage` stands for every `garbage/<kind>`. */
 export const FAULT_KINDS = [
@@ -38,7 +44,10 @@ export interface NemesisOptions {
   readonly backends: readonly ("kv" | "etcd")[];
   readonly seconds: number;
   readonly seed: number;
+  /** idalloc worker processes. */
   readonly nodes: number;
+  /** Real Cilium v1.16 nodes beside them (etcd only; see `cilium.ts`). */
+  readonly cilium: number;
   /** Enabled fault kinds. */
   readonly faults: ReadonlySet<FaultKind>;
   /** The workload the workers put on the cluster (see `workload.ts`). */
@@ -69,14 +78,18 @@ export const KV_TIMINGS = { pollIntervalMs: 200, maxClockSkewMs: 500, resyncInte
 /** The workers' etcd request timeout. */
 export const ETCD_REQUEST_TIMEOUT_MS = 3_000;
 
-/** The workload `name` on `backend`, built on this file's defaults. */
-export function workloadFor(name: WorkloadName, backend: "kv" | "etcd"): Workload {
-  return workloadOf(name, backend, {
+/**
+ * The workload `name` on `backend`, built on this file's defaults; beside Cilium nodes, on the
+ * Cilium worker's key family.
+ */
+export function workloadFor(name: WorkloadName, backend: "kv" | "etcd", cilium = false): Workload {
+  const w = workloadOf(name, backend, {
     timings: TIMINGS,
     kv: KV_TIMINGS,
     plainKeys: plainKeys(),
     plainRange: PLAIN_RANGE,
   });
+  return cilium ? withCiliumKeys(w) : w;
 }
 
 /** Plain keys: few enough IDs that collected IDs are soon handed to other keys. */
@@ -119,7 +132,13 @@ const USAGE = `deno task nemesis [options]
   --backend kv|etcd|both   store(s) to run against (default both)
   --seconds N              length of the fault phase per backend (default 60)
   --seed S                 seed of every random choice (default: random, printed)
-  --nodes N                worker processes, 3 or more (default 4; every third uses the identity layer)
+  --nodes N                idalloc worker processes, 3 or more (default 4; every third uses the
+                           identity layer); with --cilium, 1 or more and 3 or more nodes in all
+  --cilium N               also run N real Cilium v1.16 nodes (etcd only; default 0): the
+                           fault-test worker of ../shared/cilium-node (build.sh --v116), on the
+                           same etcd, prefix, keys (k8s:app=k<n>;, which the idalloc workers then
+                           use too), ID range and lease; faults target them as well, and the
+                           history judges their answers with idalloc's. Exits 1 when not built
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
                            a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref
@@ -134,7 +153,8 @@ const optionsSchema = z.object({
   backend: z.enum(["kv", "etcd", "both"]).default("both"),
   seconds: z.coerce.number().int().min(10).max(86_400).default(60),
   seed: z.coerce.number().int().min(0).max(2 ** 31 - 1).optional(),
-  nodes: z.coerce.number().int().min(3).max(32).default(4),
+  nodes: z.coerce.number().int().min(1).max(32).default(4),
+  cilium: z.coerce.number().int().min(0).max(16).default(0),
   faults: z.string().default("all"),
   workload: z.enum(WORKLOADS).default("default"),
   growth: z.coerce.number().int().min(0).max(10_000_000).default(200_000),
@@ -197,6 +217,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
       seconds: { type: "string" },
       seed: { type: "string" },
       nodes: { type: "string" },
+      cilium: { type: "string" },
       faults: { type: "string" },
       workload: { type: "string" },
       growth: { type: "string" },
@@ -215,12 +236,20 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     throw new Error(`${z.prettifyError(parsed.error)}\n\n${USAGE}`);
   }
   const o = parsed.data;
+  // A cluster of three nodes at least; Cilium nodes count as nodes of it.
+  if (o.nodes + o.cilium < 3) {
+    throw new Error(`--nodes: 3 or more nodes in all (Cilium's included)\n\n${USAGE}`);
+  }
+  if (o.cilium > 0 && o.backend !== "etcd") {
+    throw new Error(`--cilium needs --backend etcd (Cilium's kvstore is etcd)\n\n${USAGE}`);
+  }
   const { faults, garbage } = parseFaults(o.faults);
   return {
     backends: o.backend === "both" ? ["kv", "etcd"] : [o.backend],
     seconds: o.seconds,
     seed: o.seed ?? Math.floor(Math.random() * 1_000_000),
     nodes: o.nodes,
+    cilium: o.cilium,
     faults,
     garbage,
     workload: o.workload,

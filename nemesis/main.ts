@@ -7,12 +7,14 @@
  * deno task nemesis --backend both --seconds 90
  * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
  * deno task nemesis --faults -stall --seed 17                   # everything but stalls
+ * deno task nemesis --backend etcd --nodes 2 --cilium 2 --workload keyside  # beside Cilium
  * ```
  *
  * @module
  */
 import { processIo, Sink } from "../src/cli/io.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
+import { ciliumUnavailable } from "./cilium.ts";
 import { type NemesisOptions, parseOptions } from "./config.ts";
 import { runGrowth, writeGrowth } from "./growth.ts";
 import { clean, writeReport } from "./report.ts";
@@ -26,6 +28,7 @@ function command(o: NemesisOptions, backend: string): string {
     `--seed ${o.seed}`,
     `--nodes ${o.nodes}`,
   ];
+  if (o.cilium > 0) parts.push(`--cilium ${o.cilium}`);
   if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
   if (o.workload !== "default") parts.push(`--workload ${o.workload}`);
   parts.push("--growth 0");
@@ -41,6 +44,14 @@ async function main(): Promise<number> {
     return 2;
   }
   if (!options) return 0;
+  if (options.cilium > 0) {
+    // Asked for explicitly, so its absence fails the run (CI never passes --cilium).
+    const why = ciliumUnavailable();
+    if (why) {
+      console.error(`nemesis: --cilium ${options.cilium}: ${why}`);
+      return 1;
+    }
+  }
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
   sink.line(

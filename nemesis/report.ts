@@ -17,7 +17,9 @@ export function writeReport(sink: Sink, r: BackendReport, command: string): void
   const failed = [...r.checks.values()].reduce((n, c) => n + c.failed, 0);
   sink.line(
     `== nemesis ${r.backend}: seed ${r.seed}, ${r.seconds} s of faults, ${r.workers.plain} allocator + ` +
-      `${r.workers.identity} identity workers, ${Math.round(r.durationMs / 1_000)} s in all`,
+      `${r.workers.identity} identity workers${
+        r.workers.cilium > 0 ? ` + ${r.workers.cilium} Cilium v1.16 nodes` : ""
+      }, ${Math.round(r.durationMs / 1_000)} s in all`,
   );
   sink.line(`   reproduce: ${command}`);
   sink.line();
