@@ -1,12 +1,17 @@
 /**
  * A nemesis child process as the orchestrator sees it: spawned with its JSON configuration,
  * commands written to its stdin, acknowledgements read from its stdout, its stderr (idalloc's
- * log) copied to a file, and signals (SIGKILL, SIGSTOP, SIGCONT) sent by PID.
+ * log) copied to a file, and signals (SIGKILL, SIGSTOP, SIGCONT) sent by PID. Foreign programs
+ * (the Cilium nodes of `cilium.ts`) are spawned the same way with {@linkcode Child.exec}, their
+ * stdout handed line by line to a callback.
  *
  * @module
  */
 
 const ROOT = new URL("../", import.meta.url).pathname;
+
+/** The signals the orchestrator sends (SIGUSR1/SIGUSR2 pause and resume a Cilium worker). */
+export type ChildSignal = "SIGKILL" | "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGUSR1" | "SIGUSR2";
 
 /** One child process. */
 export class Child implements AsyncDisposable {
@@ -20,9 +25,18 @@ export class Child implements AsyncDisposable {
   readonly #stderrDone: Promise<void>;
   readonly #stdoutDone: Promise<void>;
 
-  private constructor(name: string, process: Deno.ChildProcess, stderrFile: Deno.FsFile) {
+  /** When set, every stdout line goes here instead of the buffer {@linkcode waitFor} reads. */
+  readonly #onLine?: (line: string) => void;
+
+  private constructor(
+    name: string,
+    process: Deno.ChildProcess,
+    stderrFile: Deno.FsFile,
+    onLine?: (line: string) => void,
+  ) {
     this.name = name;
     this.#process = process;
+    this.#onLine = onLine;
     this.#stdin = process.stdin.getWriter();
     this.#stderrDone = process.stderr.pipeTo(stderrFile.writable).catch(() => {});
     this.#stdoutDone = this.#readStdout();
@@ -42,18 +56,33 @@ export class Child implements AsyncDisposable {
     stderrPath: string,
     v8Flags: readonly string[] = [],
   ): Promise<Child> {
-    const stderrFile = await Deno.open(stderrPath, { write: true, create: true, append: true });
     const args = ["run", "-A"];
     if (v8Flags.length > 0) args.push(`--v8-flags=${v8Flags.join(",")}`);
     args.push(script, JSON.stringify(config));
-    const process = new Deno.Command(Deno.execPath(), {
-      args,
+    return await Child.exec(name, Deno.execPath(), args, stderrPath);
+  }
+
+  /**
+   * Spawns any `program` with `args` from the repository root. With `onLine`, each stdout line is
+   * handed to it as it arrives and not kept (a long-running program's output would otherwise
+   * pile up); such a child is not read with {@linkcode waitFor}.
+   */
+  static async exec(
+    name: string,
+    program: string,
+    args: readonly string[],
+    stderrPath: string,
+    onLine?: (line: string) => void,
+  ): Promise<Child> {
+    const stderrFile = await Deno.open(stderrPath, { write: true, create: true, append: true });
+    const process = new Deno.Command(program, {
+      args: [...args],
       cwd: ROOT,
       stdin: "piped",
       stdout: "piped",
       stderr: "piped",
     }).spawn();
-    return new Child(name, process, stderrFile);
+    return new Child(name, process, stderrFile, onLine);
   }
 
   /** The process ID. */
@@ -73,7 +102,9 @@ export class Child implements AsyncDisposable {
         buffer += chunk;
         let newline;
         while ((newline = buffer.indexOf("\n")) >= 0) {
-          this.#lines.push(buffer.slice(0, newline).trim());
+          const line = buffer.slice(0, newline).trim();
+          if (this.#onLine) this.#onLine(line);
+          else this.#lines.push(line);
           buffer = buffer.slice(newline + 1);
         }
         this.#wake();
@@ -125,7 +156,7 @@ export class Child implements AsyncDisposable {
   }
 
   /** Sends `signal` to the child; false if it is gone. */
-  signal(signal: "SIGKILL" | "SIGSTOP" | "SIGCONT" | "SIGTERM"): boolean {
+  signal(signal: ChildSignal): boolean {
     try {
       this.#process.kill(signal);
     } catch {

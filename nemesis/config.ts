@@ -7,7 +7,13 @@
 import { parseArgs } from "node:util";
 import type { Timings } from "./records.ts";
 import { GARBAGE_KINDS, type GarbageKind, KV_ONLY_GARBAGE } from "./stores/store.ts";
-import { type Workload, type WorkloadName, workloadOf, WORKLOADS } from "./workload.ts";
+import {
+  withCiliumKeys,
+  type Workload,
+  type WorkloadName,
+  workloadOf,
+  WORKLOADS,
+} from "./workload.ts";
 
 /** Faults the suite can inject. `garbage` stands for every `garbage/<kind>`. */
 export const FAULT_KINDS = [
@@ -53,7 +59,10 @@ export interface NemesisOptions {
    */
   readonly seconds: number;
   readonly seed: number;
+  /** idalloc worker processes. */
   readonly nodes: number;
+  /** Real Cilium v1.16 nodes beside them (etcd only; see `cilium.ts`). */
+  readonly cilium: number;
   /** Enabled fault kinds. */
   readonly faults: ReadonlySet<FaultKind>;
   /** The workload the workers put on the cluster (see `workload.ts`). */
@@ -89,14 +98,18 @@ export const KV_TIMINGS = { pollIntervalMs: 200, maxClockSkewMs: 500, resyncInte
 /** The workers' etcd request timeout. */
 export const ETCD_REQUEST_TIMEOUT_MS = 3_000;
 
-/** The workload `name` on `backend`, built on this file's defaults. */
-export function workloadFor(name: WorkloadName, backend: "kv" | "etcd"): Workload {
-  return workloadOf(name, backend, {
+/**
+ * The workload `name` on `backend`, built on this file's defaults; beside Cilium nodes, on the
+ * Cilium worker's key family.
+ */
+export function workloadFor(name: WorkloadName, backend: "kv" | "etcd", cilium = false): Workload {
+  const w = workloadOf(name, backend, {
     timings: TIMINGS,
     kv: KV_TIMINGS,
     plainKeys: plainKeys(),
     plainRange: PLAIN_RANGE,
   });
+  return cilium ? withCiliumKeys(w) : w;
 }
 
 /** Plain keys: few enough IDs that collected IDs are soon handed to other keys. */
@@ -201,7 +214,13 @@ const USAGE = `deno task nemesis [options]
                            (kv) or ${BOUNDS.etcd} s (etcd) for the rest, and ${BOUNDS.share} for reading the logs.
                            At least ${BOUNDS.minKv} (kv), ${BOUNDS.minEtcd} (etcd), ${BOUNDS.minBoth} (both); at most ${MAX_SECONDS}.
   --seed S                 seed of every random choice (default: random, printed)
-  --nodes N                worker processes, 3 to 32 (default 4; every third uses the identity layer)
+  --nodes N                idalloc worker processes, 3 to 32 (default 4; every third uses the
+                           identity layer); with --cilium, 1 or more and 3 or more nodes in all
+  --cilium N               also run N real Cilium v1.16 nodes (etcd only; default 0): the
+                           fault-test worker of ../shared/cilium-node (build.sh --v116), on the
+                           same etcd, prefix, keys (k8s:app=k<n>;, which the idalloc workers then
+                           use too), ID range and lease; faults target them as well, and the
+                           history judges their answers with idalloc's. Exits 1 when not built
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
                            a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref.
@@ -318,6 +337,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
         seconds: { type: "string" },
         seed: { type: "string" },
         nodes: { type: "string" },
+        cilium: { type: "string" },
         faults: { type: "string" },
         workload: { type: "string" },
         growth: { type: "string" },
@@ -359,6 +379,22 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     );
   }
   if (values.out === "") throw new NemesisUsageError("--out needs a directory");
+  const cilium = values.cilium === undefined
+    ? 0
+    : wholeNumber("cilium", values.cilium, 0, 16, "a number of Cilium nodes");
+  const nodes = values.nodes === undefined
+    ? 4
+    : wholeNumber("nodes", values.nodes, 1, 32, "a number of worker processes");
+  // A cluster of three nodes at least; Cilium nodes count as nodes of it.
+  if (nodes + cilium < 3) {
+    throw new NemesisUsageError(
+      `--nodes ${nodes}${cilium > 0 ? ` with --cilium ${cilium}` : ""}: 3 or more nodes in all ` +
+        "(Cilium's included)",
+    );
+  }
+  if (cilium > 0 && backend !== "etcd") {
+    throw new NemesisUsageError("--cilium needs --backend etcd (Cilium's kvstore is etcd)");
+  }
   const { faults, garbage } = parseFaults(values.faults ?? "all");
   return {
     runs,
@@ -367,9 +403,8 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     seed: values.seed === undefined
       ? Math.floor(Math.random() * 1_000_000)
       : wholeNumber("seed", values.seed, 0, 2 ** 31 - 1, "a whole number"),
-    nodes: values.nodes === undefined
-      ? 4
-      : wholeNumber("nodes", values.nodes, 3, 32, "a number of worker processes"),
+    nodes,
+    cilium,
     faults,
     garbage,
     workload: workloadName(values.workload),

@@ -9,12 +9,14 @@
  * deno task nemesis --backend both --seconds 180
  * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
  * deno task nemesis --faults -stall --seed 17                   # everything but stalls
+ * deno task nemesis --backend etcd --nodes 2 --cilium 2 --workload keyside  # beside Cilium
  * ```
  *
  * @module
  */
 import { processIo, Sink } from "../src/cli/io.ts";
 import { etcdUnavailable } from "../tests/_support/etcd.ts";
+import { ciliumUnavailable } from "./cilium.ts";
 import {
   type BackendRun,
   faultsOf,
@@ -36,6 +38,7 @@ function command(o: NemesisOptions, run: BackendRun): string {
     `--seed ${o.seed}`,
     `--nodes ${o.nodes}`,
   ];
+  if (o.cilium > 0) parts.push(`--cilium ${o.cilium}`);
   if (o.faultList !== "all") parts.push(`--faults=${o.faultList}`);
   if (o.workload !== "default") parts.push(`--workload ${o.workload}`);
   return parts.join(" ");
@@ -51,6 +54,14 @@ async function main(): Promise<number> {
     return 1;
   }
   if (!options) return 0;
+  if (options.cilium > 0) {
+    // Asked for explicitly, so its absence fails the run (CI never passes --cilium).
+    const why = ciliumUnavailable();
+    if (why) {
+      console.error(`nemesis: --cilium ${options.cilium}: ${why}`);
+      return 1;
+    }
+  }
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
   const runs = options.runs.map((r) => `${r.backend} for ${r.seconds} s`).join(", then ");

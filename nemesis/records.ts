@@ -245,7 +245,12 @@ export class LineLog {
 
   /** Writes one record as a line. */
   write(record: LogRecord): void {
-    const bytes = this.#encoder.encode(JSON.stringify(record) + "\n");
+    this.writeLine(JSON.stringify(record));
+  }
+
+  /** Writes one line of text as it is (a foreign program's output, kept raw as evidence). */
+  writeLine(line: string): void {
+    const bytes = this.#encoder.encode(line + "\n");
     let written = 0;
     while (written < bytes.length) written += this.#file.writeSync(bytes.subarray(written));
   }

@@ -29,7 +29,9 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
   const over = took > plan.run.seconds ? ` (over its ${plan.run.seconds} s: a busy machine)` : "";
   sink.line(
     `== nemesis ${r.backend}: seed ${r.seed}, ${took} s in all${over}, ${r.seconds} s of faults, ` +
-      `${r.workers.plain} allocator + ${r.workers.identity} identity workers`,
+      `${r.workers.plain} allocator + ${r.workers.identity} identity workers${
+        r.workers.cilium > 0 ? ` + ${r.workers.cilium} Cilium v1.16 nodes` : ""
+      }`,
   );
   sink.line(`   faults: ${plan.faults}`);
   sink.line(`   reproduce: ${command}`);

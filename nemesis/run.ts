@@ -14,6 +14,7 @@ import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./che
 import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
+import { CiliumNodes } from "./cilium.ts";
 import {
   ETCD_ONLY,
   ETCD_REQUEST_TIMEOUT_MS,
@@ -75,9 +76,10 @@ export interface BackendReport {
   readonly seconds: number;
   readonly startedAt: number;
   readonly durationMs: number;
-  readonly workers: { plain: number; identity: number };
+  readonly workers: { plain: number; identity: number; cilium: number };
   readonly faults: readonly FaultRecord[];
-  readonly outcomes: ReadonlyMap<Op, OpOutcomes>;
+  /** Calls by op; Cilium nodes' calls under `cilium <op>` (see `cilium.ts`). */
+  readonly outcomes: ReadonlyMap<Op | string, OpOutcomes>;
   /** Per check: violations found (0 = passed) and a short note. */
   readonly checks: ReadonlyMap<string, { failed: number; note: string }>;
   readonly violations: readonly Violation[];
@@ -101,6 +103,9 @@ interface Slot {
 
 let incarnations = 0;
 
+/** The etcd prefix of every process of a run, Cilium nodes' included. */
+const ETCD_PREFIX = "nemesis/state/identities/v1";
+
 /** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
 export async function runBackend(
   backend: "kv" | "etcd",
@@ -117,10 +122,10 @@ export async function runBackend(
   const crashes: Violation[] = [];
   /** Identity-layer incarnations: their held IDs may change without an event they can see. */
   const identityIncs = new Set<string>(["probe-identity@probe"]);
-  const workload = workloadFor(options.workload, backend);
+  const workload = workloadFor(options.workload, backend, options.cilium > 0);
   const { timings, plainRange } = workload;
   const families = {
-    plain: shuffle(random, [...workload.plainKeys]),
+    plain: workload.ranked ? [...workload.plainKeys] : shuffle(random, [...workload.plainKeys]),
     identity: shuffle(random, identityKeys()),
   };
 
@@ -130,11 +135,12 @@ export async function runBackend(
     store = await openKvStore(`${dir}/store.kv`, ["nemesis"], workload.kv);
   } else {
     etcd = await startEtcd({ members: 3 });
-    store = openEtcdStore(etcd.endpoints, "nemesis/state/identities/v1", ETCD_REQUEST_TIMEOUT_MS);
+    store = openEtcdStore(etcd.endpoints, ETCD_PREFIX, ETCD_REQUEST_TIMEOUT_MS);
   }
   const skewMs = backend === "kv" ? workload.kv.maxClockSkewMs : 0;
   const slots: Slot[] = [];
   let gc: Child | undefined;
+  let cilium: CiliumNodes | undefined;
   const probeLog = new LineLog(`${dir}/probe.jsonl`);
 
   const spawnWorker = async (
@@ -202,6 +208,21 @@ export async function runBackend(
     gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
     await gc.waitFor("ready", 60_000);
     for (let i = 0; i < options.nodes; i++) slots.push(await spawnWorker(i, `w${i}`, 0));
+    if (options.cilium > 0 && etcd) {
+      cilium = await CiliumNodes.start({
+        count: options.cilium,
+        endpoints: etcd.endpoints,
+        prefix: ETCD_PREFIX,
+        range: plainRange,
+        keys: families.plain.length,
+        leaseTtlMs: timings.leaseTtlMs,
+        // Paused and ended by the run; this only bounds a node the run failed to end.
+        workerSeconds: options.seconds + 600,
+        seed: options.seed,
+        dir,
+        crashed: (message, evidence) => crashes.push({ check: CRASH_CHECK, message, evidence }),
+      });
+    }
 
     // ---------------------------------------------------------------- fault phase
     const t0 = Date.now();
@@ -219,9 +240,11 @@ export async function runBackend(
         range: plainRange,
         random,
       },
-      slots: slots.length,
-      target: (i) => target(slots[i]),
+      // Slots past the idalloc workers are Cilium nodes: every fault on a node may hit either.
+      slots: slots.length + (cilium?.count ?? 0),
+      target: (i) => i < slots.length ? target(slots[i]) : cilium!.target(i - slots.length),
       restart: async (i, rename) => {
+        if (i >= slots.length) return await cilium!.restart(i - slots.length, rename);
         const old = slots[i];
         old.expectExit = true;
         await old.child.kill();
@@ -244,12 +267,16 @@ export async function runBackend(
     if (Date.now() < end) await sleep(end - Date.now());
 
     // ---------------------------------------------------------------- settle and compare
-    await Promise.all(slots.map(async (s) => {
-      await s.child.send("stop");
-      await s.child.waitFor("stopped", timings.callTimeoutMs + 15_000).catch((err) => {
-        harness.push(`${s.inc}: ${err}`);
-      });
-    }));
+    // Cilium nodes only pause: their leases and references stay live through the store checks.
+    await Promise.all([
+      cilium?.pause(timings.callTimeoutMs + 15_000, harness),
+      ...slots.map(async (s) => {
+        await s.child.send("stop");
+        await s.child.waitFor("stopped", timings.callTimeoutMs + 15_000).catch((err) => {
+          harness.push(`${s.inc}: ${err}`);
+        });
+      }),
+    ]);
     // A lease lost near the end is replaced within a third of its TTL and the held references
     // re-created by the sync that follows; give that time before judging the store.
     await sleep(timings.leaseTtlMs + timings.syncIntervalMs + 1_000);
@@ -289,6 +316,9 @@ export async function runBackend(
         return [];
       }),
     );
+    // Cilium nodes end instead of draining (the worker has no release-all): their lease lapses,
+    // and GC must collect what they held with the rest.
+    await cilium?.stop(timings.callTimeoutMs + 5_000);
     await Promise.all(slots.map(async (s) => {
       s.expectExit = true;
       await s.child.send("drain");
@@ -312,6 +342,7 @@ export async function runBackend(
     }
     violations.push(...crashes);
   } finally {
+    await cilium?.[Symbol.asyncDispose]();
     await Promise.allSettled(slots.map(async (s) => {
       s.expectExit = true;
       await s.child[Symbol.asyncDispose]();
@@ -335,9 +366,19 @@ export async function runBackend(
   for (const r of records) {
     if (r.t === "note") harness.push(`${r.inc} noted: ${r.text}`);
   }
+  // Cilium's answers join the history only: the call checks test idalloc's API (typed errors,
+  // deadline signals), and Cilium emits no reassigned events, so its held IDs may change silently.
+  const ciliumCalls = await cilium?.records(harness);
   // Only the stall windows themselves are excused: a node's own answers after a stall count.
-  const history = checkHistory(records, { silentChangeAllowed: identityIncs, stops });
-  const calls = checkCalls(records, { callTimeoutMs: timings.callTimeoutMs, stops });
+  const history = checkHistory([...records, ...ciliumCalls?.records ?? []], {
+    silentChangeAllowed: new Set([...identityIncs, ...cilium?.incs ?? []]),
+    stops,
+  });
+  const calls = checkCalls(records, {
+    callTimeoutMs: timings.callTimeoutMs,
+    stops,
+    alsoAllowed: options.cilium > 0 ? new Set(["SplitKeyError"]) : undefined,
+  });
   violations.push(
     ...history.overlaps,
     ...history.splits,
@@ -365,9 +406,10 @@ export async function runBackend(
     workers: {
       plain: slots.filter((s) => s.layer === "allocator").length,
       identity: slots.filter((s) => s.layer === "identity").length,
+      cilium: cilium?.count ?? 0,
     },
     faults,
-    outcomes: calls.outcomes,
+    outcomes: new Map([...calls.outcomes, ...ciliumCalls?.outcomes ?? []]),
     checks: counts,
     violations,
     recoveries: recoveries(faults, records),

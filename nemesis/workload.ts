@@ -57,11 +57,33 @@ export interface Workload {
    * time, 1–3 s apart.
    */
   readonly faultEveryMs?: readonly [number, number];
+  /**
+   * Whether `plainKeys` is already in popularity order; otherwise the run shuffles it, so that
+   * popularity does not follow the numbering.
+   */
+  readonly ranked?: boolean;
 }
 
 /** The key-side workload's family: `k0;` … `k59;`. */
 export function keysideKeys(n = 60): string[] {
   return Array.from({ length: n }, (_, i) => `k${i};`);
+}
+
+/**
+ * The Cilium worker's key family: its labels `k8s:app=k<n>` (n < `n`, skewed to low n) as
+ * Cilium's kvstore label string (`GlobalIdentity.GetKey()`: `source:key=value;`), which is the key
+ * it stores, most popular first.
+ */
+export function ciliumKeys(n: number): string[] {
+  return Array.from({ length: n }, (_, i) => `k8s:app=k${i};`);
+}
+
+/**
+ * `w` beside Cilium nodes (`--cilium N`): the same number of plain keys, but Cilium's family, so
+ * that both sides allocate the same keys, and the same keys are the popular ones on both sides.
+ */
+export function withCiliumKeys(w: Workload): Workload {
+  return { ...w, plainKeys: ciliumKeys(w.plainKeys.length), ranked: true };
 }
 
 /** The workload `name` on `backend`, with the default family and range given by the caller. */

@@ -127,6 +127,11 @@ Deno.test("call checks: documented failures pass, untyped and unexpected ones ar
   const outcomes = result.outcomes.get("allocate")!;
   assert.equal(outcomes.ok, 0);
   assert.equal(outcomes.errors.get("AllocationFailedError"), 1);
+  // Beside Cilium nodes a key Cilium split is refused with SplitKeyError: allowed there only.
+  const split = [failed("SplitKeyError", true, false)];
+  assert.equal(checkCalls(split, { callTimeoutMs: 1_000 }).errors.length, 1);
+  const alsoAllowed = new Set(["SplitKeyError"]);
+  assert.deepEqual(checkCalls(split, { callTimeoutMs: 1_000, alsoAllowed }).errors, []);
 });
 
 Deno.test("call checks: a call past its deadline is caught unless its worker was stopped", () => {
