@@ -6,6 +6,7 @@ import { main } from "../../src/cli/main.ts";
 import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
 import { rawClient } from "../_support/etcd_fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
+import { userEnv } from "../_support/user_env.ts";
 import { Capture, cli, TempStore, untilDead } from "./_run.ts";
 
 async function exists(path: string): Promise<boolean> {
@@ -81,12 +82,8 @@ Deno.test("watch on a missing KV file ends with 0 when interrupted while waiting
 Deno.test("a relative kv: path under deno task names a file in the caller's directory", async () => {
   await using store = await TempStore.create();
   const repo = new URL("../../", import.meta.url).pathname;
-  // `deno task` keeps an INIT_CWD it inherits (this suite itself runs under `deno task test`):
-  // the child must start as a user's shell would, without one.
-  const env = Deno.env.toObject();
-  delete env.INIT_CWD;
   const out = await new Deno.Command(Deno.execPath(), {
-    env,
+    env: userEnv(),
     clearEnv: true,
     args: [
       "task",

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
+import { userEnv } from "../_support/user_env.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -57,7 +58,8 @@ async function deno(args: string[], cwd: string, env?: Record<string, string>) {
   const out = await new Deno.Command(Deno.execPath(), {
     args,
     cwd,
-    env,
+    env: userEnv(env),
+    clearEnv: true,
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -132,7 +134,10 @@ Deno.test("README: the CLI's install command works as written; the command runs 
       const out = await new Deno.Command(`${root}/bin/${bin}`, {
         args,
         cwd: dir,
-        env: { PATH: `${Deno.execPath().replace(/\/[^/]*$/, "")}:${Deno.env.get("PATH") ?? ""}` },
+        env: userEnv({
+          PATH: `${Deno.execPath().replace(/\/[^/]*$/, "")}:${Deno.env.get("PATH") ?? ""}`,
+        }),
+        clearEnv: true,
         stdout: "piped",
         stderr: "piped",
       }).output();

@@ -1,0 +1,11 @@
+/**
+ * The environment a user's shell gives a command: this process's, less the `INIT_CWD` that
+ * `deno task test` set for the suite. `deno task` and the CLI resolve relative `kv:` paths
+ * against an inherited `INIT_CWD`, so a child started with it would write into the repository.
+ * Pass it with `clearEnv: true`.
+ */
+export function userEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env = { ...Deno.env.toObject(), ...extra };
+  delete env.INIT_CWD;
+  return env;
+}
