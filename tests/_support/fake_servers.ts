@@ -70,3 +70,22 @@ export function http2Server(body = ""): Promise<FakeServer> {
     for (const session of sessions) session.destroy();
   });
 }
+
+/** A loopback port that accepts connections and never speaks: no refusal, no answer. */
+export function silentServer(): FakeServer {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) held.push(conn);
+  })().catch(() => {});
+  const port = listener.addr.port;
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    async [Symbol.asyncDispose]() {
+      for (const conn of held) conn.close();
+      listener.close();
+      await accepting;
+    },
+  };
+}

@@ -7,6 +7,8 @@ import { Allocator, DenoKvBackend } from "../../mod.ts";
 import { main } from "../../src/cli/main.ts";
 import { freePort } from "../_support/etcd.ts";
 import { Capture, cli, isOneLineError, TempStore, untilDead } from "./_run.ts";
+import { silentServer } from "../_support/fake_servers.ts";
+import { runCommand } from "../_support/commands.ts";
 
 const COMMANDS = [
   ["allocate"],
@@ -508,39 +510,26 @@ Deno.test("counts are said in words: 1 ID, 2 IDs", async () => {
 });
 
 Deno.test("etcd that never answers: the message says so in plain words", async () => {
-  // A loopback port that accepts connections and never speaks: no refusal, no answer. The CLI runs
-  // as a process (grpc-js keeps its handshake timers for such a peer a while after close()).
-  using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const held: Deno.Conn[] = [];
-  const accepting = (async () => {
-    for await (const conn of listener) held.push(conn);
-  })().catch(() => {});
-  try {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "src/cli/main.ts",
-        "--store",
-        `etcd://127.0.0.1:${listener.addr.port}`,
-        "--connect-timeout",
-        "1s",
-        "get",
-        "k",
-      ],
-      cwd: new URL("../../", import.meta.url).pathname,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 2, stderr);
-    assert.match(
-      stderr,
-      /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s \(no answer\)\n$/,
-    );
-  } finally {
-    for (const conn of held) conn.close();
-    listener.close();
-    await accepting;
-  }
+  // No refusal, no answer. The CLI runs as a process (grpc-js keeps its handshake timers for such
+  // a peer a while after close()).
+  await using silent = silentServer();
+  const out = await runCommand(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "src/cli/main.ts",
+      "--store",
+      `etcd://127.0.0.1:${silent.port}`,
+      "--connect-timeout",
+      "1s",
+      "get",
+      "k",
+    ],
+    cwd: new URL("../../", import.meta.url).pathname,
+  });
+  assert.equal(out.code, 2, out.stderr);
+  assert.match(
+    out.stderr,
+    /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s \(no answer\)\n$/,
+  );
 });

@@ -5,8 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { etcdUnavailable, freePort, startEtcd } from "../_support/etcd.ts";
-import { http1Server, http2Server } from "../_support/fake_servers.ts";
+import { http1Server, http2Server, silentServer } from "../_support/fake_servers.ts";
 import { hasOpenssl, withCerts } from "../_support/tls.ts";
+import { runCommand } from "../_support/commands.ts";
 import { cli, isOneLineError } from "./_run.ts";
 
 const ignoreEtcd = etcdUnavailable() !== undefined;
@@ -84,49 +85,33 @@ Deno.test({
 });
 
 Deno.test("etcd that never answers: fails after the 5s connect timeout, not --timeout", async () => {
-  // A loopback port that accepts connections and never speaks. The CLI runs as a process (grpc-js
-  // keeps its handshake timers for such a peer a while after close()).
-  using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const held: Deno.Conn[] = [];
-  const accepting = (async () => {
-    for await (const conn of listener) held.push(conn);
-  })().catch(() => {});
+  // The CLI runs as a process (grpc-js keeps its handshake timers for such a peer a while after
+  // close()).
+  await using silent = silentServer();
   const run = async (...extra: string[]) => {
     const began = performance.now();
-    const out = await new Deno.Command(Deno.execPath(), {
+    const out = await runCommand(Deno.execPath(), {
       args: [
         "run",
         "-A",
         "src/cli/main.ts",
         "--store",
-        `etcd://127.0.0.1:${listener.addr.port}`,
+        `etcd://127.0.0.1:${silent.port}`,
         ...extra,
         "get",
         "k",
       ],
       cwd: new URL("../../", import.meta.url).pathname,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    return {
-      code: out.code,
-      stderr: new TextDecoder().decode(out.stderr),
-      ms: performance.now() - began,
-    };
+    });
+    return { ...out, ms: performance.now() - began };
   };
-  try {
-    const byDefault = await run();
-    assert.equal(byDefault.code, 2, byDefault.stderr);
-    assert.match(byDefault.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 5s/);
-    assert.ok(byDefault.ms < 15_000, `${byDefault.ms} ms: not the 30 s --timeout`);
-    // A --timeout shorter than the connect timeout bounds connecting; the message still names
-    // the endpoint and what happened.
-    const short = await run("--timeout", "1s");
-    assert.equal(short.code, 2, short.stderr);
-    assert.match(short.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s/);
-  } finally {
-    for (const conn of held) conn.close();
-    listener.close();
-    await accepting;
-  }
+  const byDefault = await run();
+  assert.equal(byDefault.code, 2, byDefault.stderr);
+  assert.match(byDefault.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 5s/);
+  assert.ok(byDefault.ms < 15_000, `${byDefault.ms} ms: not the 30 s --timeout`);
+  // A --timeout shorter than the connect timeout bounds connecting; the message still names
+  // the endpoint and what happened.
+  const short = await run("--timeout", "1s");
+  assert.equal(short.code, 2, short.stderr);
+  assert.match(short.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s/);
 });

@@ -6,7 +6,7 @@ import { main } from "../../src/cli/main.ts";
 import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
 import { rawClient } from "../_support/etcd_fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
-import { userEnv } from "../_support/user_env.ts";
+import { userEnv } from "../_support/commands.ts";
 import { Capture, cli, TempStore, untilDead } from "./_run.ts";
 
 async function exists(path: string): Promise<boolean> {

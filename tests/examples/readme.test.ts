@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
-import { userEnv } from "../_support/user_env.ts";
+import { runCommand, userEnv } from "../_support/commands.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
@@ -54,17 +54,8 @@ async function userProject<T>(t: (dir: string) => Promise<T>): Promise<T> {
 }
 
 /** Runs `deno <args>` in `cwd`; the exit code and both outputs. */
-async function deno(args: string[], cwd: string, env?: Record<string, string>) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args,
-    cwd,
-    env: userEnv(env),
-    clearEnv: true,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+function deno(args: string[], cwd: string, env?: Record<string, string>) {
+  return runCommand(Deno.execPath(), { args, cwd, env: userEnv(env), clearEnv: true });
 }
 
 Deno.test("README: the 'Use it' code runs as written from a project with no deno.json", async () => {
@@ -130,24 +121,16 @@ Deno.test("README: the CLI's install command works as written; the command runs 
   const root = await Deno.makeTempDir({ prefix: "idalloc-install-" });
   // An installed command, run in a user's directory; the script it is runs `deno` from PATH.
   const run = (bin: string, args: string[]) =>
-    userProject(async (dir) => {
-      const out = await new Deno.Command(`${root}/bin/${bin}`, {
+    userProject((dir) =>
+      runCommand(`${root}/bin/${bin}`, {
         args,
         cwd: dir,
         env: userEnv({
           PATH: `${Deno.execPath().replace(/\/[^/]*$/, "")}:${Deno.env.get("PATH") ?? ""}`,
         }),
         clearEnv: true,
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const decoder = new TextDecoder();
-      return {
-        code: out.code,
-        stdout: decoder.decode(out.stdout),
-        stderr: decoder.decode(out.stderr),
-      };
-    });
+      })
+    );
   try {
     // As written, in a checkout; DENO_INSTALL_ROOT keeps it out of the user's own bin.
     const installed = await deno(command.split(" ").slice(1), ROOT, { DENO_INSTALL_ROOT: root });

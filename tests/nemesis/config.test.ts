@@ -15,6 +15,7 @@ import {
   parseOptions,
 } from "../../nemesis/config.ts";
 import { GARBAGE_KINDS } from "../../nemesis/stores/store.ts";
+import { runCommand } from "../_support/commands.ts";
 
 Deno.test("nemesis faults: 'all', and removals that start from everything", () => {
   assert.deepEqual([...parseFaults("all").faults], [...FAULT_KINDS]);
@@ -117,20 +118,11 @@ Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain
 });
 
 Deno.test("nemesis: a usage error exits 1 with one line; --help gives the bounds", async () => {
-  const run = async (...args: string[]) => {
-    const out = await new Deno.Command(Deno.execPath(), {
+  const run = (...args: string[]) =>
+    runCommand(Deno.execPath(), {
       args: ["run", "-A", `${ROOT}nemesis/main.ts`, ...args],
       cwd: ROOT,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const decoder = new TextDecoder();
-    return {
-      code: out.code,
-      stdout: decoder.decode(out.stdout),
-      stderr: decoder.decode(out.stderr),
-    };
-  };
+    });
   const bad = await run("--seconds", "abc");
   assert.equal(bad.code, 1);
   assert.equal(
