@@ -114,4 +114,11 @@ Deno.test("etcd that never answers: fails after the 5s connect timeout, not --ti
   const short = await run("--timeout", "1s");
   assert.equal(short.code, 2, short.stderr);
   assert.match(short.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s/);
+  // In plain words, one line, what happened included.
+  const connect = await run("--connect-timeout", "1s");
+  assert.equal(connect.code, 2, connect.stderr);
+  assert.match(
+    connect.stderr,
+    /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 1s \(no answer\)\n$/,
+  );
 });
