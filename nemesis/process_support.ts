@@ -9,6 +9,8 @@ import { configure, getTextFormatter, type LogLevel } from "@logtape/logtape";
 import type { Backend } from "../src/allocator/backend.ts";
 import { DenoKvBackend } from "../src/backends/kv/mod.ts";
 import { EtcdBackend } from "../src/backends/etcd/mod.ts";
+import { IdallocError } from "../src/errors.ts";
+import { sleep } from "../src/abort.ts";
 import type { StoreSpec } from "./records.ts";
 
 /** A backend and what closes it (the KV handle, the etcd client). */
@@ -44,6 +46,27 @@ export async function openBackend(
     requestTimeoutMs: spec.requestTimeoutMs,
   });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };
+}
+
+/**
+ * Runs `start` (connecting, opening an allocator) until it succeeds or fails for good, as a
+ * supervisor restarts a node: a node restarted while the whole etcd cluster is down (overlapping
+ * faults) gets a refused connection, which `EtcdBackend.connect` reports at once, by design.
+ * Retryable failures are tried again for up to `withinMs`.
+ */
+export async function startWhenReachable<T>(
+  start: () => Promise<T>,
+  withinMs = 60_000,
+): Promise<T> {
+  const until = Date.now() + withinMs;
+  for (;;) {
+    try {
+      return await start();
+    } catch (err) {
+      if (!(err instanceof IdallocError && err.retryable) || Date.now() > until) throw err;
+      await sleep(250);
+    }
+  }
 }
 
 /** Sends idalloc's log records at `level` and above to stderr, one synchronous write each. */

@@ -20,7 +20,13 @@ import type { Backend } from "../src/allocator/backend.ts";
 import { type Identity, IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import { sleep } from "../src/abort.ts";
 import { between, picker, prng, zipf } from "../tests/_support/prng.ts";
-import { configFromArgs, logToStderr, openBackend, stdinLines } from "./process_support.ts";
+import {
+  configFromArgs,
+  logToStderr,
+  openBackend,
+  startWhenReachable,
+  stdinLines,
+} from "./process_support.ts";
 import { failedCall, LineLog, type Op, type WorkerConfig, workerConfigSchema } from "./records.ts";
 
 /** How often the heartbeat reads every held key. */
@@ -145,10 +151,12 @@ async function main(): Promise<void> {
   const pick = picker(random);
   const rank = zipf(random, config.keys.length, 1);
   const closing = new AbortController();
-  await using opened = await openBackend(config.store, config.node);
-  const client = config.layer === "identity"
-    ? await identityClient(config, opened.backend)
-    : await plainClient(config, opened.backend, log, closing.signal);
+  await using opened = await startWhenReachable(() => openBackend(config.store, config.node));
+  const client = await startWhenReachable(() =>
+    config.layer === "identity"
+      ? identityClient(config, opened.backend)
+      : plainClient(config, opened.backend, log, closing.signal)
+  );
   log.write({ t: "ready", node: config.node, inc: config.inc, pid: Deno.pid, at: Date.now() });
 
   /** Local uses per key, as this worker made them. */
