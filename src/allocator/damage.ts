@@ -203,11 +203,17 @@ export function rangeCheck(options: DamageScanOptions): RangeCheck | undefined {
   const { range, ranges } = options;
   if (range === undefined && ranges === undefined) return undefined;
   const fixed = range === undefined ? [] : [range];
-  const of = (key: string): IdRange[] =>
-    mergeRanges([...fixed, ...(typeof ranges === "function" ? ranges(key) : ranges ?? [])]);
-  // Most keys share their ranges (often all of them do): resolve each distinct set once.
-  const cache = typeof ranges === "function" ? undefined : of("");
-  const rangesOf = (key: string) => cache ?? of(key);
+  // Most keys share their ranges (a function returns one of a few arrays): each distinct set is
+  // merged once.
+  const merged = new WeakMap<readonly IdRange[], IdRange[]>();
+  const resolve = (given: readonly IdRange[]): IdRange[] => {
+    let out = merged.get(given);
+    if (!out) merged.set(given, out = mergeRanges([...fixed, ...given]));
+    return out;
+  };
+  const constant = typeof ranges === "function" ? undefined : resolve(ranges ?? []);
+  const rangesOf = (key: string) =>
+    constant ?? resolve((ranges as (key: string) => readonly IdRange[])(key));
   return {
     valid: (id, key) => rangesOf(key).some((r) => id >= r.min && id <= r.max),
     outside: (id, key) => {
