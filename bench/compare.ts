@@ -6,35 +6,26 @@
  * fresh store (a new KV file; a new private etcd), and is repeated: the table shows medians, the
  * range, p50/p99 latency per operation, and the rate of the first 1,000 operations (warm-up).
  *
- * `deno task bench kv etcd [--runs N]` (see `bench/main.ts`)
+ * `deno task bench deno-kv etcd [--runs N]` (see `bench/main.ts`)
  *
  * @module
  */
+import { loadHarness } from "../src/backends/testing.ts";
 import { type BenchRow, fmt } from "./_table.ts";
+import type { BenchCell, BenchHooks } from "./backend.ts";
 import type { ScenarioResult, ScenarioSpec } from "./scenario.ts";
-import { startEtcd } from "../tests/_support/etcd.ts";
 
 const SCENARIO = new URL("./scenario.ts", import.meta.url).pathname;
 const ROOT = new URL("../", import.meta.url).pathname;
-
-/** One cell of the table. */
-interface Cell {
-  readonly name: string;
-  readonly scenario: ScenarioSpec["scenario"];
-  readonly count: number;
-  readonly width: number;
-  readonly options?: Record<string, unknown>;
-  /** The raw cell this one is compared to. */
-  readonly versus?: string;
-}
 
 const SEQ = 1_000;
 const PAR = 3_000;
 const RACERS = 4;
 const RACE_KEYS = 500;
 
-function cells(store: "kv" | "etcd"): Cell[] {
-  const list: Cell[] = [
+/** The table's cells for a backend: the common ones, and its own after the new-key cells. */
+function cells(bench: BenchHooks): BenchCell[] {
+  const list: BenchCell[] = [
     { name: "raw, sequential", scenario: "raw", count: SEQ, width: 1 },
     { name: "raw, 16 in flight", scenario: "raw", count: PAR, width: 16 },
     {
@@ -76,46 +67,9 @@ function cells(store: "kv" | "etcd"): Cell[] {
     { name: "final release, sequential", scenario: "release", count: SEQ, width: 1 },
     { name: "final release, 16 in flight", scenario: "release", count: PAR, width: 16 },
   ];
-  if (store === "etcd") {
-    list.splice(
-      5,
-      0,
-      {
-        name: "new keys, sequential, no Cilium-mutex guard",
-        scenario: "new",
-        count: SEQ,
-        width: 1,
-        options: { honorCiliumLocks: false },
-        versus: "raw, sequential",
-      },
-      {
-        name: "new keys, 16 in flight, no Cilium-mutex guard",
-        scenario: "new",
-        count: PAR,
-        width: 16,
-        options: { honorCiliumLocks: false },
-        versus: "raw, 16 in flight",
-      },
-    );
-  }
+  const newKeys = list.findIndex((c) => c.scenario === "new" && c.options?.groupCommit === false);
+  list.splice(newKeys + 1, 0, ...bench.extraCells({ sequential: SEQ, parallel: PAR }));
   return list;
-}
-
-/** A fresh store for one measurement, and how children reach it. */
-interface FreshStore extends AsyncDisposable {
-  readonly where: string | readonly string[];
-}
-
-async function freshStore(store: "kv" | "etcd"): Promise<FreshStore> {
-  if (store === "etcd") {
-    const etcd = await startEtcd();
-    return { where: [...etcd.endpoints], [Symbol.asyncDispose]: () => etcd[Symbol.asyncDispose]() };
-  }
-  const dir = await Deno.makeTempDir({ prefix: "idalloc-bench-" });
-  return {
-    where: `${dir}/bench.kv`,
-    [Symbol.asyncDispose]: () => Deno.remove(dir, { recursive: true }),
-  };
 }
 
 async function child(spec: ScenarioSpec): Promise<ScenarioResult> {
@@ -138,8 +92,11 @@ function median(xs: readonly number[]): number {
 }
 
 /** The race: `RACERS` cold processes allocate the same keys at once; wall time, IDs agree. */
-async function race(store: "kv" | "etcd"): Promise<{ wall: number; agreed: boolean }> {
-  await using fresh = await freshStore(store);
+async function race(
+  store: string,
+  bench: BenchHooks,
+): Promise<{ wall: number; agreed: boolean }> {
+  await using fresh = await bench.fresh();
   const startAt = Date.now() + 3_000;
   const results = await Promise.all(
     Array.from({ length: RACERS }, (_, n) =>
@@ -167,14 +124,15 @@ async function race(store: "kv" | "etcd"): Promise<{ wall: number; agreed: boole
  * Runs every cell of `store` `runs` times, round-robin (each round runs every cell once, so a
  * drift of the machine hits every cell alike); one table row per cell.
  */
-export async function compare(store: "kv" | "etcd", runs = 3): Promise<BenchRow[]> {
+export async function compare(store: string, runs = 3): Promise<BenchRow[]> {
+  const { bench } = await loadHarness(store);
   const rows: BenchRow[] = [];
   const medians = new Map<string, number>();
-  const all = cells(store);
+  const all = cells(bench);
   const results = new Map<string, ScenarioResult[]>(all.map((c) => [c.name, []]));
   for (let r = 0; r < runs; r++) {
     for (const cell of all) {
-      await using fresh = await freshStore(store);
+      await using fresh = await bench.fresh();
       results.get(cell.name)!.push(
         await child({
           store,
@@ -205,7 +163,7 @@ export async function compare(store: "kv" | "etcd", runs = 3): Promise<BenchRow[
   const walls: number[] = [];
   let agreed = true;
   for (let r = 0; r < runs; r++) {
-    const one = await race(store);
+    const one = await race(store, bench);
     walls.push(one.wall);
     agreed &&= one.agreed;
   }

@@ -1,10 +1,12 @@
 /**
- * `deno task bench`: every benchmark, one table. `deno task bench kv` / `etcd` / `inprocess` /
- * `identity` / `telemetry` runs one group; `--runs N` sets the cold runs per cell of the kv and etcd groups.
+ * `deno task bench`: every benchmark, one table. `deno task bench deno-kv` / `etcd` / `inprocess` /
+ * `identity` / `telemetry` runs one group; `--runs N` sets the cold runs per cell of the backend
+ * groups.
  *
- * - `kv`, `etcd` (`compare.ts`): the issue-level side-by-side table, each cell a cold process on a
- *   fresh store, raw ceiling next to idalloc, medians and p50/p99. etcd rows need `etcd` on PATH
- *   (skipped with a note otherwise).
+ * - one group per backend kind in the registry (`deno-kv`, `etcd`; `compare.ts`): the
+ *   issue-level side-by-side table, each cell a cold process on a fresh store, raw ceiling next to
+ *   idalloc, medians and p50/p99. A backend that cannot run here (etcd without `etcd` on PATH) is
+ *   skipped with a note.
  * - `inprocess` (`allocator_kv.ts`): warm in-process rates on Deno KV, cached re-allocations.
  * - `identity` (`identity.ts`): the identity layer.
  * - `telemetry` (`telemetry.ts`): what OpenTelemetry costs, with no provider and with an SDK.
@@ -16,21 +18,31 @@ import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
 import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
-import { etcdUnavailable } from "../tests/_support/etcd.ts";
+import { loadHarnesses } from "../src/backends/testing.ts";
+
+const harnesses = await loadHarnesses();
+const kinds = harnesses.map((h) => h.kind);
+const column = Math.max(10, ...kinds.map((k) => k.length + 1));
 
 const USAGE = `Usage: deno task bench [group…] [--runs N]
 
 Runs the benchmarks and prints one table (progress on stderr). Without a group, every group.
 
 Groups:
-  kv         cold processes on a fresh Deno KV file: raw Deno KV next to idalloc (p50/p99)
-  etcd       the same on a private etcd on loopback (needs etcd on PATH; skipped otherwise)
-  inprocess  warm in-process rates on Deno KV, cached re-allocations
-  identity   the identity layer
-  telemetry  what OpenTelemetry costs, with no provider and with an SDK
+${
+  kinds.map((k) =>
+    `  ${k.padEnd(column)} cold processes on a fresh ${k} store: its raw ceiling next to idalloc ` +
+    "(p50/p99)"
+  ).join("\n")
+}
+  ${"inprocess".padEnd(column)} warm in-process rates on Deno KV, cached re-allocations
+  ${"identity".padEnd(column)} the identity layer
+  ${"telemetry".padEnd(column)} what OpenTelemetry costs, with no provider and with an SDK
+
+A backend that cannot run here (etcd without etcd on PATH) is skipped with a note.
 
 Options:
-  --runs N   cold runs per cell of the kv and etcd groups (default 3)
+  --runs N   cold runs per cell of the backend groups (default 3)
   -h, --help this help`;
 
 const args = [...Deno.args];
@@ -46,13 +58,12 @@ if (!Number.isSafeInteger(runs) || runs < 1) {
 }
 
 const groups: Record<string, () => Promise<BenchRow[]>> = {
-  kv: () => compare("kv", runs),
-  etcd: () => {
-    const why = etcdUnavailable();
+  ...Object.fromEntries(harnesses.map((h) => [h.kind, () => {
+    const why = h.unavailable();
     return why
-      ? Promise.resolve([{ name: "etcd", value: `skipped: ${why}` }])
-      : compare("etcd", runs);
-  },
+      ? Promise.resolve([{ name: h.kind, value: `skipped: ${why}` }])
+      : compare(h.kind, runs);
+  }])),
   inprocess: () => benchAllocatorKv(),
   identity: () => benchIdentity(),
   telemetry: () => benchTelemetry(),

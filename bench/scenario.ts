@@ -13,17 +13,17 @@
  * @module
  */
 import { Allocator } from "../mod.ts";
-import { DenoKvBackend } from "../src/backends/kv/mod.ts";
-import { EtcdBackend } from "../src/backends/etcd/mod.ts";
 import type { Backend } from "../src/allocator/backend.ts";
-import { b, rawClient } from "../tests/_support/etcd_fixture.ts";
+import { loadHarness } from "../src/backends/testing.ts";
+import type { BenchCell, BenchHooks } from "./backend.ts";
 
 /** What `compare.ts` asks a child to measure. */
 export interface ScenarioSpec {
-  readonly store: "kv" | "etcd";
-  /** KV: the file; etcd: the endpoints. */
-  readonly where: string | readonly string[];
-  readonly scenario: "raw" | "new" | "join" | "release" | "race";
+  /** The backend's kind: its harness opens the store. */
+  readonly store: string;
+  /** How to reach the store, as the backend's `BenchHooks.fresh` gave it (a file, endpoints). */
+  readonly where: unknown;
+  readonly scenario: BenchCell["scenario"];
   /** Operations (keys). */
   readonly count: number;
   /** Calls in flight. */
@@ -85,19 +85,11 @@ async function measure(
 }
 
 async function openBackend(spec: ScenarioSpec, node: string): Promise<Backend & AsyncDisposable> {
-  if (spec.store === "etcd") {
-    return await EtcdBackend.connect({
-      endpoints: [...spec.where as string[]],
-      prefix: PREFIX,
-      node,
-      ...spec.options,
-    });
-  }
-  const kv = await Deno.openKv(spec.where as string);
-  const backend = new DenoKvBackend(kv, { prefix: [PREFIX], node, ...spec.options });
-  return Object.assign(backend, {
-    [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
-  });
+  return await (await hooks(spec)).open(spec.where, PREFIX, node, spec.options);
+}
+
+async function hooks(spec: ScenarioSpec): Promise<BenchHooks> {
+  return (await loadHarness(spec.store)).bench;
 }
 
 const ALLOCATOR = { min: 1, max: 1_000_000, leaseTtlMs: 60_000, maxAttempts: 64 };
@@ -143,36 +135,8 @@ async function run(spec: ScenarioSpec): Promise<ScenarioResult> {
 
 /** The ceiling: one create-if-absent commit per key on the same client, shaped like a new key. */
 async function raw(spec: ScenarioSpec): Promise<ScenarioResult> {
-  const { count, width } = spec;
-  if (spec.store === "etcd") {
-    const client = rawClient(spec.where as string[]);
-    try {
-      return await measure(count, width, async (i) => {
-        const key = b(`${PREFIX}/raw/${i}`);
-        await client.kv.txn({
-          compare: [{ key, target: "Version", result: "Equal", version: 0 }],
-          success: [{ request_put: { key, value: b(KEY(i)) } }],
-        });
-      });
-    } finally {
-      client.close();
-    }
-  }
-  using kv = await Deno.openKv(spec.where as string);
-  return await measure(count, width, async (i) => {
-    const res = await kv.atomic()
-      .check({ key: ["raw", "key", KEY(i)], versionstamp: null })
-      .check({ key: ["raw", "id", i], versionstamp: null })
-      .sum(["raw", "gen"], 1n)
-      .set(["raw", "id", i], { key: KEY(i) })
-      .set(["raw", "key", KEY(i)], { id: i })
-      .set(["raw", "ref", KEY(i), "n"], { id: i, lease: "l" })
-      .set(["raw", "log", Date.now(), "n", String(i)], { id: i, key: KEY(i) }, {
-        expireIn: 600_000,
-      })
-      .commit();
-    if (!res.ok) throw new Error("raw commit failed");
-  });
+  await using writer = await (await hooks(spec)).raw(spec.where);
+  return await measure(spec.count, spec.width, (i) => writer.write(i, KEY(i)));
 }
 
 if (import.meta.main) {

@@ -5,8 +5,9 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { BACKEND_KINDS, hooksOf, NEMESIS_BACKENDS } from "./backends.ts";
 import type { Timings } from "./records.ts";
-import { GARBAGE_KINDS, type GarbageKind, KV_ONLY_GARBAGE } from "./stores/store.ts";
+import { GARBAGE_KINDS, type GarbageKind } from "./stores/store.ts";
 import {
   withCiliumKeys,
   type Workload,
@@ -30,17 +31,10 @@ export const FAULT_KINDS = [
 /** A fault kind. */
 export type FaultKind = typeof FAULT_KINDS[number];
 
-/** Fault kinds that need an etcd cluster. */
-export const ETCD_ONLY: ReadonlySet<FaultKind> = new Set([
-  "compact",
-  "kill-follower",
-  "kill-leader",
-  "outage",
-]);
-
 /** A backend's run: its share of `--seconds`, and the fault phase that fits in that share. */
 export interface BackendRun {
-  readonly backend: "kv" | "etcd";
+  /** The backend's kind. */
+  readonly backend: string;
   /** Its share of `--seconds`: the bound of the whole backend run. */
   readonly seconds: number;
   /** Length of its fault phase. */
@@ -92,24 +86,22 @@ export const TIMINGS: Timings = {
   callTimeoutMs: 10_000,
 };
 
-/** The workers' Deno KV backend timings. */
-export const KV_TIMINGS = { pollIntervalMs: 200, maxClockSkewMs: 500, resyncIntervalMs: 15_000 };
-
-/** The workers' etcd request timeout. */
-export const ETCD_REQUEST_TIMEOUT_MS = 3_000;
+/** Clock slack of the default workload's backends (where they judge leases by the clock). */
+export const CLOCK_SKEW_MS = 500;
 
 /**
- * The workload `name` on `backend`, built on this file's defaults; beside Cilium nodes, on the
- * Cilium worker's key family.
+ * The workload `name` on `backend`, built on this file's defaults and the backend's own timings;
+ * beside Cilium nodes, on the Cilium worker's key family.
  */
-export function workloadFor(name: WorkloadName, backend: "kv" | "etcd", cilium = false): Workload {
-  const w = workloadOf(name, backend, {
+export function workloadFor(name: WorkloadName, backend: string, cilium = false): Workload {
+  const w = workloadOf(name, {
     timings: TIMINGS,
-    kv: KV_TIMINGS,
+    clockSkewMs: CLOCK_SKEW_MS,
     plainKeys: plainKeys(),
     plainRange: PLAIN_RANGE,
   });
-  return cilium ? withCiliumKeys(w) : w;
+  const tuned = { ...w, timings: hooksOf(backend).timings(name, w.timings) };
+  return cilium ? withCiliumKeys(tuned) : tuned;
 }
 
 /** Plain keys: few enough IDs that collected IDs are soon handed to other keys. */
@@ -158,15 +150,12 @@ export class NemesisUsageError extends Error {
 
 /**
  * What a backend run spends outside its fault phase — starting the store and the workers, letting
- * them settle, probing every key, draining, reading the logs back and checking — in seconds: a
- * fixed part, and a share of the run for the logs, which grow with it. Measured on a busy 2-core
- * machine with 4 workers around a short fault phase: Deno KV 10–11 s, etcd (three members) about
- * 19 s (a store fault still in progress when the phase ends adds to it).
+ * them settle, probing every key, draining, reading the logs back and checking — in seconds, by
+ * backend kind: a fixed part, and a share of the run for the logs, which grow with it. Each
+ * backend's harness gives its own (`NemesisHooks.overhead`).
  */
-export const OVERHEAD: Readonly<Record<"kv" | "etcd", { fixed: number; share: number }>> = {
-  kv: { fixed: 10, share: 0.02 },
-  etcd: { fixed: 18, share: 0.02 },
-};
+export const OVERHEAD: Readonly<Record<string, { fixed: number; share: number }>> = Object
+  .fromEntries(NEMESIS_BACKENDS.map((b) => [b.kind, b.hooks.overhead]));
 
 /**
  * The shortest fault phase: 3 s of warm-up, a second in which one fault starts, and the last 5 s,
@@ -175,13 +164,13 @@ export const OVERHEAD: Readonly<Record<"kv" | "etcd", { fixed: number; share: nu
 export const MIN_FAULT_SECONDS = 9;
 
 /** The fault phase that fits a backend run of `seconds` in all. */
-export function faultSeconds(backend: "kv" | "etcd", seconds: number): number {
+export function faultSeconds(backend: string, seconds: number): number {
   const { fixed, share } = OVERHEAD[backend];
   return Math.floor(seconds - fixed - share * seconds);
 }
 
 /** The shortest `--seconds` share a backend run can have. */
-export function minSeconds(backend: "kv" | "etcd"): number {
+export function minSeconds(backend: string): number {
   let seconds = MIN_FAULT_SECONDS;
   while (faultSeconds(backend, seconds) < MIN_FAULT_SECONDS) seconds++;
   return seconds;
@@ -193,30 +182,56 @@ const GROWTH_CYCLES_PER_SECOND = 900;
 const DEFAULT_SECONDS = 60;
 const MAX_SECONDS = 86_400;
 
+/** `items` as prose: `a`, `a or b`, `a, b or c`. */
+function either(items: readonly string[]): string {
+  return items.length <= 1
+    ? items.join("")
+    : `${items.slice(0, -1).join(", ")} or ${items[items.length - 1]}`;
+}
+
+/** The sentence of `--help` that says which faults only some backends support. */
+function partialFaults(): string {
+  const bySupport = new Map<string, FaultKind[]>();
+  for (const fault of FAULT_KINDS) {
+    const on = BACKEND_KINDS.filter((k) => hooksOf(k).faults.includes(fault));
+    if (on.length === BACKEND_KINDS.length) continue;
+    const key = either(on);
+    bySupport.set(key, [...bySupport.get(key) ?? [], fault]);
+  }
+  return [...bySupport].map(([on, faults]) => `${faults.join(", ")} run on ${on} only.`)
+    .join(" ");
+}
+
+/** Backends whose runs real Cilium nodes can join. */
+const CILIUM_KINDS = BACKEND_KINDS.filter((k) => hooksOf(k).cilium);
+
 /** The bounds `--help` gives, from the figures above. */
 const BOUNDS = {
-  kv: OVERHEAD.kv.fixed,
-  etcd: OVERHEAD.etcd.fixed,
-  share: `${OVERHEAD.kv.share * 100}%`,
-  minKv: minSeconds("kv"),
-  minEtcd: minSeconds("etcd"),
-  minBoth: 2 * Math.max(minSeconds("kv"), minSeconds("etcd")),
+  overhead: either(BACKEND_KINDS.map((k) => `${OVERHEAD[k].fixed} s (${k})`)),
+  share: `${OVERHEAD[BACKEND_KINDS[0]].share * 100}%`,
+  least: [
+    ...BACKEND_KINDS.map((k) => `${minSeconds(k)} (${k})`),
+    `${BACKEND_KINDS.length * Math.max(...BACKEND_KINDS.map(minSeconds))} (both)`,
+  ].join(", "),
   growth: GROWTH_CYCLES_PER_SECOND.toLocaleString("en-US"),
 };
 
 const USAGE = `deno task nemesis [options]
 
-  --backend kv|etcd|both   store(s) to run against, one after the other (default both)
+  --backend ${[...BACKEND_KINDS, "both"].join("|")}
+                           store(s) to run against, one after the other (default both: every one)
   --seconds N              about how long the whole run takes, every backend together
                            (default ${DEFAULT_SECONDS}): starting the store and the workers, the fault
                            phase, settling, probing, draining and the checks. Each backend gets
-                           an equal share; its fault phase is what is left after about ${BOUNDS.kv} s
-                           (kv) or ${BOUNDS.etcd} s (etcd) for the rest, and ${BOUNDS.share} for reading the logs.
-                           At least ${BOUNDS.minKv} (kv), ${BOUNDS.minEtcd} (etcd), ${BOUNDS.minBoth} (both); at most ${MAX_SECONDS}.
+                           an equal share; its fault phase is what is left after about
+                           ${BOUNDS.overhead} for the rest, and ${BOUNDS.share} for reading the logs.
+                           At least ${BOUNDS.least}; at most ${MAX_SECONDS}.
   --seed S                 seed of every random choice (default: random, printed)
   --nodes N                idalloc worker processes, 3 to 32 (default 4; every third uses the
                            identity layer); with --cilium, 1 or more and 3 or more nodes in all
-  --cilium N               also run N real Cilium v1.16 nodes (etcd only; default 0): the
+  --cilium N               also run N real Cilium v1.16 nodes (${
+  CILIUM_KINDS.join(", ")
+} only; default 0): the
                            fault-test worker of ../shared/cilium-node (build.sh --v116), on the
                            same etcd, prefix, keys (k8s:app=k<n>;, which the idalloc workers then
                            use too), ID range and lease; faults target them as well, and the
@@ -224,7 +239,7 @@ const USAGE = `deno task nemesis [options]
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
                            a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref.
-                           ${[...ETCD_ONLY].join(", ")} run on etcd only.
+                           ${partialFaults()}
   --workload NAME          ${WORKLOADS.join("|")}: "keyside" crowds 60 keys into 80 IDs with
                            short leases, GC every 500 ms and overlapping faults (default: default)
   --growth N               after each backend's run, N allocate/release cycles on a fresh store,
@@ -355,10 +370,12 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     return undefined;
   }
   const backend = values.backend ?? "both";
-  if (backend !== "kv" && backend !== "etcd" && backend !== "both") {
-    throw new NemesisUsageError(`--backend takes kv, etcd or both, not '${backend}'`);
+  if (backend !== "both" && !BACKEND_KINDS.includes(backend)) {
+    throw new NemesisUsageError(
+      `--backend takes ${either([...BACKEND_KINDS, "both"])}, not '${backend}'`,
+    );
   }
-  const backends: ("kv" | "etcd")[] = backend === "both" ? ["kv", "etcd"] : [backend];
+  const backends: readonly string[] = backend === "both" ? BACKEND_KINDS : [backend];
   const totalSeconds = values.seconds === undefined
     ? DEFAULT_SECONDS
     : wholeNumber("seconds", values.seconds, 1, MAX_SECONDS, "a whole number of seconds");
@@ -392,8 +409,10 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
         "(Cilium's included)",
     );
   }
-  if (cilium > 0 && backend !== "etcd") {
-    throw new NemesisUsageError("--cilium needs --backend etcd (Cilium's kvstore is etcd)");
+  if (cilium > 0 && !backends.every((b) => hooksOf(b).cilium)) {
+    throw new NemesisUsageError(
+      `--cilium needs --backend ${either(CILIUM_KINDS)} (a store Cilium's kvstore can use)`,
+    );
   }
   const { faults, garbage } = parseFaults(values.faults ?? "all");
   return {
@@ -418,11 +437,10 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
 }
 
 /** The faults a run on `backend` injects, as a header lists them. */
-export function faultsOf(backend: "kv" | "etcd", options: NemesisOptions): string {
-  const kinds = [...options.faults].filter((k) => backend === "etcd" || !ETCD_ONLY.has(k));
-  const garbage = [...options.garbage].filter((g) =>
-    backend === "kv" || !KV_ONLY_GARBAGE.has(g as GarbageKind)
-  );
+export function faultsOf(backend: string, options: NemesisOptions): string {
+  const hooks = hooksOf(backend);
+  const kinds = [...options.faults].filter((k) => hooks.faults.includes(k));
+  const garbage = [...options.garbage].filter((g) => hooks.garbageKinds.includes(g as GarbageKind));
   const names = kinds.map((k) => k === "garbage" ? `garbage (${garbage.join(", ")})` : k);
   return names.length === 0 ? "none" : names.join(", ");
 }

@@ -11,11 +11,10 @@
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import type { EtcdCluster } from "../tests/_support/etcd.ts";
 import { between, shuffle } from "../tests/_support/prng.ts";
 import type { FaultKind } from "./config.ts";
 import type { StopWindow } from "./checks/calls.ts";
-import type { GarbageKind, NemesisStore } from "./stores/store.ts";
+import type { GarbageKind, NemesisStore, StoreMembers } from "./stores/store.ts";
 import type { Timings } from "./records.ts";
 
 /** The table's row of each kind (refined further by some faults, e.g. `kill (new name)`). */
@@ -60,9 +59,10 @@ export interface FaultTarget {
 export interface FaultContext {
   readonly random: () => number;
   readonly store: NemesisStore;
-  readonly etcd?: EtcdCluster;
+  /** The store's members (etcd's cluster), which the member faults act on. */
+  readonly members?: StoreMembers;
   readonly timings: Timings;
-  /** Clock slack of the Deno KV backends (0 on etcd). */
+  /** Clock slack the workers' backends allow a lease (the store's `skewMs`). */
   readonly skewMs: number;
   readonly garbage: readonly GarbageKind[];
   readonly garbageTargets: Parameters<NemesisStore["plant"]>[1];
@@ -79,7 +79,7 @@ export interface FaultContext {
   readonly overlapEveryMs?: readonly [number, number];
 }
 
-/** Kinds that act on the etcd members (one at a time, even when faults overlap). */
+/** Kinds that act on the store's members (one at a time, even when faults overlap). */
 const MEMBER_FAULTS: ReadonlySet<FaultKind> = new Set([
   "compact",
   "kill-follower",
@@ -210,16 +210,16 @@ async function inject(
       });
     }
     case "compact": {
-      const etcd = ctx.etcd!;
+      const cluster = ctx.members!;
       // A watch only meets a compacted revision when it resumes from an older one: break the
       // streams of one member's clients first, compact while they reconnect.
-      const member = Math.floor(ctx.random() * etcd.endpoints.length);
+      const member = Math.floor(ctx.random() * cluster.endpoints.length);
       const withKill = ctx.random() < 0.5;
-      if (withKill) await etcd.kill(member);
-      const revision = await retry(() => etcd.compact());
+      if (withKill) await cluster.kill(member);
+      const revision = await retry(() => cluster.compact());
       if (withKill) {
         await sleep(between(ctx.random, 300, 1_500));
-        await etcd.restart(member);
+        await cluster.restart(member);
       }
       return done(
         FAULT_LABELS[kind],
@@ -229,17 +229,17 @@ async function inject(
     }
     case "kill-follower":
     case "kill-leader": {
-      const etcd = ctx.etcd!;
-      const leader = await etcd.leader();
-      const members = etcd.endpoints.map((_, i) => i);
+      const cluster = ctx.members!;
+      const leader = await cluster.leader();
+      const members = cluster.endpoints.map((_, i) => i);
       const followers = members.filter((i) => i !== leader);
       const victim = kind === "kill-leader"
         ? leader
         : followers[Math.floor(ctx.random() * followers.length)];
       const down = between(ctx.random, 1_000, 4_000);
-      await etcd.kill(victim);
+      await cluster.kill(victim);
       await sleep(down);
-      await etcd.restart(victim);
+      await cluster.restart(victim);
       return done(
         FAULT_LABELS[kind],
         `SIGKILL member ${victim}${kind === "kill-leader" ? " (leader)" : ""}, down ${down} ms`,
@@ -247,13 +247,13 @@ async function inject(
       );
     }
     case "outage": {
-      const etcd = ctx.etcd!;
-      const members = etcd.endpoints.map((_, i) => i);
+      const cluster = ctx.members!;
+      const members = cluster.endpoints.map((_, i) => i);
       const down = between(ctx.random, 2_000, 6_000);
-      await Promise.all(members.map((i) => etcd.kill(i)));
+      await Promise.all(members.map((i) => cluster.kill(i)));
       await sleep(down);
       // Started together: one member alone has no quorum and never turns healthy.
-      await Promise.all(members.map((i) => etcd.restart(i)));
+      await Promise.all(members.map((i) => cluster.restart(i)));
       return done(FAULT_LABELS[kind], `every member down for ${down} ms`, { backAt: Date.now() });
     }
   }

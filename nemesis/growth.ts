@@ -7,12 +7,12 @@
  *
  * @module
  */
-import { startEtcd } from "../tests/_support/etcd.ts";
 import type { Sink } from "../src/cli/io.ts";
 import { writeTable } from "../src/cli/table.ts";
+import { hooksOf } from "./backends.ts";
 import { Child } from "./child.ts";
 import type { Violation } from "./checks/violation.ts";
-import { ETCD_REQUEST_TIMEOUT_MS, KV_TIMINGS, TIMINGS } from "./config.ts";
+import { TIMINGS } from "./config.ts";
 import type { GrowthConfig, GrowthSample } from "./growth_worker.ts";
 
 /** Check name of the growth bounds. */
@@ -24,7 +24,8 @@ const MiB = 1024 * 1024;
 
 /** What the growth run measured and which bounds it broke. */
 export interface GrowthReport {
-  readonly backend: "kv" | "etcd";
+  /** The backend's kind. */
+  readonly backend: string;
   readonly cycles: number;
   readonly samples: readonly GrowthSample[];
   readonly violations: readonly Violation[];
@@ -33,23 +34,15 @@ export interface GrowthReport {
 
 /** Runs `cycles` allocate/release cycles on a fresh store of `backend`; files go under `dir`. */
 export async function runGrowth(
-  backend: "kv" | "etcd",
+  backend: string,
   cycles: number,
   dir: string,
 ): Promise<GrowthReport> {
   const started = Date.now();
   await Deno.mkdir(dir, { recursive: true });
-  // One member is enough here: the run measures idalloc's growth, not raft's.
-  await using etcd = backend === "etcd" ? await startEtcd({ members: 1 }) : undefined;
+  await using store = await hooksOf(backend).startGrowth(dir);
   const config: GrowthConfig = {
-    store: etcd
-      ? {
-        kind: "etcd",
-        endpoints: [...etcd.endpoints],
-        prefix: "growth",
-        requestTimeoutMs: ETCD_REQUEST_TIMEOUT_MS,
-      }
-      : { kind: "kv", path: `${dir}/growth.kv`, prefix: ["growth"], ...KV_TIMINGS },
+    store: store.spec,
     cycles,
     sampleEvery: Math.max(1, Math.round(cycles / 10)),
     keys: KEYS,
@@ -79,38 +72,20 @@ export async function runGrowth(
 }
 
 /**
- * The bounds, per sample: the key set bounds masters and key state, the window bounds live
- * references, dead references stay within one window, one node keeps at most two lease records,
- * the feed holds no more than the entries written in its retention window; after warm-up (the
- * second sample) heap and RSS grow by at most a fixed margin, and so does the KV file.
+ * The bounds, per sample: the key set bounds masters, and the backend's own bounds (its harness's
+ * `growth.check`: key state, references within the window, lease records, the change feed);
+ * after warm-up (the second sample) heap and RSS grow by at most a fixed margin, and so do the
+ * store's files.
  */
-export function checkGrowth(backend: "kv" | "etcd", samples: readonly GrowthSample[]): Violation[] {
+export function checkGrowth(backend: string, samples: readonly GrowthSample[]): Violation[] {
+  const hooks = hooksOf(backend);
   const out: Violation[] = [];
   const fail = (s: GrowthSample, what: string) =>
     out.push({ check: GROWTH_CHECK, message: `after ${s.cycles} cycles: ${what}`, evidence: s });
   for (const s of samples) {
-    const c = (name: string) => s.counts[name] ?? 0;
-    const masters = c("id");
+    const masters = s.counts["id"] ?? 0;
     if (masters > KEYS) fail(s, `${masters} masters for ${KEYS} keys`);
-    if (backend === "kv") {
-      if (c("key") > KEYS) fail(s, `${c("key")} key index entries for ${KEYS} keys`);
-      if (c("touch") > KEYS) fail(s, `${c("touch")} touch counters for ${KEYS} keys`);
-      if (c("ref") > 2 * WINDOW) fail(s, `${c("ref")} references for ${WINDOW} held keys`);
-      if (c("ref (dead)") > WINDOW) fail(s, `${c("ref (dead)")} dead references`);
-      if (c("lease") > 2) fail(s, `${c("lease")} lease records for one node`);
-      if (c("log") > s.recentChanges + 64) {
-        fail(
-          s,
-          `${
-            c("log")
-          } change-feed entries, but only ${s.recentChanges} written in the last ${s.logWindowMs} ms`,
-        );
-      }
-    } else {
-      if (c("value") > 2 * WINDOW) fail(s, `${c("value")} references for ${WINDOW} held keys`);
-      if (c("value (no lease)") > 0) fail(s, `${c("value (no lease)")} references without a lease`);
-      if (c("leases") > 2) fail(s, `${c("leases")} etcd leases for one node`);
-    }
+    hooks.growth.check(s, { keys: KEYS, window: WINDOW }, (what) => fail(s, what));
   }
   const warm = samples[1];
   const last = samples[samples.length - 1];
@@ -126,9 +101,10 @@ export function checkGrowth(backend: "kv" | "etcd", samples: readonly GrowthSamp
     }
     const rssLimit = warm.rss * 1.5 + 48 * MiB;
     if (last.rss > rssLimit) fail(last, `RSS ${mib(last.rss)} MiB, over ${mib(rssLimit)} MiB`);
+    // A store without files reports 0 bytes, which stays under any limit.
     const fileLimit = warm.fileBytes * 2 + 32 * MiB;
-    if (backend === "kv" && last.fileBytes > fileLimit) {
-      fail(last, `KV file ${mib(last.fileBytes)} MiB, over ${mib(fileLimit)} MiB`);
+    if (last.fileBytes > fileLimit) {
+      fail(last, `store file ${mib(last.fileBytes)} MiB, over ${mib(fileLimit)} MiB`);
     }
   }
   return out;
@@ -144,45 +120,17 @@ export function writeGrowth(sink: Sink, r: GrowthReport): void {
     `== growth ${r.backend}: ${r.cycles} allocate/release cycles over ${KEYS} keys ` +
       `(${WINDOW} held), ${Math.round(r.durationMs / 1_000)} s`,
   );
-  const kv = r.backend === "kv";
+  const { growth } = hooksOf(r.backend);
   writeTable(
     sink,
-    kv
-      ? [
-        "cycles",
-        "s",
-        "RSS MiB",
-        "heap MiB",
-        "file MiB",
-        "masters",
-        "refs",
-        "dead refs",
-        "leases",
-        "feed",
-        "feed bound",
-      ]
-      : ["cycles", "s", "RSS MiB", "heap MiB", "masters", "refs", "leases"],
-    r.samples.map((s) => {
-      const c = (name: string) => String(s.counts[name] ?? 0);
-      const head = [
-        String(s.cycles),
-        String(Math.round(s.elapsedMs / 1_000)),
-        mib(s.rss),
-        mib(s.heapUsed),
-      ];
-      return kv
-        ? [
-          ...head,
-          mib(s.fileBytes),
-          c("id"),
-          c("ref"),
-          c("ref (dead)"),
-          c("lease"),
-          c("log"),
-          String(s.recentChanges + 64),
-        ]
-        : [...head, c("id"), c("value"), c("leases")];
-    }),
+    ["cycles", "s", "RSS MiB", "heap MiB", ...growth.columns],
+    r.samples.map((s) => [
+      String(s.cycles),
+      String(Math.round(s.elapsedMs / 1_000)),
+      mib(s.rss),
+      mib(s.heapUsed),
+      ...growth.row(s),
+    ]),
   );
   sink.line(
     r.violations.length === 0

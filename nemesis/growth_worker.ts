@@ -11,10 +11,8 @@
 import { z } from "zod";
 import { Allocator } from "../src/allocator/allocator.ts";
 import { prng } from "../tests/_support/prng.ts";
-import { configFromArgs, logToStderr, openBackend } from "./process_support.ts";
+import { configFromArgs, logToStderr, openBackend, openStore } from "./process_support.ts";
 import { storeSpecSchema, timingsSchema } from "./records.ts";
-import { openEtcdStore } from "./stores/etcd.ts";
-import { openKvStore } from "./stores/kv.ts";
 import type { NemesisStore } from "./stores/store.ts";
 
 /** The growth allocator's configuration. */
@@ -41,7 +39,7 @@ export interface GrowthSample {
   readonly elapsedMs: number;
   readonly rss: number;
   readonly heapUsed: number;
-  /** Bytes of the KV file and its WAL (0 on etcd). */
+  /** Bytes of the store's files (Deno KV: the file and its WAL; 0 for a store without files). */
   readonly fileBytes: number;
   /** Entries under the prefix by category. */
   readonly counts: Record<string, number>;
@@ -55,14 +53,6 @@ export interface GrowthSample {
 
 /** Concurrent call loops of the one allocator. */
 const LANES = 4;
-
-async function fileBytes(path: string): Promise<number> {
-  let n = 0;
-  for (const suffix of ["", "-wal"]) {
-    n += await Deno.stat(path + suffix).then((s) => s.size, () => 0);
-  }
-  return n;
-}
 
 async function main(): Promise<void> {
   const config = configFromArgs(growthConfigSchema);
@@ -79,9 +69,7 @@ async function main(): Promise<void> {
     leaseTtlMs: config.timings.leaseTtlMs,
     syncIntervalMs: config.timings.syncIntervalMs,
   });
-  await using store: NemesisStore = spec.kind === "kv"
-    ? await openKvStore(spec.path, spec.prefix, spec)
-    : openEtcdStore(spec.endpoints, spec.prefix, spec.requestTimeoutMs);
+  await using store: NemesisStore = await openStore(spec);
   const out = await Deno.open(config.samplesPath, { write: true, create: true, append: true });
   const encoder = new TextEncoder();
 
@@ -119,7 +107,7 @@ async function main(): Promise<void> {
       elapsedMs: now - start,
       rss: mem.rss,
       heapUsed: mem.heapUsed,
-      fileBytes: spec.kind === "kv" ? await fileBytes(spec.path) : 0,
+      fileBytes: await store.fileBytes(),
       counts,
       recentChanges: total - before,
       logWindowMs,

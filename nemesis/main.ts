@@ -7,6 +7,7 @@
  *
  * ```sh
  * deno task nemesis --backend both --seconds 180
+ * deno task nemesis --backend deno-kv --seconds 60
  * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
  * deno task nemesis --faults -stall --seed 17                   # everything but stalls
  * deno task nemesis --backend etcd --nodes 2 --cilium 2 --workload keyside  # beside Cilium
@@ -15,7 +16,7 @@
  * @module
  */
 import { processIo, Sink } from "../src/cli/io.ts";
-import { etcdUnavailable } from "../tests/_support/etcd.ts";
+import { NEMESIS_BACKENDS } from "./backends.ts";
 import { ciliumUnavailable } from "./cilium.ts";
 import {
   type BackendRun,
@@ -74,12 +75,10 @@ async function main(): Promise<number> {
   let harness = false;
   for (const run of options.runs) {
     const { backend } = run;
-    if (backend === "etcd") {
-      const why = etcdUnavailable();
-      if (why) {
-        sink.line(`== nemesis etcd: skipped: ${why}`);
-        continue;
-      }
+    const why = NEMESIS_BACKENDS.find((b) => b.kind === backend)?.unavailable();
+    if (why) {
+      sink.line(`== nemesis ${backend}: skipped: ${why}`);
+      continue;
     }
     try {
       const report = await runBackend(backend, optionsForRun(options, run), `${root}/${backend}`);

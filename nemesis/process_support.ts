@@ -6,46 +6,29 @@
  * @module
  */
 import { configure, getTextFormatter, type LogLevel } from "@logtape/logtape";
-import type { Backend } from "../src/allocator/backend.ts";
-import { DenoKvBackend } from "../src/backends/kv/mod.ts";
-import { EtcdBackend } from "../src/backends/etcd/mod.ts";
+import { loadHarness } from "../src/backends/testing.ts";
 import { IdallocError } from "../src/errors.ts";
 import { sleep } from "../src/abort.ts";
 import type { StoreSpec } from "./records.ts";
+import type { NemesisStore, OpenBackendExtra, OpenedBackend } from "./stores/store.ts";
 
-/** A backend and what closes it (the KV handle, the etcd client). */
-export interface OpenedBackend extends AsyncDisposable {
-  readonly backend: Backend;
-}
+export type { OpenedBackend };
 
-/** Opens `node`'s backend on the store `spec` names. */
+/**
+ * Opens `node`'s backend on the store `spec` names, through the harness of the spec's kind (a
+ * child process loads only its own backend's).
+ */
 export async function openBackend(
   spec: StoreSpec,
   node: string,
-  extra: { logRetentionMs?: number } = {},
+  extra: OpenBackendExtra = {},
 ): Promise<OpenedBackend> {
-  if (spec.kind === "kv") {
-    const kv = await Deno.openKv(spec.path);
-    const backend = new DenoKvBackend(kv, {
-      prefix: spec.prefix,
-      node,
-      pollIntervalMs: spec.pollIntervalMs,
-      maxClockSkewMs: spec.maxClockSkewMs,
-      resyncIntervalMs: spec.resyncIntervalMs,
-      ...extra,
-    });
-    return {
-      backend,
-      [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
-    };
-  }
-  const backend = await EtcdBackend.connect({
-    endpoints: spec.endpoints,
-    prefix: spec.prefix,
-    node,
-    requestTimeoutMs: spec.requestTimeoutMs,
-  });
-  return { backend, [Symbol.asyncDispose]: () => backend.close() };
+  return await (await loadHarness(spec.kind)).nemesis.openBackend(spec, node, extra);
+}
+
+/** Opens the store `spec` names for reading, through the harness of the spec's kind. */
+export async function openStore(spec: StoreSpec): Promise<NemesisStore> {
+  return await (await loadHarness(spec.kind)).nemesis.openStore(spec);
 }
 
 /**

@@ -7,8 +7,8 @@
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import { type EtcdCluster, startEtcd } from "../tests/_support/etcd.ts";
 import { prng, shuffle } from "../tests/_support/prng.ts";
+import { hooksOf } from "./backends.ts";
 import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
@@ -16,8 +16,7 @@ import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import { CiliumNodes } from "./cilium.ts";
 import {
-  ETCD_ONLY,
-  ETCD_REQUEST_TIMEOUT_MS,
+  type FaultKind,
   IDENTITY_RANGE,
   identityKeys,
   isIdentityWorker,
@@ -35,9 +34,7 @@ import {
   parseRecords,
   type WorkerConfig,
 } from "./records.ts";
-import { openEtcdStore } from "./stores/etcd.ts";
-import { openKvStore } from "./stores/kv.ts";
-import type { GarbageKind, NemesisStore } from "./stores/store.ts";
+import type { GarbageKind, NemesisRunStore, NemesisStore } from "./stores/store.ts";
 import type { Workload } from "./workload.ts";
 
 /** Check name of the drain. */
@@ -71,7 +68,8 @@ export interface Recovery {
 
 /** What a backend run produced. */
 export interface BackendReport {
-  readonly backend: "kv" | "etcd";
+  /** The backend's kind. */
+  readonly backend: string;
   readonly seed: number;
   readonly seconds: number;
   readonly startedAt: number;
@@ -103,261 +101,322 @@ interface Slot {
 
 let incarnations = 0;
 
-/** The etcd prefix of every process of a run, Cilium nodes' included. */
-const ETCD_PREFIX = "nemesis/state/identities/v1";
+/** Everything one backend run gathers as it goes, shared by its phases. */
+interface RunState {
+  readonly backend: string;
+  readonly options: NemesisOptions;
+  readonly dir: string;
+  readonly startedAt: number;
+  readonly random: () => number;
+  readonly workload: Workload;
+  readonly families: { readonly plain: string[]; readonly identity: string[] };
+  readonly store: NemesisRunStore;
+  /** Problems of the harness itself. */
+  readonly harness: string[];
+  readonly violations: Violation[];
+  readonly faults: FaultRecord[];
+  readonly stops: StopWindow[];
+  readonly crashes: Violation[];
+  /** Identity-layer incarnations: their held IDs may change without an event they can see. */
+  readonly identityIncs: Set<string>;
+  readonly slots: Slot[];
+  readonly probeLog: LineLog;
+  gc?: Child;
+  cilium?: CiliumNodes;
+}
 
 /** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
 export async function runBackend(
-  backend: "kv" | "etcd",
+  backend: string,
   options: NemesisOptions,
   dir: string,
 ): Promise<BackendReport> {
   const startedAt = Date.now();
   await Deno.mkdir(dir, { recursive: true });
   const random = prng(options.seed);
-  const harness: string[] = [];
-  const violations: Violation[] = [];
-  const faults: FaultRecord[] = [];
-  const stops: StopWindow[] = [];
-  const crashes: Violation[] = [];
-  /** Identity-layer incarnations: their held IDs may change without an event they can see. */
-  const identityIncs = new Set<string>(["probe-identity@probe"]);
   const workload = workloadFor(options.workload, backend, options.cilium > 0);
-  const { timings, plainRange } = workload;
-  const families = {
-    plain: workload.ranked ? [...workload.plainKeys] : shuffle(random, [...workload.plainKeys]),
-    identity: shuffle(random, identityKeys()),
+  const run: RunState = {
+    backend,
+    options,
+    dir,
+    startedAt,
+    random,
+    workload,
+    families: {
+      plain: workload.ranked ? [...workload.plainKeys] : shuffle(random, [...workload.plainKeys]),
+      identity: shuffle(random, identityKeys()),
+    },
+    store: await hooksOf(backend).startRun(dir, workload),
+    harness: [],
+    violations: [],
+    faults: [],
+    stops: [],
+    crashes: [],
+    identityIncs: new Set<string>(["probe-identity@probe"]),
+    slots: [],
+    probeLog: new LineLog(`${dir}/probe.jsonl`),
   };
-
-  let etcd: EtcdCluster | undefined;
-  let store: NemesisStore;
-  if (backend === "kv") {
-    store = await openKvStore(`${dir}/store.kv`, ["nemesis"], workload.kv);
-  } else {
-    etcd = await startEtcd({ members: 3 });
-    store = openEtcdStore(etcd.endpoints, ETCD_PREFIX, ETCD_REQUEST_TIMEOUT_MS);
+  try {
+    await startProcesses(run);
+    await faultPhase(run);
+    await settleAndCompare(run);
+    await probeAndDrain(run);
+    run.violations.push(...run.crashes);
+  } finally {
+    await shutdown(run);
   }
-  const skewMs = backend === "kv" ? workload.kv.maxClockSkewMs : 0;
-  const slots: Slot[] = [];
-  let gc: Child | undefined;
-  let cilium: CiliumNodes | undefined;
-  const probeLog = new LineLog(`${dir}/probe.jsonl`);
+  return await report(run, await checkLogs(run));
+}
 
-  const spawnWorker = async (
-    index: number,
-    node: string,
-    generation: number,
-  ): Promise<Slot> => {
-    const layer = isIdentityWorker(index) ? "identity" : "allocator";
-    const inc = `${node}@${++incarnations}`;
-    if (layer === "identity") identityIncs.add(inc);
-    const files = `${dir}/worker-${inc.replace("@", "-")}`;
-    const logPath = `${files}.jsonl`;
-    const config: WorkerConfig = {
-      store: store.spec,
-      node,
-      inc,
-      layer,
-      seed: options.seed * 1_000 + index * 37 + generation,
-      keys: layer === "identity" ? families.identity : families.plain,
-      range: layer === "identity" ? IDENTITY_RANGE : plainRange,
-      timings,
-      lanes: 3,
-      pauseMs: [...workload.pauseMs],
-      mix: workload.mix,
-      targetHeld: layer === "identity" ? 12 : 30,
-      logPath,
-    };
-    const child = await Child.spawn(inc, "nemesis/worker.ts", config, `${files}.stderr`);
-    const slot: Slot = { index, layer, node, inc, generation, child, logPath, expectExit: false };
-    child.status.then((status) => {
-      if (slot.expectExit || slot.child !== child) return;
-      crashes.push({
-        check: CRASH_CHECK,
-        message: `${inc} exited on its own with code ${status.code}${
-          status.signal ? ` (${status.signal})` : ""
-        }`,
-        evidence: { inc, stderr: `${files}.stderr` },
-      });
-    });
-    await child.waitFor("ready", 60_000);
-    return slot;
+/** Starts worker `index` as `node`, waits until it is ready, and watches it for a crash. */
+async function spawnWorker(run: RunState, index: number, node: string, generation: number) {
+  const { options, workload, dir } = run;
+  const layer = isIdentityWorker(index) ? "identity" : "allocator";
+  const inc = `${node}@${++incarnations}`;
+  if (layer === "identity") run.identityIncs.add(inc);
+  const files = `${dir}/worker-${inc.replace("@", "-")}`;
+  const logPath = `${files}.jsonl`;
+  const config: WorkerConfig = {
+    store: run.store.spec,
+    node,
+    inc,
+    layer,
+    seed: options.seed * 1_000 + index * 37 + generation,
+    keys: layer === "identity" ? run.families.identity : run.families.plain,
+    range: layer === "identity" ? IDENTITY_RANGE : workload.plainRange,
+    timings: workload.timings,
+    lanes: 3,
+    pauseMs: [...workload.pauseMs],
+    mix: workload.mix,
+    targetHeld: layer === "identity" ? 12 : 30,
+    logPath,
   };
+  const child = await Child.spawn(inc, "nemesis/worker.ts", config, `${files}.stderr`);
+  const slot: Slot = { index, layer, node, inc, generation, child, logPath, expectExit: false };
+  child.status.then((status) => {
+    if (slot.expectExit || slot.child !== child) return;
+    run.crashes.push({
+      check: CRASH_CHECK,
+      message: `${inc} exited on its own with code ${status.code}${
+        status.signal ? ` (${status.signal})` : ""
+      }`,
+      evidence: { inc, stderr: `${files}.stderr` },
+    });
+  });
+  await child.waitFor("ready", 60_000);
+  return slot;
+}
 
-  const target = (slot: Slot): FaultTarget => ({
+/** The fault side of a worker slot. */
+function target(slot: Slot): FaultTarget {
+  return {
     node: slot.node,
     inc: slot.inc,
     signal: (signal) => {
       if (signal === "SIGKILL") slot.expectExit = true;
       return slot.child.signal(signal);
     },
-  });
+  };
+}
 
-  try {
-    const gcConfig: GcConfig = {
-      store: store.spec,
-      node: "gc",
-      // One pass covers both families' ranges (Cilium's operator collects the whole space).
-      range: {
-        min: Math.min(IDENTITY_RANGE.min, plainRange.min),
-        max: Math.max(IDENTITY_RANGE.max, plainRange.max),
-      },
-      timings,
-      logPath: `${dir}/gc.jsonl`,
-    };
-    gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
-    await gc.waitFor("ready", 60_000);
-    for (let i = 0; i < options.nodes; i++) slots.push(await spawnWorker(i, `w${i}`, 0));
-    if (options.cilium > 0 && etcd) {
-      cilium = await CiliumNodes.start({
-        count: options.cilium,
-        endpoints: etcd.endpoints,
-        prefix: ETCD_PREFIX,
-        range: plainRange,
-        keys: families.plain.length,
-        leaseTtlMs: timings.leaseTtlMs,
-        // Paused and ended by the run; this only bounds a node the run failed to end.
-        workerSeconds: options.seconds + 600,
-        seed: options.seed,
-        dir,
-        crashed: (message, evidence) => crashes.push({ check: CRASH_CHECK, message, evidence }),
-      });
-    }
+/** Starts the GC loop, the workers and the Cilium nodes. */
+async function startProcesses(run: RunState): Promise<void> {
+  const { options, dir, workload: { timings, plainRange } } = run;
+  const gcConfig: GcConfig = {
+    store: run.store.spec,
+    node: "gc",
+    // One pass covers both families' ranges (Cilium's operator collects the whole space).
+    range: {
+      min: Math.min(IDENTITY_RANGE.min, plainRange.min),
+      max: Math.max(IDENTITY_RANGE.max, plainRange.max),
+    },
+    timings,
+    logPath: `${dir}/gc.jsonl`,
+  };
+  run.gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
+  await run.gc.waitFor("ready", 60_000);
+  for (let i = 0; i < options.nodes; i++) run.slots.push(await spawnWorker(run, i, `w${i}`, 0));
+  const where = run.store.cilium;
+  if (options.cilium > 0 && where) {
+    run.cilium = await CiliumNodes.start({
+      count: options.cilium,
+      endpoints: where.endpoints,
+      prefix: where.prefix,
+      range: plainRange,
+      keys: run.families.plain.length,
+      leaseTtlMs: timings.leaseTtlMs,
+      // Paused and ended by the run; this only bounds a node the run failed to end.
+      workerSeconds: options.seconds + 600,
+      seed: options.seed,
+      dir,
+      crashed: (message, evidence) => run.crashes.push({ check: CRASH_CHECK, message, evidence }),
+    });
+  }
+}
 
-    // ---------------------------------------------------------------- fault phase
-    const t0 = Date.now();
-    const end = t0 + options.seconds * 1_000;
-    const kinds = [...options.faults].filter((k) => backend === "etcd" || !ETCD_ONLY.has(k));
-    const ctx: FaultContext = {
+/** What the nemesis acts on in this run. */
+function faultContext(run: RunState): FaultContext {
+  const { store, slots, cilium, random, workload } = run;
+  return {
+    random,
+    store,
+    members: store.members,
+    timings: workload.timings,
+    skewMs: store.skewMs,
+    garbage: store.garbageKinds.filter((g) => run.options.garbage.has(g)) as GarbageKind[],
+    garbageTargets: {
+      keys: [...run.families.plain, ...run.families.identity],
+      range: workload.plainRange,
       random,
-      store,
-      etcd,
-      timings,
-      skewMs,
-      garbage: store.garbageKinds.filter((g) => options.garbage.has(g)) as GarbageKind[],
-      garbageTargets: {
-        keys: [...families.plain, ...families.identity],
-        range: plainRange,
-        random,
-      },
-      // Slots past the idalloc workers are Cilium nodes: every fault on a node may hit either.
-      slots: slots.length + (cilium?.count ?? 0),
-      target: (i) => i < slots.length ? target(slots[i]) : cilium!.target(i - slots.length),
-      restart: async (i, rename) => {
-        if (i >= slots.length) return await cilium!.restart(i - slots.length, rename);
-        const old = slots[i];
-        old.expectExit = true;
-        await old.child.kill();
-        await old.child.settled();
-        const generation = old.generation + 1;
-        const node = rename ? `w${i}-g${generation}` : old.node;
-        slots[i] = await spawnWorker(i, node, generation);
-        return target(slots[i]);
-      },
-      record: (f) => faults.push(f),
-      stopped: (w) => stops.push(w),
-      overlapEveryMs: workload.faultEveryMs,
-    };
-    if (kinds.includes("garbage") && ctx.garbage.length === 0) {
-      kinds.splice(kinds.indexOf("garbage"), 1);
-    }
-    await sleep(3_000);
-    // No fault starts in the last five seconds; the one in progress finishes.
-    await runNemesis(ctx, kinds, end - 5_000);
-    if (Date.now() < end) await sleep(end - Date.now());
+    },
+    // Slots past the idalloc workers are Cilium nodes: every fault on a node may hit either.
+    slots: slots.length + (cilium?.count ?? 0),
+    target: (i) => i < slots.length ? target(slots[i]) : cilium!.target(i - slots.length),
+    restart: async (i, rename) => {
+      if (i >= slots.length) return await cilium!.restart(i - slots.length, rename);
+      const old = slots[i];
+      old.expectExit = true;
+      await old.child.kill();
+      await old.child.settled();
+      const generation = old.generation + 1;
+      const node = rename ? `w${i}-g${generation}` : old.node;
+      slots[i] = await spawnWorker(run, i, node, generation);
+      return target(slots[i]);
+    },
+    record: (f) => run.faults.push(f),
+    stopped: (w) => run.stops.push(w),
+    overlapEveryMs: workload.faultEveryMs,
+  };
+}
 
-    // ---------------------------------------------------------------- settle and compare
-    // Cilium nodes only pause: their leases and references stay live through the store checks.
-    await Promise.all([
-      cilium?.pause(timings.callTimeoutMs + 15_000, harness),
-      ...slots.map(async (s) => {
-        await s.child.send("stop");
-        await s.child.waitFor("stopped", timings.callTimeoutMs + 15_000).catch((err) => {
-          harness.push(`${s.inc}: ${err}`);
-        });
-      }),
-    ]);
-    // A lease lost near the end is replaced within a third of its TTL and the held references
-    // re-created by the sync that follows; give that time before judging the store.
-    await sleep(timings.leaseTtlMs + timings.syncIntervalMs + 1_000);
-    await Promise.all(slots.map(async (s) => {
-      await s.child.send("holds");
-      await s.child.waitFor("holds", 15_000).catch((err) => harness.push(`${s.inc}: ${err}`));
-    }));
-    const snapshot = await store.snapshot();
-    await Deno.writeTextFile(`${dir}/snapshot.json`, JSON.stringify(snapshot, null, 1));
-    const holdsRecords = (await readRecords(slots.map((s) => s.logPath), harness, '"t":"holds"'))
-      .filter((r): r is Extract<LogRecord, { t: "holds" }> => r.t === "holds");
-    const liveIncs = new Set(slots.map((s) => s.inc));
-    const holders: LiveHolds[] = holdsRecords
-      .filter((h) => liveIncs.has(h.inc))
-      .map((h) => ({ node: h.node, inc: h.inc, holds: h.holds }));
-    for (const h of holdsRecords) {
-      if (h.heldKeys >= 0 && h.heldKeys !== Object.keys(h.holds).length) {
-        harness.push(
-          `${h.inc}: the model holds ${
-            Object.keys(h.holds).length
-          } keys, the allocator ${h.heldKeys}`,
-        );
-      }
-    }
-    // A planted master that parses (an oversized one) is garbage, not data.
-    const planted = new Set(faults.flatMap((f) => f.plantedMasters ?? []));
-    const storeResult = checkStore(
-      { ...snapshot, masters: snapshot.masters.filter((m) => !planted.has(m.id)) },
-      holders,
-    );
-    violations.push(...storeResult.violations);
+/** Injects the faults the backend supports for the fault phase. */
+async function faultPhase(run: RunState): Promise<void> {
+  const t0 = Date.now();
+  const end = t0 + run.options.seconds * 1_000;
+  const supported = hooksOf(run.backend).faults;
+  const kinds: FaultKind[] = [...run.options.faults].filter((k) => supported.includes(k));
+  const ctx = faultContext(run);
+  if (kinds.includes("garbage") && ctx.garbage.length === 0) {
+    kinds.splice(kinds.indexOf("garbage"), 1);
+  }
+  await sleep(3_000);
+  // No fault starts in the last five seconds; the one in progress finishes.
+  await runNemesis(ctx, kinds, end - 5_000);
+  if (Date.now() < end) await sleep(end - Date.now());
+}
 
-    // ---------------------------------------------------------------- probe and drain
-    violations.push(
-      ...await probeKeys(store.spec, families, plainRange, timings, probeLog).catch((err) => {
+/** Stops the calls, lets the cluster settle, and compares the store with what the workers hold. */
+async function settleAndCompare(run: RunState): Promise<void> {
+  const { slots, harness, workload: { timings } } = run;
+  // Cilium nodes only pause: their leases and references stay live through the store checks.
+  await Promise.all([
+    run.cilium?.pause(timings.callTimeoutMs + 15_000, harness),
+    ...slots.map(async (s) => {
+      await s.child.send("stop");
+      await s.child.waitFor("stopped", timings.callTimeoutMs + 15_000).catch((err) => {
+        harness.push(`${s.inc}: ${err}`);
+      });
+    }),
+  ]);
+  // A lease lost near the end is replaced within a third of its TTL and the held references
+  // re-created by the sync that follows; give that time before judging the store.
+  await sleep(timings.leaseTtlMs + timings.syncIntervalMs + 1_000);
+  await Promise.all(slots.map(async (s) => {
+    await s.child.send("holds");
+    await s.child.waitFor("holds", 15_000).catch((err) => harness.push(`${s.inc}: ${err}`));
+  }));
+  const snapshot = await run.store.snapshot();
+  await Deno.writeTextFile(`${run.dir}/snapshot.json`, JSON.stringify(snapshot, null, 1));
+  const holdsRecords = (await readRecords(slots.map((s) => s.logPath), harness, '"t":"holds"'))
+    .filter((r): r is Extract<LogRecord, { t: "holds" }> => r.t === "holds");
+  const liveIncs = new Set(slots.map((s) => s.inc));
+  const holders: LiveHolds[] = holdsRecords
+    .filter((h) => liveIncs.has(h.inc))
+    .map((h) => ({ node: h.node, inc: h.inc, holds: h.holds }));
+  for (const h of holdsRecords) {
+    if (h.heldKeys >= 0 && h.heldKeys !== Object.keys(h.holds).length) {
+      harness.push(
+        `${h.inc}: the model holds ${
+          Object.keys(h.holds).length
+        } keys, the allocator ${h.heldKeys}`,
+      );
+    }
+  }
+  // A planted master that parses (an oversized one) is garbage, not data.
+  const planted = new Set(run.faults.flatMap((f) => f.plantedMasters ?? []));
+  const storeResult = checkStore(
+    { ...snapshot, masters: snapshot.masters.filter((m) => !planted.has(m.id)) },
+    holders,
+  );
+  run.violations.push(...storeResult.violations);
+}
+
+/** Probes every key, then drains every node and waits for GC to collect what they held. */
+async function probeAndDrain(run: RunState): Promise<void> {
+  const { store, families, harness, workload, slots } = run;
+  const { timings } = workload;
+  run.violations.push(
+    ...await probeKeys(store.spec, families, workload.plainRange, timings, run.probeLog).catch(
+      (err) => {
         harness.push(`probe: ${err}`);
         return [];
-      }),
-    );
-    // Cilium nodes end instead of draining (the worker has no release-all): their lease lapses,
-    // and GC must collect what they held with the rest.
-    await cilium?.stop(timings.callTimeoutMs + 5_000);
-    await Promise.all(slots.map(async (s) => {
-      s.expectExit = true;
-      await s.child.send("drain");
-      await s.child.waitFor("drained", 120_000).catch((err) => harness.push(`${s.inc}: ${err}`));
-    }));
-    const drain = await waitForDrain(
-      store,
-      new Set([...families.plain, ...families.identity]),
-      workload,
-    );
-    if (drain.left.length > 0) {
-      violations.push({
-        check: DRAIN_CHECK,
-        message: `${drain.left.length} master(s) of released keys still stored ${
-          Math.round(drain.waitedMs / 1_000)
-        } s after every node released everything: ${
-          drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
-        }`,
-        evidence: drain,
-      });
-    }
-    violations.push(...crashes);
-  } finally {
-    await cilium?.[Symbol.asyncDispose]();
-    await Promise.allSettled(slots.map(async (s) => {
-      s.expectExit = true;
-      await s.child[Symbol.asyncDispose]();
-    }));
-    if (gc) {
-      await gc.send("stop");
-      await gc.waitFor("stopped", 30_000).catch((err) => harness.push(`gc: ${err}`));
-      await gc[Symbol.asyncDispose]();
-    }
-    probeLog.close();
-    await store[Symbol.asyncDispose]();
-    await etcd?.close();
+      },
+    ),
+  );
+  // Cilium nodes end instead of draining (the worker has no release-all): their lease lapses,
+  // and GC must collect what they held with the rest.
+  await run.cilium?.stop(timings.callTimeoutMs + 5_000);
+  await Promise.all(slots.map(async (s) => {
+    s.expectExit = true;
+    await s.child.send("drain");
+    await s.child.waitFor("drained", 120_000).catch((err) => harness.push(`${s.inc}: ${err}`));
+  }));
+  const drain = await waitForDrain(
+    store,
+    new Set([...families.plain, ...families.identity]),
+    workload,
+  );
+  if (drain.left.length > 0) {
+    run.violations.push({
+      check: DRAIN_CHECK,
+      message: `${drain.left.length} master(s) of released keys still stored ${
+        Math.round(drain.waitedMs / 1_000)
+      } s after every node released everything: ${
+        drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
+      }`,
+      evidence: drain,
+    });
   }
+}
 
-  // ---------------------------------------------------------------- history and calls
+/** Ends every process of the run and stops the store, whatever happened before. */
+async function shutdown(run: RunState): Promise<void> {
+  const { gc, harness } = run;
+  await run.cilium?.[Symbol.asyncDispose]();
+  await Promise.allSettled(run.slots.map(async (s) => {
+    s.expectExit = true;
+    await s.child[Symbol.asyncDispose]();
+  }));
+  if (gc) {
+    await gc.send("stop");
+    await gc.waitFor("stopped", 30_000).catch((err) => harness.push(`gc: ${err}`));
+    await gc[Symbol.asyncDispose]();
+  }
+  run.probeLog.close();
+  await run.store[Symbol.asyncDispose]();
+}
+
+/** What the history and call checks found in every log of the run. */
+interface LogChecks {
+  readonly records: readonly LogRecord[];
+  readonly history: ReturnType<typeof checkHistory>;
+  readonly calls: ReturnType<typeof checkCalls>;
+  readonly ciliumOutcomes?: ReadonlyMap<string, OpOutcomes>;
+}
+
+/** Reads every log back and runs the history and call checks. */
+async function checkLogs(run: RunState): Promise<LogChecks> {
+  const { dir, harness, cilium, stops } = run;
   const logs: string[] = [];
   for await (const e of Deno.readDir(dir)) {
     if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl") logs.push(`${dir}/${e.name}`);
@@ -371,25 +430,30 @@ export async function runBackend(
   const ciliumCalls = await cilium?.records(harness);
   // Only the stall windows themselves are excused: a node's own answers after a stall count.
   const history = checkHistory([...records, ...ciliumCalls?.records ?? []], {
-    silentChangeAllowed: new Set([...identityIncs, ...cilium?.incs ?? []]),
+    silentChangeAllowed: new Set([...run.identityIncs, ...cilium?.incs ?? []]),
     stops,
   });
   const calls = checkCalls(records, {
-    callTimeoutMs: timings.callTimeoutMs,
+    callTimeoutMs: run.workload.timings.callTimeoutMs,
     stops,
-    alsoAllowed: options.cilium > 0 ? new Set(["SplitKeyError"]) : undefined,
+    alsoAllowed: run.options.cilium > 0 ? new Set(["SplitKeyError"]) : undefined,
   });
-  violations.push(
+  run.violations.push(
     ...history.overlaps,
     ...history.splits,
     ...history.idChanges,
     ...calls.hangs,
     ...calls.errors,
   );
+  return { records, history, calls, ciliumOutcomes: ciliumCalls?.outcomes };
+}
 
+/** The run's report, also written to `report.json` in its directory. */
+async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
+  const { history, calls } = logs;
   const counts = new Map<string, { failed: number; note: string }>();
   for (const name of CHECK_ORDER) counts.set(name, { failed: 0, note: "" });
-  for (const v of violations) counts.get(v.check)!.failed++;
+  for (const v of run.violations) counts.get(v.check)!.failed++;
   for (const dropped of [history.dropped, calls.dropped]) {
     for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
   }
@@ -397,30 +461,30 @@ export async function runBackend(
   const callTotal = [...calls.outcomes.values()].reduce((n, o) => n + o.ok + sum(o.errors), 0);
   counts.get("every call ends within its signal")!.note = `${callTotal} calls`;
 
-  const report: BackendReport = {
-    backend,
-    seed: options.seed,
-    seconds: options.seconds,
-    startedAt,
-    durationMs: Date.now() - startedAt,
+  const result: BackendReport = {
+    backend: run.backend,
+    seed: run.options.seed,
+    seconds: run.options.seconds,
+    startedAt: run.startedAt,
+    durationMs: Date.now() - run.startedAt,
     workers: {
-      plain: slots.filter((s) => s.layer === "allocator").length,
-      identity: slots.filter((s) => s.layer === "identity").length,
-      cilium: cilium?.count ?? 0,
+      plain: run.slots.filter((s) => s.layer === "allocator").length,
+      identity: run.slots.filter((s) => s.layer === "identity").length,
+      cilium: run.cilium?.count ?? 0,
     },
-    faults,
-    outcomes: new Map([...calls.outcomes, ...ciliumCalls?.outcomes ?? []]),
+    faults: run.faults,
+    outcomes: new Map([...calls.outcomes, ...logs.ciliumOutcomes ?? []]),
     checks: counts,
-    violations,
-    recoveries: recoveries(faults, records),
-    harness,
-    dir,
+    violations: run.violations,
+    recoveries: recoveries(run.faults, logs.records),
+    harness: run.harness,
+    dir: run.dir,
   };
   await Deno.writeTextFile(
-    `${dir}/report.json`,
-    JSON.stringify({ ...report, outcomes: undefined, checks: Object.fromEntries(counts) }, null, 1),
+    `${run.dir}/report.json`,
+    JSON.stringify({ ...result, outcomes: undefined, checks: Object.fromEntries(counts) }, null, 1),
   );
-  return report;
+  return result;
 }
 
 function sum(m: ReadonlyMap<string, number>): number {
@@ -472,11 +536,11 @@ function recoveries(faults: readonly FaultRecord[], records: readonly LogRecord[
 async function waitForDrain(
   store: NemesisStore,
   keys: ReadonlySet<string>,
-  { timings, kv }: Workload,
+  { timings, clockSkewMs }: Workload,
 ): Promise<{ left: StoreSnapshot["masters"][number][]; waitedMs: number; refs: unknown[] }> {
   const start = Date.now();
   // Leases of killed nodes lapse, then two GC passes; plus room for a slow pass.
-  const bound = timings.leaseTtlMs + kv.maxClockSkewMs + 6 * timings.gcIntervalMs + 15_000;
+  const bound = timings.leaseTtlMs + clockSkewMs + 6 * timings.gcIntervalMs + 15_000;
   for (;;) {
     const snapshot = await store.snapshot();
     const left = snapshot.masters.filter((m) => keys.has(m.key));

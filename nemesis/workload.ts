@@ -21,13 +21,6 @@ export const WORKLOADS = ["default", "keyside"] as const;
 /** A workload's name. */
 export type WorkloadName = typeof WORKLOADS[number];
 
-/** The Deno KV backends' timings. */
-export interface KvTimings {
-  readonly pollIntervalMs: number;
-  readonly maxClockSkewMs: number;
-  readonly resyncIntervalMs: number;
-}
-
 /**
  * The share of each call a worker lane makes. `release` falls back to `allocate` when the worker
  * holds nothing; `get` reads a held key four times in five; the rest (`read`) bypasses the hold.
@@ -43,8 +36,12 @@ export interface Workload {
   readonly name: WorkloadName;
   /** Allocator timings of every process of the run. */
   readonly timings: Timings;
-  /** The Deno KV backends' timings (used on Deno KV only). */
-  readonly kv: KvTimings;
+  /**
+   * Clock slack, ms, that the workers' backends allow a lease where they judge leases by the
+   * clock (Deno KV: its harness makes it the backends' `maxClockSkewMs`); the drain waits for it
+   * too.
+   */
+  readonly clockSkewMs: number;
   /** The plain key family, most popular first. */
   readonly plainKeys: readonly string[];
   /** The plain workers' ID range. */
@@ -86,10 +83,12 @@ export function withCiliumKeys(w: Workload): Workload {
   return { ...w, plainKeys: ciliumKeys(w.plainKeys.length), ranked: true };
 }
 
-/** The workload `name` on `backend`, with the default family and range given by the caller. */
+/**
+ * The workload `name`, with the default family and range given by the caller. A backend's harness
+ * adjusts its timings further (`NemesisHooks.timings`).
+ */
 export function workloadOf(
   name: WorkloadName,
-  backend: "kv" | "etcd",
   defaults: Omit<Workload, "name" | "mix" | "pauseMs">,
 ): Workload {
   if (name === "default") {
@@ -102,12 +101,8 @@ export function workloadOf(
   }
   return {
     name,
-    timings: {
-      ...defaults.timings,
-      leaseTtlMs: backend === "kv" ? 1_500 : 3_000,
-      gcIntervalMs: 500,
-    },
-    kv: { ...defaults.kv, pollIntervalMs: 200, maxClockSkewMs: 200 },
+    timings: { ...defaults.timings, gcIntervalMs: 500 },
+    clockSkewMs: 200,
     plainKeys: keysideKeys(),
     plainRange: { min: 1, max: 80 },
     mix: { allocate: 0.5, release: 0.35, get: 0.15 },

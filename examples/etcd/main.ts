@@ -9,7 +9,7 @@
  */
 import { Allocator, InvalidOptionsError } from "@idalloc/idalloc";
 import { EtcdBackend } from "@idalloc/idalloc/etcd";
-import { type EtcdCluster, findEtcd, startEtcd } from "../../tests/_support/etcd.ts";
+import { type EtcdCluster, findEtcd, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 import { type ClusterStore, runCluster } from "../cluster/scenario.ts";
 import { ExampleError, exitOnMistakes } from "../mistakes.ts";
 

@@ -21,7 +21,7 @@
 import type { Etcd3, ICompare, IKeyValue, IRequestOp, Lease } from "etcd3";
 import { goJoin, parseId, prefixEnd, prefixMatchesKey } from "../../src/backends/etcd/paths.ts";
 import { EtcdLayout } from "../../src/backends/etcd/paths.ts";
-import { b } from "./etcd_fixture.ts";
+import { b } from "../../src/backends/etcd/testing/fixture.ts";
 import { Buffer } from "node:buffer";
 
 /** The steps of `lockedAllocate`, in order (a join skips the master). */

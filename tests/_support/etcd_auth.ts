@@ -9,7 +9,7 @@
  * @module
  */
 import type { Etcd3 } from "etcd3";
-import { rawClient } from "./etcd_fixture.ts";
+import { rawClient } from "../../src/backends/etcd/testing/fixture.ts";
 
 /**
  * Creates user `root` (role `root`) with `rootPassword`, lets `setup` add further users and roles

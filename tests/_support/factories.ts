@@ -1,12 +1,16 @@
 /**
- * Every backend the conformance suite runs against. A new backend gets the whole suite by adding
- * its factory here.
+ * Every backend the conformance suite runs against: one factory per backend in the registry, the
+ * `fixture` of its harness. A new backend gets the whole suite from its registry entry.
+ *
+ * @module
  */
+import { loadHarnesses } from "../../src/backends/testing.ts";
 import type { BackendFactory } from "./fixture.ts";
-import { kvFactory } from "./kv_fixture.ts";
-import { etcdFactory } from "./etcd_fixture.ts";
 
-export const factories: readonly BackendFactory[] = [kvFactory, etcdFactory];
+const harnesses = await loadHarnesses();
+
+/** Every backend's fixture factory, in the registry's order. */
+export const factories: readonly BackendFactory[] = harnesses.map((h) => h.fixture);
 
 /** Which backends a scenario applies to. */
 export interface BackendSelection {

@@ -1,7 +1,10 @@
 /**
  * The conformance-suite contract: one factory per backend. A third backend gets the whole suite —
- * conformance, identity, CLI and the child-process scenarios — by adding one `BackendFactory` to
- * `tests/_support/factories.ts`.
+ * conformance, identity, CLI and the child-process scenarios — by giving its `BackendFactory` as
+ * the `fixture` of its harness (`src/backends/<folder>/testing/harness.ts`);
+ * `tests/_support/factories.ts` finds it through the registry.
+ *
+ * @module
  */
 import type { Backend } from "../../src/allocator/backend.ts";
 
@@ -18,22 +21,20 @@ export interface NodeBackendOptions {
 }
 
 /**
- * What a child process needs to open the same store: plain JSON naming the fixture module that
- * opens it (it exports {@linkcode OpenFromSpec} as `openFromSpec`), so children need no list of
- * backends.
+ * What a child process needs to open the same store: plain JSON naming the backend's kind, whose
+ * harness's fixture opens it ({@linkcode BackendFactory.openFromSpec}), so children need no list
+ * of backends.
  */
 export interface StoreSpec {
-  /** Backend kind, for messages. */
+  /** Backend kind: the registry finds the harness that opens the store. */
   readonly kind: string;
-  /** URL of the fixture module whose `openFromSpec` opens this store. */
-  readonly module: string;
   /** What that module needs (a file path, endpoints, a prefix…). */
   readonly store: unknown;
   /** `--store`/`--prefix` arguments that name this store on the CLI's command line. */
   readonly cli: readonly string[];
 }
 
-/** A fixture module's opener of a {@linkcode StoreSpec}, run in child processes. */
+/** A fixture's opener of a {@linkcode StoreSpec}, run in child processes. */
 export type OpenFromSpec = (
   spec: StoreSpec,
   node: string,
@@ -113,4 +114,6 @@ export interface BackendFactory {
   readonly unavailable?: string;
   /** A fresh isolated namespace. */
   create(options?: FixtureOptions): Promise<StoreFixture>;
+  /** Opens a node's backend on the store a {@linkcode StoreSpec} of this kind names. */
+  readonly openFromSpec: OpenFromSpec;
 }

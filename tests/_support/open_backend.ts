@@ -1,6 +1,6 @@
 /**
  * Opens a backend from a JSON {@linkcode StoreSpec} in a child process (a separate node), through
- * the fixture module the spec names: no list of backends here.
+ * the harness of the spec's kind (found in the registry): no list of backends here.
  *
  * @example
  * ```ts ignore
@@ -10,7 +10,8 @@
  * @module
  */
 import type { Backend } from "../../src/allocator/backend.ts";
-import type { NodeBackendOptions, OpenFromSpec, StoreSpec } from "./fixture.ts";
+import { loadHarness } from "../../src/backends/testing.ts";
+import type { NodeBackendOptions, StoreSpec } from "./fixture.ts";
 
 /** A backend for `node` on the store `spec` describes; disposing it closes the store handle. */
 export async function openBackendFromSpec(
@@ -18,9 +19,6 @@ export async function openBackendFromSpec(
   node: string,
   options?: NodeBackendOptions,
 ): Promise<{ backend: Backend } & AsyncDisposable> {
-  const module = await import(spec.module) as { openFromSpec?: OpenFromSpec };
-  if (typeof module.openFromSpec !== "function") {
-    throw new Error(`${spec.module} does not export openFromSpec`);
-  }
-  return await module.openFromSpec(spec, node, options);
+  const harness = await loadHarness(spec.kind);
+  return await harness.fixture.openFromSpec(spec, node, options);
 }

@@ -12,7 +12,7 @@
  * ```
  * @module
  */
-import type { StartEtcdOptions } from "./etcd.ts";
+import type { StartEtcdOptions } from "../../src/backends/etcd/testing/cluster.ts";
 
 /** The DNS name in the test server certificate (Deno's TLS refuses an IP address as SNI). */
 export const SERVER_NAME = "etcd.idalloc.test";

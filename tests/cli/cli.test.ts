@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { Allocator, DenoKvBackend } from "../../mod.ts";
 import { main } from "../../src/cli/main.ts";
-import { freePort } from "../_support/etcd.ts";
+import { freePort } from "../../src/backends/etcd/testing/cluster.ts";
 import { Capture, cli, isOneLineError, TempStore, untilDead } from "./_run.ts";
 
 const COMMANDS = [

@@ -3,8 +3,8 @@
  * that is down.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable } from "../_support/etcd.ts";
-import { sharedEtcd } from "../_support/etcd_fixture.ts";
+import { etcdUnavailable } from "../../src/backends/etcd/testing/cluster.ts";
+import { sharedEtcd } from "../../src/backends/etcd/testing/fixture.ts";
 import { main } from "../../src/cli/main.ts";
 import { Capture, cli, isOneLineError } from "./_run.ts";
 

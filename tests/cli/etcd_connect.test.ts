@@ -4,7 +4,7 @@
  * `--json`, within seconds by default (a connect timeout of its own, not `--timeout`).
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, freePort, startEtcd } from "../_support/etcd.ts";
+import { etcdUnavailable, freePort, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 import { http1Server, http2Server, silentServer } from "../_support/fake_servers.ts";
 import { hasOpenssl, withCerts } from "../_support/tls.ts";
 import { runCommand } from "../_support/commands.ts";

@@ -3,7 +3,7 @@
  * private etcd demanding client certificates, and `--user/--password` (also from the environment).
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
+import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 import { enableAuth } from "../_support/etcd_auth.ts";
 import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../_support/tls.ts";
 import { cli, isOneLineError } from "./_run.ts";

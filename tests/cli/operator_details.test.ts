@@ -3,8 +3,8 @@
  */
 import assert from "node:assert/strict";
 import { main } from "../../src/cli/main.ts";
-import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
-import { rawClient } from "../_support/etcd_fixture.ts";
+import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { rawClient } from "../../src/backends/etcd/testing/fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { userEnv } from "../_support/commands.ts";
 import { Capture, cli, TempStore, untilDead } from "./_run.ts";

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { main as cli } from "../../src/cli/main.ts";
 import { createHandler, IdentityService } from "../../examples/deploy/main.ts";
 import { ChildOutput } from "../_support/child_output.ts";
-import { freePort } from "../_support/etcd.ts";
+import { freePort } from "../../src/backends/etcd/testing/cluster.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const JSON_TYPE = { "content-type": "application/json" };

@@ -2,8 +2,8 @@
  * Every example runs as its `deno task`, as a user would start it, and says what it should.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, freePort, startEtcd } from "../_support/etcd.ts";
-import { rawClient } from "../_support/etcd_fixture.ts";
+import { etcdUnavailable, freePort, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { rawClient } from "../../src/backends/etcd/testing/fixture.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A hung example fails the test instead of hanging CI. */

@@ -7,7 +7,7 @@
  * comments say.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, startEtcd } from "../_support/etcd.ts";
+import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 import { runCommand, userEnv } from "../_support/commands.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;

@@ -1,8 +1,8 @@
 // The nemesis command line: the fault list (names, garbage kinds and removals, as .ci/run and the
 // README use them), the bounds of a run, the header's fault list and usage errors.
 import assert from "node:assert/strict";
+import { hooksOf } from "../../nemesis/backends.ts";
 import {
-  ETCD_ONLY,
   FAULT_KINDS,
   faultSeconds,
   faultsOf,
@@ -44,18 +44,18 @@ Deno.test("nemesis faults: unknown names are refused", () => {
 const ROOT = new URL("../../", import.meta.url).pathname;
 
 Deno.test("nemesis --seconds bounds the whole run: each backend's share holds its fault phase and the rest", () => {
-  const kv = parseOptions(["--backend", "kv", "--seconds", "20"])!;
+  const kv = parseOptions(["--backend", "deno-kv", "--seconds", "20"])!;
   assert.equal(kv.totalSeconds, 20);
   assert.equal(kv.runs.length, 1);
   const [run] = kv.runs;
   assert.equal(run.seconds, 20);
   assert.ok(run.faultSeconds >= MIN_FAULT_SECONDS, `${run.faultSeconds} s of faults`);
-  assert.ok(run.faultSeconds + OVERHEAD.kv.fixed <= 20, `${run.faultSeconds} s of faults`);
+  assert.ok(run.faultSeconds + OVERHEAD["deno-kv"].fixed <= 20, `${run.faultSeconds} s of faults`);
   assert.equal(optionsForRun(kv, run).seconds, run.faultSeconds, "runBackend's fault phase");
   assert.equal(kv.growthOps, 0, "no growth run unless asked for");
   const both = parseOptions([])!;
   assert.equal(both.totalSeconds, 60);
-  assert.deepEqual(both.runs.map((r) => [r.backend, r.seconds]), [["kv", 30], ["etcd", 30]]);
+  assert.deepEqual(both.runs.map((r) => [r.backend, r.seconds]), [["deno-kv", 30], ["etcd", 30]]);
   for (const r of both.runs) {
     assert.ok(r.faultSeconds >= MIN_FAULT_SECONDS);
     assert.ok(r.faultSeconds + OVERHEAD[r.backend].fixed <= r.seconds, JSON.stringify(r));
@@ -77,14 +77,19 @@ Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", a
 });
 
 Deno.test("nemesis: the header lists only the chosen backend's faults", () => {
-  const o = parseOptions(["--backend", "kv"])!;
-  const kv = faultsOf("kv", o);
-  for (const f of ETCD_ONLY) assert.ok(!kv.includes(f), `${f} in kv's ${kv}`);
+  const o = parseOptions(["--backend", "deno-kv"])!;
+  const kv = faultsOf("deno-kv", o);
+  const etcdOnly = FAULT_KINDS.filter((f) => !hooksOf("deno-kv").faults.includes(f));
+  assert.deepEqual(etcdOnly, ["compact", "kill-follower", "kill-leader", "outage"]);
+  for (const f of etcdOnly) assert.ok(!kv.includes(f), `${f} in deno-kv's ${kv}`);
   assert.match(kv, /bad-index/);
   const etcd = faultsOf("etcd", o);
   assert.match(etcd, /kill-leader/);
   assert.doesNotMatch(etcd, /bad-index|bad-counter/);
-  assert.equal(faultsOf("kv", parseOptions(["--backend", "kv", "--faults", "compact"])!), "none");
+  assert.equal(
+    faultsOf("deno-kv", parseOptions(["--backend", "deno-kv", "--faults", "compact"])!),
+    "none",
+  );
 });
 
 Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain words", () => {
@@ -95,11 +100,13 @@ Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain
     ],
     [["--seconds", "1.5"], /^--seconds takes a whole number/],
     [
-      ["--backend", "kv", "--seconds", "12"],
-      /^--seconds 12 is too short for kv: it needs at least \d+ /,
+      ["--backend", "deno-kv", "--seconds", "12"],
+      /^--seconds 12 is too short for deno-kv: it needs at least \d+ /,
     ],
     [["--seconds", "30"], /^--seconds 30 is too short for both backends/],
-    [["--backend", "redis"], /^--backend takes kv, etcd or both, not 'redis'$/],
+    [["--backend", "redis"], /^--backend takes deno-kv, etcd or both, not 'redis'$/],
+    // One name per backend: the old short name is gone.
+    [["--backend", "kv"], /^--backend takes deno-kv, etcd or both, not 'kv'$/],
     [["--nodes", "2"], /^--nodes 2: 3 or more nodes in all \(Cilium's included\)$/],
     [["--growth", "-1"], /^--growth needs a value|^--growth takes/],
     [["--bogus"], /^unknown option --bogus \(see --help\)$/],
@@ -133,7 +140,9 @@ Deno.test("nemesis: a usage error exits 1 with one line; --help gives the bounds
   assert.equal(help.code, 0, help.stderr);
   assert.match(
     help.stdout,
-    new RegExp(`At least ${minSeconds("kv")} \\(kv\\), ${minSeconds("etcd")} \\(etcd\\)`),
+    new RegExp(
+      `At least ${minSeconds("deno-kv")} \\(deno-kv\\), ${minSeconds("etcd")} \\(etcd\\)`,
+    ),
   );
   assert.match(help.stdout, /on top of --seconds/);
   assert.match(help.stdout, /Default 0: no growth run/);

@@ -22,7 +22,7 @@ function sample(cycles: number, extra: Partial<GrowthSample> = {}): GrowthSample
 
 Deno.test("growth checks: a steady run passes", () => {
   const samples = [0, 2_000, 4_000, 6_000].map((c) => sample(c));
-  assert.deepEqual(checkGrowth("kv", samples), []);
+  assert.deepEqual(checkGrowth("deno-kv", samples), []);
 });
 
 Deno.test("growth checks: a change feed beyond its retention window is caught", () => {
@@ -31,7 +31,7 @@ Deno.test("growth checks: a change feed beyond its retention window is caught", 
     sample(2_000),
     sample(4_000, { counts: { ...sample(0).counts, log: 9_000 } }),
   ];
-  const messages = checkGrowth("kv", samples).map((v) => v.message);
+  const messages = checkGrowth("deno-kv", samples).map((v) => v.message);
   assert.deepEqual(messages, [
     "after 4000 cycles: 9000 change-feed entries, but only 500 written in the last 70000 ms",
   ]);
@@ -39,7 +39,7 @@ Deno.test("growth checks: a change feed beyond its retention window is caught", 
 
 Deno.test("growth checks: dead references and lease records piling up are caught", () => {
   const counts = { ...sample(0).counts, "ref (dead)": 400, lease: 7 };
-  const messages = checkGrowth("kv", [sample(0), sample(2_000, { counts })]).map((v) => v.message);
+  const messages = checkGrowth("deno-kv", [sample(0), sample(2_000, { counts })]).map((v) => v.message);
   assert.deepEqual(messages, [
     "after 2000 cycles: 400 dead references",
     "after 2000 cycles: 7 lease records for one node",
@@ -55,7 +55,7 @@ Deno.test("growth checks: a heap that keeps growing after warm-up is caught", ()
     sample(4_000, { heapUsed: 40 * MiB }),
     sample(200_000, { heapUsed: 80 * MiB, rss: 400 * MiB }),
   ];
-  const messages = checkGrowth("kv", samples).map((v) => v.message);
+  const messages = checkGrowth("deno-kv", samples).map((v) => v.message);
   assert.equal(messages.length, 2, messages.join("\n"));
   assert.match(messages[0], /^after 200000 cycles: heap 80\.0 MiB, over 33\.0 MiB/);
   assert.match(messages[1], /^after 200000 cycles: RSS 400\.0 MiB, over 198\.0 MiB/);

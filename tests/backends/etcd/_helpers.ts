@@ -11,8 +11,8 @@ import type {
 } from "../../../src/allocator/backend.ts";
 import { EtcdBackend, type EtcdBackendOptions } from "../../../src/backends/etcd/mod.ts";
 import { EtcdLayout } from "../../../src/backends/etcd/paths.ts";
-import { type EtcdCluster, etcdUnavailable } from "../../_support/etcd.ts";
-import { dump, rawClient, sharedEtcd } from "../../_support/etcd_fixture.ts";
+import { type EtcdCluster, etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
+import { dump, rawClient, sharedEtcd } from "../../../src/backends/etcd/testing/fixture.ts";
 
 export { eventually } from "../../_support/eventually.ts";
 

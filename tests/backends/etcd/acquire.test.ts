@@ -11,7 +11,7 @@ import {
   SplitKeyError,
 } from "../../../src/errors.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/etcd/mod.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   deadline,
   etcdTest,

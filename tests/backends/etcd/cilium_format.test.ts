@@ -7,8 +7,8 @@ import assert from "node:assert/strict";
 import { CILIUM_IDENTITIES_PREFIX } from "../../../src/backends/etcd/mod.ts";
 import { KeyLockedError } from "../../../src/errors.ts";
 import { goJoin, prefixMatchesKey } from "../../../src/backends/etcd/paths.ts";
-import { startEtcd } from "../../_support/etcd.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   deadline,
   etcdTest,

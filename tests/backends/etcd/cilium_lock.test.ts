@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { AllocationFailedError, KeyLockedError, SplitKeyError } from "../../../src/errors.ts";
 import { type AllocateStep, CiliumDouble, finish, runUntil } from "../../_support/cilium_double.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   assertOneIdPerKey,
   deadline,

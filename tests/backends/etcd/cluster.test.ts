@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { CiliumDouble } from "../../_support/cilium_double.ts";
-import { startEtcd } from "../../_support/etcd.ts";
+import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { assertOneIdPerKey, deadline, etcdTest, namespace } from "./_helpers.ts";
 
 /** Cilium's `Allocate`, also retried across a member's death (Cilium's client fails over). */

@@ -6,7 +6,7 @@ import { Allocator } from "../../../mod.ts";
 import type { BackendEvent } from "../../../src/allocator/backend.ts";
 import { EtcdBackend } from "../../../src/backends/etcd/mod.ts";
 import { IdallocError, StoreUnavailableError } from "../../../src/errors.ts";
-import { freePort, startEtcd } from "../../_support/etcd.ts";
+import { freePort, startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { deadline, etcdTest, eventually, namespace, openSession, picker } from "./_helpers.ts";
 
 etcdTest("connect: nothing listening → StoreUnavailableError within dialTimeoutMs", async () => {

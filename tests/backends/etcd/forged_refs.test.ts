@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { Allocator } from "../../../mod.ts";
 import { CorruptEntryError, InvalidIdError } from "../../../src/errors.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   assertOneIdPerKey,
   deadline,

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import type { BackendSession, GcCandidate } from "../../../src/allocator/backend.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   deadline,
   etcdTest,

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
-import { b } from "../../_support/etcd_fixture.ts";
+import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/leases.ts";
 import {
   deadline,

@@ -10,7 +10,7 @@ import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
 import { MAX_PAGE_KEYS, rangePages, RevisionCompacted } from "../../../src/backends/etcd/paging.ts";
 import { RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
 import { prefixRange, text } from "../../../src/backends/etcd/txn.ts";
-import { startEtcd } from "../../_support/etcd.ts";
+import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { deadline, etcdTest, type Namespace, namespace, openSession } from "./_helpers.ts";
 
 /**

@@ -10,7 +10,7 @@ import {
   StoreAccessDeniedError,
 } from "../../../src/backends/etcd/mod.ts";
 import { IdallocError } from "../../../src/errors.ts";
-import { type EtcdCluster, startEtcd } from "../../_support/etcd.ts";
+import { type EtcdCluster, startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { enableAuth } from "../../_support/etcd_auth.ts";
 import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../../_support/tls.ts";
 import { etcdTest } from "./_helpers.ts";

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { configure, type LogRecord, reset } from "@logtape/logtape";
 import type { BackendEvent } from "../../../src/allocator/backend.ts";
-import { startEtcd } from "../../_support/etcd.ts";
+import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { deadline, etcdTest, namespace, openSession, picker, plain } from "./_helpers.ts";
 
 /** Pulls events from `it` until `pred` holds for one of them; returns everything pulled. */

@@ -12,7 +12,7 @@ import type {
 } from "../../../src/allocator/backend.ts";
 import { DenoKvBackend, type DenoKvBackendOptions } from "../../../src/backends/kv/mod.ts";
 import type { DenoKvSession } from "../../../src/backends/kv/session.ts";
-import { KV_FIXTURE_PREFIX, KvStoreFixture } from "../../_support/kv_fixture.ts";
+import { KV_FIXTURE_PREFIX, KvStoreFixture } from "../../../src/backends/kv/testing/fixture.ts";
 
 export { KV_FIXTURE_PREFIX };
 

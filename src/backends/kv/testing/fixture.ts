@@ -8,16 +8,17 @@
  *
  * @example
  * ```ts ignore
+ * // Writes a temporary KV file; the shared suites run it (tests/conformance/).
  * await using store = await kvFactory.create();
  * const backend = await store.backend("node-a", { fast: true });
  * ```
  * @module
  */
-import type { Backend } from "../../src/allocator/backend.ts";
-import { DenoKvBackend, type DenoKvBackendOptions } from "../../src/backends/kv/mod.ts";
-import { KvLayout } from "../../src/backends/kv/layout.ts";
-import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
-import { decode } from "../../src/backends/kv/schema.ts";
+import type { Backend } from "../../../allocator/backend.ts";
+import { DenoKvBackend, type DenoKvBackendOptions } from "../mod.ts";
+import { KvLayout } from "../layout.ts";
+import { isLive, type LeaseRecord } from "../liveness.ts";
+import { decode } from "../schema.ts";
 import type {
   BackendFactory,
   FixtureOptions,
@@ -26,7 +27,7 @@ import type {
   StoredReference,
   StoreFixture,
   StoreSpec,
-} from "./fixture.ts";
+} from "../../../../tests/_support/fixture.ts";
 
 /** The prefix every KV fixture uses (the file is fresh, so any prefix isolates). */
 export const KV_FIXTURE_PREFIX: readonly string[] = ["idalloc", "test"];
@@ -64,6 +65,7 @@ export const kvFactory: BackendFactory = {
   kind: "deno-kv",
   unavailable: undefined,
   create: (options) => KvStoreFixture.create(options),
+  openFromSpec,
 };
 
 /** One fresh KV file. */
@@ -111,7 +113,6 @@ export class KvStoreFixture implements StoreFixture {
   spec(): StoreSpec {
     return {
       kind: "deno-kv",
-      module: import.meta.url,
       store: { path: this.path, prefix: [...KV_FIXTURE_PREFIX], groupCommit: this.#groupCommit },
       cli: [
         "--store",

@@ -4,6 +4,7 @@
  *
  * @example
  * ```ts ignore
+ * // Starts a private etcd; the shared suites run it (tests/conformance/).
  * await using fx = await etcdFactory.create();
  * const backend = await fx.backend("node-a");
  * console.log(await fx.masters());
@@ -13,10 +14,10 @@
  */
 import { Buffer } from "node:buffer";
 import { Etcd3, type Lease } from "etcd3";
-import type { Backend } from "../../src/allocator/backend.ts";
-import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
-import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
-import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
+import type { Backend } from "../../../allocator/backend.ts";
+import { EtcdBackend } from "../mod.ts";
+import { EtcdLayout, parseId } from "../paths.ts";
+import { type EtcdCluster, etcdUnavailable, startEtcd } from "./cluster.ts";
 import type {
   BackendFactory,
   FixtureOptions,
@@ -25,7 +26,7 @@ import type {
   StoredReference,
   StoreFixture,
   StoreSpec,
-} from "./fixture.ts";
+} from "../../../../tests/_support/fixture.ts";
 
 let shared: Promise<EtcdCluster> | undefined;
 
@@ -128,7 +129,6 @@ class EtcdStoreFixture implements StoreFixture {
     const hosts = this.#endpoints.map((e) => e.replace(/^https?:\/\//, "")).join(",");
     return {
       kind: "etcd",
-      module: import.meta.url,
       store: {
         endpoints: [...this.#endpoints],
         prefix: this.#prefix,
@@ -230,4 +230,5 @@ export const etcdFactory: BackendFactory = {
     const etcd = await sharedEtcd();
     return new EtcdStoreFixture(etcd.endpoints, `idalloc-test/${crypto.randomUUID()}`, options);
   },
+  openFromSpec,
 };

@@ -1,47 +1,75 @@
 /**
- * The Deno KV store of a nemesis run: a fresh file in the run's directory, read through the
- * backend's own layout and decoders, so an entry counts as data exactly when the backend would
- * accept it.
+ * Deno KV's nemesis hooks: the faults it supports (no store members), its timings, and its store
+ * — a fresh file in the run's directory, read through the backend's own layout and decoders, so
+ * an entry counts as data exactly when the backend would accept it.
  *
  * @module
  */
-import { KvLayout } from "../../src/backends/kv/layout.ts";
-import { isLive, type LeaseRecord } from "../../src/backends/kv/liveness.ts";
-import { decode } from "../../src/backends/kv/schema.ts";
-import type { SnapshotMaster, SnapshotRef, StoreSnapshot } from "../checks/store.ts";
-import type { StoreSpec } from "../records.ts";
+import { z } from "zod";
+import { DenoKvBackend } from "../mod.ts";
+import { KvLayout } from "../layout.ts";
+import { isLive, type LeaseRecord } from "../liveness.ts";
+import { decode } from "../schema.ts";
+import type {
+  SnapshotMaster,
+  SnapshotRef,
+  StoreSnapshot,
+} from "../../../../nemesis/checks/store.ts";
+import type { GrowthSample } from "../../../../nemesis/growth_worker.ts";
+import type { StoreSpec, Timings } from "../../../../nemesis/records.ts";
 import {
   GARBAGE_KINDS,
   garbageId,
   garbageKey,
   type GarbageKind,
   type GarbageTargets,
+  type NemesisHooks,
   type NemesisStore,
+  type OpenBackendExtra,
+  type OpenedBackend,
   type Planted,
-} from "./store.ts";
+} from "../../../../nemesis/stores/store.ts";
+import type { Workload, WorkloadName } from "../../../../nemesis/workload.ts";
+
+/** How a nemesis process reaches a Deno KV store: the file, the prefix, the backends' timings. */
+const kvSpecSchema = z.object({
+  kind: z.literal("deno-kv"),
+  path: z.string().min(1),
+  prefix: z.array(z.string()).min(1),
+  pollIntervalMs: z.number().int().positive(),
+  maxClockSkewMs: z.number().int().nonnegative(),
+  resyncIntervalMs: z.number().int().positive(),
+});
+
+/** How a nemesis process reaches a Deno KV store. */
+export type KvNemesisSpec = z.infer<typeof kvSpecSchema>;
 
 /** Timings of the workers' KV backends. */
-export interface KvTimings {
-  readonly pollIntervalMs: number;
-  readonly maxClockSkewMs: number;
-  readonly resyncIntervalMs: number;
+export type KvTimings = Pick<
+  KvNemesisSpec,
+  "pollIntervalMs" | "maxClockSkewMs" | "resyncIntervalMs"
+>;
+
+/** The workers' timings under `workload`: its clock slack, polls every 200 ms. */
+export function kvTimings(workload: Pick<Workload, "clockSkewMs">): KvTimings {
+  return { pollIntervalMs: 200, maxClockSkewMs: workload.clockSkewMs, resyncIntervalMs: 15_000 };
 }
+
+/** The growth run's timings: the default workload's. */
+const GROWTH_TIMINGS: KvTimings = kvTimings({ clockSkewMs: 500 });
 
 /** The value size that stays just under Deno KV's 64 KiB limit. */
 const OVERSIZED_CHARS = 60_000;
 
 let planted = 0;
 
-/** Opens (creating) the KV file at `path` as the run's store under `prefix`. */
-export async function openKvStore(
-  path: string,
-  prefix: readonly string[],
-  timings: KvTimings,
-): Promise<NemesisStore> {
+/** Opens (creating) the KV file `spec` names as the run's store. */
+export async function openKvStore(spec: KvNemesisSpec): Promise<NemesisStore> {
+  const { path, prefix } = spec;
+  const timings: KvTimings = spec;
   const kv = await Deno.openKv(path);
   const layout = new KvLayout(prefix);
   const P = [...prefix];
-  const spec: StoreSpec = { kind: "kv", path, prefix: [...prefix], ...timings };
 
   function all(): Promise<Deno.KvEntry<unknown>[]> {
     return whenNotBusy(async () => {
@@ -78,9 +106,10 @@ export async function openKvStore(
     }`;
 
   const store: NemesisStore = {
-    kind: "kv",
+    kind: "deno-kv",
     spec,
     garbageKinds: GARBAGE_KINDS,
+    skewMs: timings.maxClockSkewMs,
 
     async snapshot(): Promise<StoreSnapshot> {
       const entries = await all();
@@ -225,6 +254,14 @@ export async function openKvStore(
       return out;
     },
 
+    async fileBytes(): Promise<number> {
+      let n = 0;
+      for (const suffix of ["", "-wal"]) {
+        n += await Deno.stat(path + suffix).then((s) => s.size, () => 0);
+      }
+      return n;
+    },
+
     [Symbol.asyncDispose](): Promise<void> {
       kv.close();
       return Promise.resolve();
@@ -255,3 +292,106 @@ function describe(value: unknown): string {
   );
   return text.length > 120 ? `${text.slice(0, 60)}…(${text.length} chars)` : text;
 }
+
+/** `spec` as this backend's; throws a `ZodError` when it is another's or malformed. */
+function kvSpec(spec: StoreSpec): KvNemesisSpec {
+  return kvSpecSchema.parse(spec);
+}
+
+async function openBackend(
+  spec: StoreSpec,
+  node: string,
+  extra: OpenBackendExtra = {},
+): Promise<OpenedBackend> {
+  const { path, prefix, pollIntervalMs, maxClockSkewMs, resyncIntervalMs } = kvSpec(spec);
+  const kv = await Deno.openKv(path);
+  const backend = new DenoKvBackend(kv, {
+    prefix,
+    node,
+    pollIntervalMs,
+    maxClockSkewMs,
+    resyncIntervalMs,
+    ...extra,
+  });
+  return { backend, [Symbol.asyncDispose]: () => Promise.resolve(kv.close()) };
+}
+
+const MiB = 1024 * 1024;
+
+function mib(bytes: number): string {
+  return (bytes / MiB).toFixed(1);
+}
+
+/**
+ * Deno KV's growth bounds: the key set bounds key state (index, touch counters), the window
+ * bounds references, one node keeps at most two lease records, and the change feed holds no more
+ * than the entries written in its retention window.
+ */
+function checkGrowth(
+  s: GrowthSample,
+  { keys, window }: { readonly keys: number; readonly window: number },
+  fail: (what: string) => void,
+): void {
+  const c = (name: string) => s.counts[name] ?? 0;
+  if (c("key") > keys) fail(`${c("key")} key index entries for ${keys} keys`);
+  if (c("touch") > keys) fail(`${c("touch")} touch counters for ${keys} keys`);
+  if (c("ref") > 2 * window) fail(`${c("ref")} references for ${window} held keys`);
+  if (c("ref (dead)") > window) fail(`${c("ref (dead)")} dead references`);
+  if (c("lease") > 2) fail(`${c("lease")} lease records for one node`);
+  if (c("log") > s.recentChanges + 64) {
+    fail(
+      `${
+        c("log")
+      } change-feed entries, but only ${s.recentChanges} written in the last ${s.logWindowMs} ms`,
+    );
+  }
+}
+
+/** Deno KV's nemesis hooks. */
+export const kvNemesis: NemesisHooks = {
+  // A single file has no members to kill, compact or cut off.
+  faults: ["kill", "stall", "lease-revoke", "garbage"],
+  garbageKinds: GARBAGE_KINDS,
+  // Measured on a busy 2-core machine with 4 workers around a short fault phase: 10–11 s.
+  overhead: { fixed: 10, share: 0.02 },
+  cilium: false,
+  timings(name: WorkloadName, timings: Timings): Timings {
+    // The key-side workload's shape on Deno KV (see nemesis/workload.ts): leases of 1.5 s.
+    return name === "keyside" ? { ...timings, leaseTtlMs: 1_500 } : timings;
+  },
+  startRun: (dir, workload) =>
+    openKvStore({
+      kind: "deno-kv",
+      path: `${dir}/store.kv`,
+      prefix: ["nemesis"],
+      ...kvTimings(workload),
+    }),
+  startGrowth(dir) {
+    const spec: KvNemesisSpec = {
+      kind: "deno-kv",
+      path: `${dir}/growth.kv`,
+      prefix: ["growth"],
+      ...GROWTH_TIMINGS,
+    };
+    // The file stays in the run's directory with the other evidence.
+    return Promise.resolve({ spec, [Symbol.asyncDispose]: () => Promise.resolve() });
+  },
+  openStore: (spec) => openKvStore(kvSpec(spec)),
+  openBackend,
+  growth: {
+    check: checkGrowth,
+    columns: ["file MiB", "masters", "refs", "dead refs", "leases", "feed", "feed bound"],
+    row(s: GrowthSample): string[] {
+      const c = (name: string) => String(s.counts[name] ?? 0);
+      return [
+        mib(s.fileBytes),
+        c("id"),
+        c("ref"),
+        c("ref (dead)"),
+        c("lease"),
+        c("log"),
+        String(s.recentChanges + 64),
+      ];
+    },
+  },
+};

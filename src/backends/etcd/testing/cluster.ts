@@ -1,5 +1,5 @@
 /**
- * Private etcd processes for tests and benchmarks: free loopback ports, a temporary data dir,
+ * Private etcd processes for tests, the nemesis suite and benchmarks: free loopback ports, a temporary data dir,
  * short raft timings, stopped by PID.
  *
  * etcd is launched through a tiny shell wrapper that returns at once (so no child-process resource
@@ -8,6 +8,7 @@
  *
  * @example
  * ```ts ignore
+ * // Starts three etcd processes; tests/backends/etcd/cluster.test.ts runs this for real.
  * await using etcd = await startEtcd({ members: 3 });
  * console.log(etcd.endpoints, await etcd.leader());
  * ```
@@ -100,6 +101,7 @@ export interface EtcdCluster extends AsyncDisposable {
   stopSync(): void;
 }
 
+/** One member of a cluster being started or running. */
 interface Member {
   readonly name: string;
   readonly clientPort: number;
@@ -232,241 +234,243 @@ echo "$pid"
 ) >/dev/null 2>&1 </dev/null &
 `;
 
-/** Starts a private etcd cluster on loopback and waits until every member is healthy. */
-export async function startEtcd(
-  options: StartEtcdOptions = {},
-  attempt = 1,
-): Promise<EtcdCluster> {
-  const found = findEtcd();
-  if (found === undefined) {
+/** What every member of one cluster shares: the binary, the data dir, the flags. */
+interface Plan {
+  readonly binary: string;
+  readonly options: StartEtcdOptions;
+  readonly scheme: "http" | "https";
+  /** The temporary dir holding every member's data dir and log. */
+  readonly base: string;
+  readonly token: string;
+  readonly members: Member[];
+}
+
+/** The binary, a fresh data dir and free ports for every member; nothing started yet. */
+async function planCluster(options: StartEtcdOptions): Promise<Plan> {
+  const binary = findEtcd();
+  if (binary === undefined) {
     throw new Error(
       "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd): apt-get install etcd-server",
     );
   }
-  const binary: string = found;
-  const size = options.members ?? 1;
-  const scheme = options.tls ? "https" : "http";
-  const heartbeat = options.heartbeatMs ?? 50;
-  const election = options.electionMs ?? 500;
   const base = await Deno.makeTempDir({ prefix: "idalloc-etcd-" });
-  const token = `idalloc-${crypto.randomUUID()}`;
-  const members: Member[] = [];
-  for (let i = 0; i < size; i++) {
-    members.push({
-      name: `m${i}`,
-      clientPort: freePort(),
-      peerPort: freePort(),
-      dataDir: `${base}/m${i}`,
-    });
-  }
-  const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
+  const members: Member[] = Array.from({ length: options.members ?? 1 }, (_, i) => ({
+    name: `m${i}`,
+    clientPort: freePort(),
+    peerPort: freePort(),
+    dataDir: `${base}/m${i}`,
+  }));
+  return {
+    binary,
+    options,
+    scheme: options.tls ? "https" : "http",
+    base,
+    token: `idalloc-${crypto.randomUUID()}`,
+    members,
+  };
+}
 
-  async function spawn(m: Member): Promise<void> {
-    const client = `${scheme}://127.0.0.1:${m.clientPort}`;
-    const peer = `http://127.0.0.1:${m.peerPort}`;
-    const args = [
-      "--name",
-      m.name,
-      "--data-dir",
-      m.dataDir,
-      "--listen-client-urls",
-      client,
-      "--advertise-client-urls",
-      client,
-      "--listen-peer-urls",
-      peer,
-      "--initial-advertise-peer-urls",
-      peer,
-      "--initial-cluster",
-      initialCluster,
-      "--initial-cluster-state",
-      "new",
-      "--initial-cluster-token",
-      token,
-      "--heartbeat-interval",
-      String(heartbeat),
-      "--election-timeout",
-      String(election),
-      "--logger",
-      "zap",
-      "--log-outputs",
-      "stderr",
-      "--log-level",
-      "warn",
-    ];
-    if (options.tls) {
-      args.push("--cert-file", options.tls.cert, "--key-file", options.tls.key);
-      if (options.tls.client) {
-        args.push("--client-cert-auth", "--trusted-ca-file", options.tls.ca);
+/** etcd's command line for member `m` of `plan`. */
+function memberArgs(plan: Plan, m: Member): string[] {
+  const { options } = plan;
+  const client = `${plan.scheme}://127.0.0.1:${m.clientPort}`;
+  const peer = `http://127.0.0.1:${m.peerPort}`;
+  const initialCluster = plan.members.map((p) => `${p.name}=http://127.0.0.1:${p.peerPort}`)
+    .join(",");
+  const args = [
+    ...["--name", m.name, "--data-dir", m.dataDir],
+    ...["--listen-client-urls", client, "--advertise-client-urls", client],
+    ...["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer],
+    ...["--initial-cluster", initialCluster, "--initial-cluster-state", "new"],
+    ...["--initial-cluster-token", plan.token],
+    ...["--heartbeat-interval", String(options.heartbeatMs ?? 50)],
+    ...["--election-timeout", String(options.electionMs ?? 500)],
+    ...["--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"],
+  ];
+  if (options.tls) {
+    args.push("--cert-file", options.tls.cert, "--key-file", options.tls.key);
+    if (options.tls.client) args.push("--client-cert-auth", "--trusted-ca-file", options.tls.ca);
+  }
+  return args;
+}
+
+/** Starts member `m` through the wrapper and records its PID. */
+async function spawnMember(plan: Plan, m: Member): Promise<void> {
+  const out = await new Deno.Command("/bin/sh", {
+    args: [
+      "-c",
+      WRAPPER,
+      "idalloc-etcd",
+      String(Deno.pid),
+      plan.base,
+      `${plan.base}/${m.name}.log`,
+      plan.binary,
+      ...memberArgs(plan, m),
+    ],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  const pid = Number(new TextDecoder().decode(out.stdout).trim());
+  if (!out.success || !Number.isSafeInteger(pid) || pid <= 0) {
+    throw new Error(`could not start etcd member ${m.name}`);
+  }
+  m.pid = pid;
+}
+
+/** Waits until every member of `list` answers healthy; throws with its log if one exits. */
+async function waitHealthy(plan: Plan, list: readonly Member[], timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (const m of list) {
+    while (!(await healthy(m.clientPort, plan.options.tls))) {
+      if (m.pid === undefined || !alive(m.pid)) {
+        const log = await Deno.readTextFile(`${plan.base}/${m.name}.log`).catch(() => "");
+        throw new Error(`etcd member ${m.name} exited:\n${log.slice(-2000)}`);
       }
-    }
-    const out = await new Deno.Command("/bin/sh", {
-      args: [
-        "-c",
-        WRAPPER,
-        "idalloc-etcd",
-        String(Deno.pid),
-        base,
-        `${base}/${m.name}.log`,
-        binary,
-        ...args,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-    }).output();
-    const pid = Number(new TextDecoder().decode(out.stdout).trim());
-    if (!out.success || !Number.isSafeInteger(pid) || pid <= 0) {
-      throw new Error(`could not start etcd member ${m.name}`);
-    }
-    m.pid = pid;
-  }
-
-  async function waitHealthy(list: Member[], timeoutMs = 20_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    for (const m of list) {
-      while (!(await healthy(m.clientPort, options.tls))) {
-        if (m.pid === undefined || !alive(m.pid)) {
-          const log = await Deno.readTextFile(`${base}/${m.name}.log`).catch(() => "");
-          throw new Error(`etcd member ${m.name} exited:\n${log.slice(-2000)}`);
-        }
-        if (Date.now() > deadline) throw new Error(`etcd member ${m.name} not healthy in time`);
-        await delay(25);
-      }
+      if (Date.now() > deadline) throw new Error(`etcd member ${m.name} not healthy in time`);
+      await delay(25);
     }
   }
+}
 
-  async function stop(m: Member, signal: Deno.Signal): Promise<void> {
-    const pid = m.pid;
-    if (pid === undefined) return;
+/** Signals member `m` and waits until it is gone (SIGKILL after 5 s). */
+async function stopMember(m: Member, signal: Deno.Signal): Promise<void> {
+  const pid = m.pid;
+  if (pid === undefined) return;
+  killQuietly(pid, signal);
+  const deadline = Date.now() + 5000;
+  while (alive(pid)) {
+    if (Date.now() > deadline) killQuietly(pid, "SIGKILL");
+    await delay(10);
+  }
+  m.pid = undefined;
+}
+
+function killQuietly(pid: number, signal: Deno.Signal): void {
+  try {
+    Deno.kill(pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+/** Starts killed member `m` again on its ports and data dir. */
+async function restartMember(plan: Plan, m: Member): Promise<void> {
+  if (m.pid !== undefined) throw new Error(`member ${m.name} is running`);
+  // Its ports are fixed (clients and peers know them); if another process holds one for a
+  // moment, wait and try again rather than fail the run.
+  for (let attempt = 1;; attempt++) {
+    await spawnMember(plan, m);
     try {
-      Deno.kill(pid, signal);
-    } catch {
-      // already gone
+      await waitHealthy(plan, [m]);
+      return;
+    } catch (err) {
+      if (attempt >= 5 || !String(err).includes("address already in use")) throw err;
+      m.pid = undefined;
+      await delay(500 * attempt);
     }
-    const deadline = Date.now() + 5000;
-    while (alive(pid)) {
-      if (Date.now() > deadline) {
-        try {
-          Deno.kill(pid, "SIGKILL");
-        } catch {
-          // already gone
-        }
-      }
-      await delay(10);
-    }
-    m.pid = undefined;
   }
+}
 
+/** Index of the leader every live member agrees on, once it answers healthy; waits up to 20 s. */
+async function findLeader(plan: Plan): Promise<number> {
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const ids = new Map<string, number>();
+    let leader: string | undefined;
+    for (const [i, m] of plan.members.entries()) {
+      if (m.pid === undefined) continue;
+      try {
+        const s = await gateway<{ header: { member_id: string }; leader?: string }>(
+          m.clientPort,
+          "/v3/maintenance/status",
+          {},
+        );
+        ids.set(s.header.member_id, i);
+        if (s.leader && s.leader !== "0") leader ??= s.leader;
+      } catch {
+        // member not answering; ask the others
+      }
+    }
+    if (
+      leader !== undefined && ids.has(leader) &&
+      (await healthy(plan.members[ids.get(leader)!].clientPort, plan.options.tls))
+    ) {
+      return ids.get(leader)!;
+    }
+    await delay(50);
+  }
+  throw new Error("no etcd leader");
+}
+
+/** Compacts up to `revision` (0: the current one) through the first live member. */
+async function compactStore(plan: Plan, revision: number): Promise<number> {
+  const port = plan.members.filter((m) => m.pid !== undefined)[0].clientPort;
+  let rev = revision;
+  if (rev === 0) {
+    const r = await gateway<{ header: { revision: string } }>(port, "/v3/kv/range", {
+      key: btoa("\0"),
+      count_only: true,
+    });
+    rev = Number(r.header.revision);
+  }
+  await gateway(port, "/v3/kv/compaction", { revision: String(rev), physical: true }, 5000);
+  return rev;
+}
+
+/** The handle of a started cluster. */
+function clusterHandle(plan: Plan): EtcdCluster {
+  const { members } = plan;
   let closed = false;
   const close = async (): Promise<void> => {
     if (closed) return;
     closed = true;
-    await Promise.all(members.map((m) => stop(m, "SIGKILL")));
-    await Deno.remove(base, { recursive: true }).catch(() => {});
+    await Promise.all(members.map((m) => stopMember(m, "SIGKILL")));
+    await Deno.remove(plan.base, { recursive: true }).catch(() => {});
   };
-
-  try {
-    await Promise.all(members.map(spawn));
-    await waitHealthy(members);
-  } catch (err) {
-    await close();
-    // Another test process may still bind a picked port first: pick fresh ports and start again.
-    if (attempt < 3 && String(err).includes("address already in use")) {
-      return startEtcd(options, attempt + 1);
-    }
-    throw err;
-  }
-
-  const livePorts = () => members.filter((m) => m.pid !== undefined).map((m) => m.clientPort);
-
   return {
-    endpoints: members.map((m) => `${scheme}://127.0.0.1:${m.clientPort}`),
+    endpoints: members.map((m) => `${plan.scheme}://127.0.0.1:${m.clientPort}`),
     names: members.map((m) => m.name),
-    async kill(index: number): Promise<void> {
-      await stop(members[index], "SIGKILL");
-    },
-    async restart(index: number): Promise<void> {
-      const m = members[index];
-      if (m.pid !== undefined) throw new Error(`member ${m.name} is running`);
-      // Its ports are fixed (clients and peers know them); if another process holds one for a
-      // moment, wait and try again rather than fail the run.
-      for (let attempt = 1;; attempt++) {
-        await spawn(m);
-        try {
-          await waitHealthy([m]);
-          return;
-        } catch (err) {
-          if (attempt >= 5 || !String(err).includes("address already in use")) throw err;
-          m.pid = undefined;
-          await delay(500 * attempt);
-        }
-      }
-    },
+    kill: (index) => stopMember(members[index], "SIGKILL"),
+    restart: (index) => restartMember(plan, members[index]),
     running(index: number): boolean {
       const pid = members[index].pid;
       return pid !== undefined && alive(pid);
     },
-    async leader(): Promise<number> {
-      const deadline = Date.now() + 20_000;
-      while (Date.now() < deadline) {
-        const ids = new Map<string, number>();
-        let leader: string | undefined;
-        for (const [i, m] of members.entries()) {
-          if (m.pid === undefined) continue;
-          try {
-            const s = await gateway<{ header: { member_id: string }; leader?: string }>(
-              m.clientPort,
-              "/v3/maintenance/status",
-              {},
-            );
-            ids.set(s.header.member_id, i);
-            if (s.leader && s.leader !== "0") leader ??= s.leader;
-          } catch {
-            // member not answering; ask the others
-          }
-        }
-        if (
-          leader !== undefined && ids.has(leader) &&
-          (await healthy(members[ids.get(leader)!].clientPort, options.tls))
-        ) {
-          return ids.get(leader)!;
-        }
-        await delay(50);
-      }
-      throw new Error("no etcd leader");
-    },
-    async compact(revision = 0): Promise<number> {
-      const port = livePorts()[0];
-      let rev = revision;
-      if (rev === 0) {
-        const r = await gateway<{ header: { revision: string } }>(port, "/v3/kv/range", {
-          key: btoa("\0"),
-          count_only: true,
-        });
-        rev = Number(r.header.revision);
-      }
-      await gateway(port, "/v3/kv/compaction", { revision: String(rev), physical: true }, 5000);
-      return rev;
-    },
+    leader: () => findLeader(plan),
+    compact: (revision = 0) => compactStore(plan, revision),
     close,
     stopSync(): void {
       if (closed) return;
       closed = true;
-      for (const m of members) {
-        if (m.pid === undefined) continue;
-        try {
-          Deno.kill(m.pid, "SIGKILL");
-        } catch {
-          // already gone
-        }
-      }
+      for (const m of members) if (m.pid !== undefined) killQuietly(m.pid, "SIGKILL");
       try {
-        Deno.removeSync(base, { recursive: true });
+        Deno.removeSync(plan.base, { recursive: true });
       } catch {
         // etcd may still hold files for a moment; the watchdog removes the dir
       }
     },
     [Symbol.asyncDispose]: close,
   };
+}
+
+/** Starts a private etcd cluster on loopback and waits until every member is healthy. */
+export async function startEtcd(
+  options: StartEtcdOptions = {},
+  attempt = 1,
+): Promise<EtcdCluster> {
+  const plan = await planCluster(options);
+  const cluster = clusterHandle(plan);
+  try {
+    await Promise.all(plan.members.map((m) => spawnMember(plan, m)));
+    await waitHealthy(plan, plan.members);
+  } catch (err) {
+    await cluster.close();
+    // Another test process may still bind a picked port first: pick fresh ports and start again.
+    if (attempt < 3 && String(err).includes("address already in use")) {
+      return startEtcd(options, attempt + 1);
+    }
+    throw err;
+  }
+  return cluster;
 }

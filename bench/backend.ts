@@ -1,0 +1,51 @@
+/**
+ * The benchmarks' contract with a backend: what `bench/compare.ts` and `bench/scenario.ts` do per
+ * backend, given by each backend's harness (`src/backends/<folder>/testing/bench.ts`).
+ *
+ * @module
+ */
+import type { Backend } from "../src/allocator/backend.ts";
+
+/** One cell of the side-by-side table: a scenario, its size and the backend options it runs with. */
+export interface BenchCell {
+  readonly name: string;
+  readonly scenario: "raw" | "new" | "join" | "release" | "race";
+  /** Operations (keys). */
+  readonly count: number;
+  /** Calls in flight. */
+  readonly width: number;
+  /** Backend options of the measured node (e.g. `groupCommit: false`). */
+  readonly options?: Record<string, unknown>;
+  /** The raw cell this one is compared to. */
+  readonly versus?: string;
+}
+
+/** The raw ceiling's writer: one create-if-absent commit per key, shaped like a new key's. */
+export interface RawWriter extends AsyncDisposable {
+  /** Commits key number `i`, whose name is `key`; throws if the commit did not apply. */
+  write(i: number, key: string): Promise<void>;
+}
+
+/** What the benchmarks know of one backend. */
+export interface BenchHooks {
+  /**
+   * Cells only this backend has (etcd: new keys without the Cilium-mutex guard), placed after
+   * the common new-key cells; `sizes` are the key counts of the sequential and the 16-in-flight
+   * cells.
+   */
+  extraCells(sizes: { readonly sequential: number; readonly parallel: number }): BenchCell[];
+  /**
+   * A fresh store for one measurement; `where` is plain JSON that tells a child process how to
+   * reach it. Disposing it removes the store.
+   */
+  fresh(): Promise<{ readonly where: unknown } & AsyncDisposable>;
+  /** Opens `node`'s backend on the store `where` names, under `prefix`, with backend `options`. */
+  open(
+    where: unknown,
+    prefix: string,
+    node: string,
+    options?: Record<string, unknown>,
+  ): Promise<Backend & AsyncDisposable>;
+  /** The raw ceiling's writer on the store `where` names, on one client. */
+  raw(where: unknown): Promise<RawWriter>;
+}

@@ -1,0 +1,20 @@
+/**
+ * Deno KV's development harness: its fixture for the shared test suites, its nemesis hooks and
+ * its bench opener, loaded by kind through `src/backends/testing.ts`. Not published.
+ *
+ * @module
+ */
+import type { BackendHarness } from "../../../../tests/_support/harness.ts";
+import { kvBench } from "./bench.ts";
+import { kvFactory } from "./fixture.ts";
+import { kvNemesis } from "./nemesis.ts";
+
+/** Deno KV's harness. */
+export const harness: BackendHarness = {
+  kind: "deno-kv",
+  // Deno KV ships with Deno: it runs wherever the tests do.
+  unavailable: () => undefined,
+  fixture: kvFactory,
+  nemesis: kvNemesis,
+  bench: kvBench,
+};
