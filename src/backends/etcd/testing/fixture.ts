@@ -13,7 +13,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import { Etcd3, type Lease } from "etcd3";
+import { Etcd3, type Lease } from "../../../deps/etcd3.ts";
 import type { Backend } from "../../../allocator/backend.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../paths.ts";
@@ -172,7 +172,7 @@ class EtcdStoreFixture implements StoreFixture {
     if (lease === undefined) throw new Error(`node ${node} has no reference on a lease`);
     await this.#raw.kv.put({
       key: Buffer.from(this.#layout.refKey(key, node)),
-      value: Buffer.from("not-an-id"),
+      value: b("not-an-id"),
       lease,
     });
   }

@@ -8,8 +8,8 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import type { Etcd3, IKeyValue } from "etcd3";
-import { z } from "zod";
+import type { Etcd3, IKeyValue } from "../../../deps/etcd3.ts";
+import { z } from "../../../deps/zod.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../paths.ts";
 import { startEtcd } from "./cluster.ts";

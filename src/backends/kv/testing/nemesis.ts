@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { z } from "zod";
+import { z } from "../../../deps/zod.ts";
 import { DenoKvBackend } from "../mod.ts";
 import { KvLayout } from "../layout.ts";
 import { isLive, type LeaseRecord } from "../liveness.ts";
