@@ -143,6 +143,247 @@ function note(config: WorkerConfig, log: LineLog, text: string): void {
   log.write({ t: "note", node: config.node, inc: config.inc, at: Date.now(), text });
 }
 
+/** A call in flight, for the watchdog that reports hangs. */
+interface InFlight {
+  readonly op: Op;
+  readonly key: string;
+  readonly start: number;
+  reported: boolean;
+}
+
+/** One worker process's state, shared by its lanes, heartbeat and commands. */
+interface Worker {
+  readonly config: WorkerConfig;
+  readonly log: LineLog;
+  readonly client: KeyClient;
+  readonly random: () => number;
+  readonly pick: <T>(items: readonly T[]) => T;
+  readonly rank: () => number;
+  readonly closing: AbortController;
+  /** Local uses per key, as this worker made them. */
+  readonly refs: Map<string, number>;
+  /** Keys with a call in flight (one call per key at a time). */
+  readonly busy: Set<string>;
+  readonly inflight: Map<number, InFlight>;
+  nextCall: number;
+  stopping: boolean;
+}
+
+/** Logs every call in flight past its deadline (and a second) once, as a hang. */
+function startWatchdog(w: Worker): ReturnType<typeof setInterval> {
+  return setInterval(() => {
+    const now = Date.now();
+    for (const call of w.inflight.values()) {
+      if (call.reported || now - call.start <= w.config.timings.callTimeoutMs + 1_000) continue;
+      call.reported = true;
+      w.log.write({
+        t: "hang",
+        node: w.config.node,
+        inc: w.config.inc,
+        op: call.op,
+        key: call.key,
+        start: call.start,
+        at: now,
+      });
+    }
+  }, 500);
+}
+
+/** Makes one call and logs how it resolved, keeping the model of uses exact. */
+async function perform(w: Worker, op: Op, key: string): Promise<void> {
+  const { config, client, log, refs } = w;
+  const held = (refs.get(key) ?? 0) > 0;
+  const start = Date.now();
+  const signal = AbortSignal.timeout(config.timings.callTimeoutMs);
+  const token = w.nextCall++;
+  w.inflight.set(token, { op, key, start, reported: false });
+  const base = { t: "call", node: config.node, inc: config.inc, op, key, start, held } as const;
+  try {
+    switch (op) {
+      case "allocate": {
+        const r = await client.allocate(key, signal);
+        refs.set(key, (refs.get(key) ?? 0) + 1);
+        log.write({
+          ...base,
+          end: Date.now(),
+          ok: true,
+          id: r.id,
+          isNew: r.isNew,
+          firstUse: r.firstUse,
+        });
+        break;
+      }
+      case "release": {
+        const lastUse = await client.release(key, signal);
+        const left = (refs.get(key) ?? 0) - 1;
+        if (left > 0) refs.set(key, left);
+        else refs.delete(key);
+        log.write({ ...base, end: Date.now(), ok: true, lastUse });
+        if (lastUse !== (left === 0)) {
+          note(
+            config,
+            log,
+            `release of ${key}: lastUse ${lastUse} but the model has ${left} uses left`,
+          );
+        }
+        break;
+      }
+      case "get": {
+        const id = await client.get(key, signal);
+        log.write({ ...base, end: Date.now(), ok: true, id });
+        break;
+      }
+      default: {
+        const id = await client.read(key, signal);
+        log.write({ ...base, end: Date.now(), ok: true, id });
+      }
+    }
+  } catch (err) {
+    log.write(failedCall(base, err, signal));
+  } finally {
+    w.inflight.delete(token);
+  }
+}
+
+/** The next call: by the workload's mix, releasing more often above the held target. */
+function choose(w: Worker): { op: Op; key: string } {
+  const { config, random, pick } = w;
+  const held = [...w.refs.keys()];
+  const zipfKey = () => config.keys[w.rank()];
+  if (held.length > config.targetHeld && random() < 0.35) {
+    return { op: "release", key: pick(held) };
+  }
+  const { mix } = config;
+  const r = random();
+  if (r < mix.allocate) return { op: "allocate", key: zipfKey() };
+  if (r < mix.allocate + mix.release) {
+    return held.length > 0
+      ? { op: "release", key: pick(held) }
+      : { op: "allocate", key: zipfKey() };
+  }
+  if (r < mix.allocate + mix.release + mix.get) {
+    return { op: "get", key: held.length > 0 && random() < 0.8 ? pick(held) : zipfKey() };
+  }
+  return { op: w.client.readOp, key: zipfKey() };
+}
+
+/** One call loop, until the worker stops. */
+async function lane(w: Worker): Promise<void> {
+  while (!w.stopping) {
+    const { op, key } = choose(w);
+    if (w.busy.has(key)) {
+      await sleep(1);
+      continue;
+    }
+    w.busy.add(key);
+    try {
+      await perform(w, op, key);
+    } finally {
+      w.busy.delete(key);
+    }
+    await sleep(between(w.random, w.config.pauseMs[0], w.config.pauseMs[1]));
+  }
+}
+
+/**
+ * Reads every held key from the hold, as an application that uses its IDs continuously would: a
+ * node that keeps answering an ID across a stall shows up in the history even when none of its
+ * regular calls touched that key meanwhile.
+ */
+async function heartbeat(w: Worker): Promise<void> {
+  const { config, log } = w;
+  const hbBase = { t: "call", node: config.node, inc: config.inc, op: "get", held: true } as const;
+  while (!w.stopping) {
+    await sleep(HEARTBEAT_MS);
+    if (w.stopping) break;
+    const keys = [...w.refs.keys()].filter((k) => !w.busy.has(k));
+    if (keys.length === 0) continue;
+    for (const k of keys) w.busy.add(k);
+    const start = Date.now();
+    const signal = AbortSignal.timeout(config.timings.callTimeoutMs);
+    const token = w.nextCall++;
+    w.inflight.set(token, { op: "get", key: "(heartbeat)", start, reported: false });
+    try {
+      const read = await Promise.allSettled(keys.map((k) => w.client.get(k, signal)));
+      const ids: [string, number][] = [];
+      // No ID for a held key is no answer: a fenced node does not answer from memory.
+      read.forEach((r, i) => {
+        if (r.status === "fulfilled" && r.value !== undefined) ids.push([keys[i], r.value]);
+        else if (r.status === "rejected") {
+          log.write(failedCall({ ...hbBase, key: keys[i], start }, r.reason, signal));
+        }
+      });
+      log.write({ t: "hb", node: config.node, inc: config.inc, start, end: Date.now(), ids });
+    } finally {
+      w.inflight.delete(token);
+      for (const k of keys) w.busy.delete(k);
+    }
+  }
+}
+
+/** Logs what the worker holds, by its model and by the allocator's own count. */
+function logHolds(w: Worker): void {
+  const { config, log } = w;
+  const holds: Record<string, number> = {};
+  for (const key of w.refs.keys()) {
+    const id = w.client.heldId(key);
+    if (id !== undefined) holds[key] = id;
+    else note(config, log, `holds ${key} but has no ID for it`);
+  }
+  const status = w.client.status();
+  log.write({
+    t: "holds",
+    node: config.node,
+    inc: config.inc,
+    at: Date.now(),
+    holds,
+    heldKeys: typeof status.heldKeys === "number" ? status.heldKeys : -1,
+    status,
+  });
+}
+
+/** Releases everything the worker holds, a few extra attempts per key (a release may fail while the store recovers). */
+async function releaseAll(w: Worker): Promise<number> {
+  for (const [key, count] of [...w.refs]) {
+    for (let attempt = 0; attempt < count + 3 && (w.refs.get(key) ?? 0) > 0; attempt++) {
+      await perform(w, "release", key);
+    }
+  }
+  return w.refs.size;
+}
+
+/** Answers the orchestrator's commands until `drain` or the end of stdin. */
+async function serve(
+  w: Worker,
+  lanes: readonly Promise<void>[],
+  watchdog: ReturnType<typeof setInterval>,
+): Promise<void> {
+  const { config, log } = w;
+  for await (const command of stdinLines()) {
+    if (command === "stop") {
+      w.stopping = true;
+      await Promise.all(lanes);
+      console.log("stopped");
+    } else if (command === "holds") {
+      logHolds(w);
+      console.log("holds");
+    } else if (command === "drain") {
+      const failures = await releaseAll(w);
+      clearInterval(watchdog);
+      w.closing.abort();
+      await w.client.close();
+      log.write({ t: "drained", node: config.node, inc: config.inc, at: Date.now(), failures });
+      log.close();
+      console.log("drained");
+      return;
+    }
+  }
+  // stdin closed without a drain: the orchestrator is gone.
+  clearInterval(watchdog);
+  w.closing.abort();
+  await w.client.close();
+}
+
 async function main(): Promise<void> {
   const config = configFromArgs(workerConfigSchema);
   await logToStderr("warning");
@@ -158,201 +399,24 @@ async function main(): Promise<void> {
       : plainClient(config, opened.backend, log, closing.signal)
   );
   log.write({ t: "ready", node: config.node, inc: config.inc, pid: Deno.pid, at: Date.now() });
-
-  /** Local uses per key, as this worker made them. */
-  const refs = new Map<string, number>();
-  /** Keys with a call in flight (one call per key at a time). */
-  const busy = new Set<string>();
-  const inflight = new Map<number, { op: Op; key: string; start: number; reported: boolean }>();
-  let nextCall = 0;
-  let stopping = false;
-
-  const watchdog = setInterval(() => {
-    const now = Date.now();
-    for (const call of inflight.values()) {
-      if (call.reported || now - call.start <= config.timings.callTimeoutMs + 1_000) continue;
-      call.reported = true;
-      log.write({
-        t: "hang",
-        node: config.node,
-        inc: config.inc,
-        op: call.op,
-        key: call.key,
-        start: call.start,
-        at: now,
-      });
-    }
-  }, 500);
-
-  const perform = async (op: Op, key: string): Promise<void> => {
-    const held = (refs.get(key) ?? 0) > 0;
-    const start = Date.now();
-    const signal = AbortSignal.timeout(config.timings.callTimeoutMs);
-    const token = nextCall++;
-    inflight.set(token, { op, key, start, reported: false });
-    const base = { t: "call", node: config.node, inc: config.inc, op, key, start, held } as const;
-    try {
-      switch (op) {
-        case "allocate": {
-          const r = await client.allocate(key, signal);
-          refs.set(key, (refs.get(key) ?? 0) + 1);
-          log.write({
-            ...base,
-            end: Date.now(),
-            ok: true,
-            id: r.id,
-            isNew: r.isNew,
-            firstUse: r.firstUse,
-          });
-          break;
-        }
-        case "release": {
-          const lastUse = await client.release(key, signal);
-          const left = (refs.get(key) ?? 0) - 1;
-          if (left > 0) refs.set(key, left);
-          else refs.delete(key);
-          log.write({ ...base, end: Date.now(), ok: true, lastUse });
-          if (lastUse !== (left === 0)) {
-            note(
-              config,
-              log,
-              `release of ${key}: lastUse ${lastUse} but the model has ${left} uses left`,
-            );
-          }
-          break;
-        }
-        case "get": {
-          const id = await client.get(key, signal);
-          log.write({ ...base, end: Date.now(), ok: true, id });
-          break;
-        }
-        default: {
-          const id = await client.read(key, signal);
-          log.write({ ...base, end: Date.now(), ok: true, id });
-        }
-      }
-    } catch (err) {
-      log.write(failedCall(base, err, signal));
-    } finally {
-      inflight.delete(token);
-    }
+  const w: Worker = {
+    config,
+    log,
+    client,
+    random,
+    pick,
+    rank,
+    closing,
+    refs: new Map(),
+    busy: new Set(),
+    inflight: new Map(),
+    nextCall: 0,
+    stopping: false,
   };
-
-  const choose = (): { op: Op; key: string } => {
-    const held = [...refs.keys()];
-    const zipfKey = () => config.keys[rank()];
-    if (held.length > config.targetHeld && random() < 0.35) {
-      return { op: "release", key: pick(held) };
-    }
-    const { mix } = config;
-    const r = random();
-    if (r < mix.allocate) return { op: "allocate", key: zipfKey() };
-    if (r < mix.allocate + mix.release) {
-      return held.length > 0
-        ? { op: "release", key: pick(held) }
-        : { op: "allocate", key: zipfKey() };
-    }
-    if (r < mix.allocate + mix.release + mix.get) {
-      return { op: "get", key: held.length > 0 && random() < 0.8 ? pick(held) : zipfKey() };
-    }
-    return { op: client.readOp, key: zipfKey() };
-  };
-
-  const lane = async (): Promise<void> => {
-    while (!stopping) {
-      const { op, key } = choose();
-      if (busy.has(key)) {
-        await sleep(1);
-        continue;
-      }
-      busy.add(key);
-      try {
-        await perform(op, key);
-      } finally {
-        busy.delete(key);
-      }
-      await sleep(between(random, config.pauseMs[0], config.pauseMs[1]));
-    }
-  };
-  // The heartbeat reads every held key from the hold, as an application that uses its IDs
-  // continuously would: a node that keeps answering an ID across a stall shows up in the history
-  // even when none of its regular calls touched that key meanwhile.
-  const heartbeat = async (): Promise<void> => {
-    while (!stopping) {
-      await sleep(HEARTBEAT_MS);
-      if (stopping) break;
-      const keys = [...refs.keys()].filter((k) => !busy.has(k));
-      if (keys.length === 0) continue;
-      for (const k of keys) busy.add(k);
-      const start = Date.now();
-      const signal = AbortSignal.timeout(config.timings.callTimeoutMs);
-      const token = nextCall++;
-      inflight.set(token, { op: "get", key: "(heartbeat)", start, reported: false });
-      try {
-        const read = await Promise.allSettled(keys.map((k) => client.get(k, signal)));
-        const ids: [string, number][] = [];
-        // No ID for a held key is no answer: a fenced node does not answer from memory.
-        read.forEach((r, i) => {
-          if (r.status === "fulfilled" && r.value !== undefined) ids.push([keys[i], r.value]);
-          else if (r.status === "rejected") {
-            log.write(failedCall({ ...hbBase, key: keys[i], start }, r.reason, signal));
-          }
-        });
-        log.write({ t: "hb", node: config.node, inc: config.inc, start, end: Date.now(), ids });
-      } finally {
-        inflight.delete(token);
-        for (const k of keys) busy.delete(k);
-      }
-    }
-  };
-  const hbBase = { t: "call", node: config.node, inc: config.inc, op: "get", held: true } as const;
-  const lanes = [heartbeat(), ...Array.from({ length: config.lanes }, () => lane())];
+  const watchdog = startWatchdog(w);
+  const lanes = [heartbeat(w), ...Array.from({ length: config.lanes }, () => lane(w))];
   console.log("ready");
-
-  for await (const command of stdinLines()) {
-    if (command === "stop") {
-      stopping = true;
-      await Promise.all(lanes);
-      console.log("stopped");
-    } else if (command === "holds") {
-      const holds: Record<string, number> = {};
-      for (const key of refs.keys()) {
-        const id = client.heldId(key);
-        if (id !== undefined) holds[key] = id;
-        else note(config, log, `holds ${key} but has no ID for it`);
-      }
-      const status = client.status();
-      log.write({
-        t: "holds",
-        node: config.node,
-        inc: config.inc,
-        at: Date.now(),
-        holds,
-        heldKeys: typeof status.heldKeys === "number" ? status.heldKeys : -1,
-        status,
-      });
-      console.log("holds");
-    } else if (command === "drain") {
-      // A few extra attempts per key: a release may fail while the store recovers.
-      for (const [key, count] of [...refs]) {
-        for (let attempt = 0; attempt < count + 3 && (refs.get(key) ?? 0) > 0; attempt++) {
-          await perform("release", key);
-        }
-      }
-      const failures = refs.size;
-      clearInterval(watchdog);
-      closing.abort();
-      await client.close();
-      log.write({ t: "drained", node: config.node, inc: config.inc, at: Date.now(), failures });
-      log.close();
-      console.log("drained");
-      return;
-    }
-  }
-  // stdin closed without a drain: the orchestrator is gone.
-  clearInterval(watchdog);
-  closing.abort();
-  await client.close();
+  await serve(w, lanes, watchdog);
 }
 
 await main();
