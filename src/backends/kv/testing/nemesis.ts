@@ -65,209 +65,222 @@ let planted = 0;
 
 /** Opens (creating) the KV file `spec` names as the run's store. */
 export async function openKvStore(spec: KvNemesisSpec): Promise<NemesisStore> {
-  const { path, prefix } = spec;
-  const timings: KvTimings = spec;
-  const kv = await Deno.openKv(path);
-  const layout = new KvLayout(prefix);
-  const P = [...prefix];
+  return new KvNemesisStore(spec, await Deno.openKv(spec.path));
+}
 
-  function all(): Promise<Deno.KvEntry<unknown>[]> {
+/** An entry as the report shows it: its key (bytes spelled out) and a short form of its value. */
+function show(key: Deno.KvKey, value: unknown): string {
+  return `${JSON.stringify(key.map((p) => p instanceof Uint8Array ? `bytes:${[...p]}` : p))} = ${
+    describe(value)
+  }`;
+}
+
+/** The run's Deno KV store, read and damaged through the backend's own layout. */
+class KvNemesisStore implements NemesisStore {
+  readonly kind = "deno-kv";
+  readonly spec: KvNemesisSpec;
+  readonly garbageKinds: readonly GarbageKind[] = GARBAGE_KINDS;
+  readonly skewMs: number;
+  readonly #kv: Deno.Kv;
+  readonly #layout: KvLayout;
+  readonly #prefix: Deno.KvKeyPart[];
+
+  constructor(spec: KvNemesisSpec, kv: Deno.Kv) {
+    this.spec = spec;
+    this.skewMs = spec.maxClockSkewMs;
+    this.#kv = kv;
+    this.#layout = new KvLayout(spec.prefix);
+    this.#prefix = [...spec.prefix];
+  }
+
+  #all(): Promise<Deno.KvEntry<unknown>[]> {
     return whenNotBusy(async () => {
       const out: Deno.KvEntry<unknown>[] = [];
-      for await (const e of kv.list({ prefix: P }, { batchSize: 500 })) out.push(e);
+      for await (const e of this.#kv.list({ prefix: this.#prefix }, { batchSize: 500 })) {
+        out.push(e);
+      }
       return out;
     });
   }
 
   /** Writes `value` at `key` only if nothing is there; true if it wrote. */
-  async function create(key: Deno.KvKey, value: unknown): Promise<boolean> {
+  async #create(key: Deno.KvKey, value: unknown): Promise<boolean> {
     const res = await whenNotBusy(() =>
-      kv.atomic().check({ key, versionstamp: null }).set(key, value).commit()
+      this.#kv.atomic().check({ key, versionstamp: null }).set(key, value).commit()
     );
     return res.ok;
   }
 
   /** Creates at the first of a few candidate keys that is free. */
-  async function createSomewhere(
+  async #createSomewhere(
     candidates: () => Deno.KvKey,
     value: unknown,
     attempts = 20,
   ): Promise<Deno.KvKey | undefined> {
     for (let i = 0; i < attempts; i++) {
       const key = candidates();
-      if (await create(key, value)) return key;
+      if (await this.#create(key, value)) return key;
     }
     return undefined;
   }
 
-  const show = (key: Deno.KvKey, value: unknown) =>
-    `${JSON.stringify(key.map((p) => p instanceof Uint8Array ? `bytes:${[...p]}` : p))} = ${
-      describe(value)
-    }`;
-
-  const store: NemesisStore = {
-    kind: "deno-kv",
-    spec,
-    garbageKinds: GARBAGE_KINDS,
-    skewMs: timings.maxClockSkewMs,
-
-    async snapshot(): Promise<StoreSnapshot> {
-      const entries = await all();
-      const masters: SnapshotMaster[] = [];
-      const index: { key: string; id: number }[] = [];
-      const rawRefs: { key: string; node: string; id: number; lease: string }[] = [];
-      const leases = new Map<string, LeaseRecord>();
-      const skipped: Record<string, number> = {};
-      const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
-      const n = P.length;
-      for (const e of entries) {
-        switch (e.key[n]) {
-          case "id": {
-            const id = layout.parseId(e.key);
-            const value = id === undefined ? undefined : decode.master(e);
-            if (id === undefined || value === undefined) skip("master");
-            else masters.push({ id, key: value.key });
-            break;
-          }
-          case "key": {
-            const key = e.key[n + 1];
-            const value = e.key.length === n + 2 && typeof key === "string"
-              ? decode.keyIndex(e)
-              : undefined;
-            if (value === undefined || typeof key !== "string") skip("key index");
-            else index.push({ key, id: value.id });
-            break;
-          }
-          case "ref": {
-            const parsed = layout.parseRef(e.key);
-            const value = parsed === undefined ? undefined : decode.ref(e);
-            if (parsed === undefined || value === undefined) skip("reference");
-            else rawRefs.push({ ...parsed, ...value });
-            break;
-          }
-          case "lease": {
-            const node = layout.parseLease(e.key);
-            if (node === undefined) skip("lease");
-            else leases.set(node, { value: decode.lease(e), versionstamp: e.versionstamp });
-            break;
-          }
-          case "touch":
-          case "log":
-          case "gen":
-            break;
-          default:
-            skip("foreign");
-        }
-      }
-      const now = Date.now();
-      const refs: SnapshotRef[] = rawRefs.map((r) => ({
-        key: r.key,
-        node: r.node,
-        id: r.id,
-        live: isLive({ id: r.id, lease: r.lease }, leases.get(r.node), now, timings.maxClockSkewMs),
-      }));
-      return { at: now, masters, refs, index, strictMasters: true, skipped };
-    },
-
-    async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
-      const tag = `nemesis-ghost-${++planted}`;
-      const written: string[] = [];
-      const masterIds: number[] = [];
-      const put = async (key: Deno.KvKey, value: unknown) => {
-        if (await create(key, value)) written.push(show(key, value));
-      };
-      const somewhere = async (candidates: () => Deno.KvKey, value: unknown) => {
-        const key = await createSomewhere(candidates, value);
-        if (key) written.push(show(key, value));
-      };
-      switch (kind) {
-        case "non-numeric-id":
-          await put([...P, "id", tag], { key: garbageKey(targets) });
-          break;
-        case "empty-master":
-          await somewhere(() => [...P, "id", garbageId(targets)], { key: "" });
-          await somewhere(() => [...P, "id", garbageId(targets)], {});
-          break;
-        case "bad-ref":
-          await put([...P, "ref", garbageKey(targets), tag], { id: "seven", lease: 42 });
-          break;
-        case "invalid-utf8":
-          await somewhere(() => [...P, "id", garbageId(targets)], {
-            key: new Uint8Array([0xff, 0xfe, 0x80]),
-          });
-          await put([...P, "id", new Uint8Array([0xc3, 0x28, planted & 0xff])], { key: "x;" });
-          await put([...P, "ref", new Uint8Array([0xe2, 0x28, 0xa1]), tag], {
-            id: 300,
-            lease: "x",
-          });
-          break;
-        case "oversized": {
-          const key = await createSomewhere(() => [...P, "id", garbageId(targets)], {
-            key: `k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`,
-          });
-          if (key) {
-            written.push(show(key, { key: `k8s:nemesis-oversized=x…;` }));
-            masterIds.push(key[P.length + 1] as number);
-          }
+  async snapshot(): Promise<StoreSnapshot> {
+    const entries = await this.#all();
+    const masters: SnapshotMaster[] = [];
+    const index: { key: string; id: number }[] = [];
+    const rawRefs: { key: string; node: string; id: number; lease: string }[] = [];
+    const leases = new Map<string, LeaseRecord>();
+    const skipped: Record<string, number> = {};
+    const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
+    const n = this.#prefix.length;
+    for (const e of entries) {
+      switch (e.key[n]) {
+        case "id": {
+          const id = this.#layout.parseId(e.key);
+          const value = id === undefined ? undefined : decode.master(e);
+          if (id === undefined || value === undefined) skip("master");
+          else masters.push({ id, key: value.key });
           break;
         }
-        case "orphan-ref":
-          // A reference naming an ID under a lease nobody holds: dead from the start.
-          await put([...P, "ref", garbageKey(targets), tag], {
-            id: garbageId(targets),
-            lease: tag,
-          });
+        case "key": {
+          const key = e.key[n + 1];
+          const value = e.key.length === n + 2 && typeof key === "string"
+            ? decode.keyIndex(e)
+            : undefined;
+          if (value === undefined || typeof key !== "string") skip("key index");
+          else index.push({ key, id: value.id });
           break;
-        case "bad-index":
-          // Only where the key has no index: an existing index is valid data.
-          await somewhere(() => [...P, "key", garbageKey(targets)], { id: "seven" });
+        }
+        case "ref": {
+          const parsed = this.#layout.parseRef(e.key);
+          const value = parsed === undefined ? undefined : decode.ref(e);
+          if (parsed === undefined || value === undefined) skip("reference");
+          else rawRefs.push({ ...parsed, ...value });
           break;
-        case "bad-counter":
-          await somewhere(() => [...P, "touch", garbageKey(targets)], "not a counter");
+        }
+        case "lease": {
+          const node = this.#layout.parseLease(e.key);
+          if (node === undefined) skip("lease");
+          else leases.set(node, { value: decode.lease(e), versionstamp: e.versionstamp });
           break;
+        }
+        case "touch":
+        case "log":
+        case "gen":
+          break;
+        default:
+          skip("foreign");
       }
-      return { kind, entries: written, masterIds };
-    },
+    }
+    const now = Date.now();
+    const refs: SnapshotRef[] = rawRefs.map((r) => ({
+      key: r.key,
+      node: r.node,
+      id: r.id,
+      live: isLive({ id: r.id, lease: r.lease }, leases.get(r.node), now, this.skewMs),
+    }));
+    return { at: now, masters, refs, index, strictMasters: true, skipped };
+  }
 
-    async revokeLease(node: string): Promise<string> {
-      const key = layout.lease(node);
-      const entry = await whenNotBusy(() => kv.get(key));
-      await whenNotBusy(() => kv.delete(key));
-      return entry.versionstamp === null
-        ? `${node} had no lease record`
-        : `deleted ${node}'s lease record ${describe(entry.value)}`;
-    },
-
-    async counts(): Promise<Record<string, number>> {
-      const snapshot = await store.snapshot();
-      const out: Record<string, number> = {};
-      const n = P.length;
-      for (const e of await all()) {
-        const part = String(e.key[n]);
-        out[part] = (out[part] ?? 0) + 1;
+  async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
+    const tag = `nemesis-ghost-${++planted}`;
+    const written: string[] = [];
+    const masterIds: number[] = [];
+    const put = async (key: Deno.KvKey, value: unknown) => {
+      if (await this.#create(key, value)) written.push(show(key, value));
+    };
+    const somewhere = async (candidates: () => Deno.KvKey, value: unknown) => {
+      const key = await this.#createSomewhere(candidates, value);
+      if (key) written.push(show(key, value));
+    };
+    switch (kind) {
+      case "non-numeric-id":
+        await put([...this.#prefix, "id", tag], { key: garbageKey(targets) });
+        break;
+      case "empty-master":
+        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], { key: "" });
+        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], {});
+        break;
+      case "bad-ref":
+        await put([...this.#prefix, "ref", garbageKey(targets), tag], { id: "seven", lease: 42 });
+        break;
+      case "invalid-utf8":
+        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], {
+          key: new Uint8Array([0xff, 0xfe, 0x80]),
+        });
+        await put([...this.#prefix, "id", new Uint8Array([0xc3, 0x28, planted & 0xff])], {
+          key: "x;",
+        });
+        await put([...this.#prefix, "ref", new Uint8Array([0xe2, 0x28, 0xa1]), tag], {
+          id: 300,
+          lease: "x",
+        });
+        break;
+      case "oversized": {
+        const key = await this.#createSomewhere(() => [...this.#prefix, "id", garbageId(targets)], {
+          key: `k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`,
+        });
+        if (key) {
+          written.push(show(key, { key: `k8s:nemesis-oversized=x…;` }));
+          masterIds.push(key[this.#prefix.length + 1] as number);
+        }
+        break;
       }
-      out["ref (dead)"] = snapshot.refs.filter((r) => !r.live).length;
-      // Every commit that writes change-feed entries adds their number to `gen` in the same
-      // commit: its value is how many entries were ever written.
-      const gen = (await kv.get(layout.gen())).value;
-      out["feed written"] = gen instanceof Deno.KvU64 ? Number(gen.value) : 0;
-      return out;
-    },
+      case "orphan-ref":
+        // A reference naming an ID under a lease nobody holds: dead from the start.
+        await put([...this.#prefix, "ref", garbageKey(targets), tag], {
+          id: garbageId(targets),
+          lease: tag,
+        });
+        break;
+      case "bad-index":
+        // Only where the key has no index: an existing index is valid data.
+        await somewhere(() => [...this.#prefix, "key", garbageKey(targets)], { id: "seven" });
+        break;
+      case "bad-counter":
+        await somewhere(() => [...this.#prefix, "touch", garbageKey(targets)], "not a counter");
+        break;
+    }
+    return { kind, entries: written, masterIds };
+  }
 
-    async fileBytes(): Promise<number> {
-      let n = 0;
-      for (const suffix of ["", "-wal"]) {
-        n += await Deno.stat(path + suffix).then((s) => s.size, () => 0);
-      }
-      return n;
-    },
+  async revokeLease(node: string): Promise<string> {
+    const key = this.#layout.lease(node);
+    const entry = await whenNotBusy(() => this.#kv.get(key));
+    await whenNotBusy(() => this.#kv.delete(key));
+    return entry.versionstamp === null
+      ? `${node} had no lease record`
+      : `deleted ${node}'s lease record ${describe(entry.value)}`;
+  }
 
-    [Symbol.asyncDispose](): Promise<void> {
-      kv.close();
-      return Promise.resolve();
-    },
-  };
-  return store;
+  async counts(): Promise<Record<string, number>> {
+    const snapshot = await this.snapshot();
+    const out: Record<string, number> = {};
+    const n = this.#prefix.length;
+    for (const e of await this.#all()) {
+      const part = String(e.key[n]);
+      out[part] = (out[part] ?? 0) + 1;
+    }
+    out["ref (dead)"] = snapshot.refs.filter((r) => !r.live).length;
+    // Every commit that writes change-feed entries adds their number to `gen` in the same
+    // commit: its value is how many entries were ever written.
+    const gen = (await this.#kv.get(this.#layout.gen())).value;
+    out["feed written"] = gen instanceof Deno.KvU64 ? Number(gen.value) : 0;
+    return out;
+  }
+
+  async fileBytes(): Promise<number> {
+    let n = 0;
+    for (const suffix of ["", "-wal"]) {
+      n += await Deno.stat(this.spec.path + suffix).then((s) => s.size, () => 0);
+    }
+    return n;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    this.#kv.close();
+    return Promise.resolve();
+  }
 }
 
 /**
