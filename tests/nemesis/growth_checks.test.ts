@@ -39,7 +39,9 @@ Deno.test("growth checks: a change feed beyond its retention window is caught", 
 
 Deno.test("growth checks: dead references and lease records piling up are caught", () => {
   const counts = { ...sample(0).counts, "ref (dead)": 400, lease: 7 };
-  const messages = checkGrowth("deno-kv", [sample(0), sample(2_000, { counts })]).map((v) => v.message);
+  const messages = checkGrowth("deno-kv", [sample(0), sample(2_000, { counts })]).map((v) =>
+    v.message
+  );
   assert.deepEqual(messages, [
     "after 2000 cycles: 400 dead references",
     "after 2000 cycles: 7 lease records for one node",

@@ -16,7 +16,11 @@ import {
   StoreUnavailableError,
   type TlsProblem,
 } from "../../../src/backends/etcd/mod.ts";
-import { type EtcdCluster, freePort, startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
+import {
+  type EtcdCluster,
+  freePort,
+  startEtcd,
+} from "../../../src/backends/etcd/testing/cluster.ts";
 import { enableAuth } from "../../_support/etcd_auth.ts";
 import { http1Server, http2Server } from "../../_support/fake_servers.ts";
 import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../../_support/tls.ts";
