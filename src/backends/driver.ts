@@ -94,6 +94,8 @@ export interface BackendDriver<D = unknown> {
   readonly scheme: string;
   /** How `--store` is written for it, for help and errors. */
   readonly syntax: string;
+  /** How `--prefix` is written for it, and its default, for help. */
+  readonly prefixSyntax: string;
   /** The backend's own CLI options, accepted only with its stores (see {@linkcode StoreOption}). */
   readonly options: readonly StoreOption[];
   /** The schema of the store description. */

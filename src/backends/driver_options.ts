@@ -7,6 +7,7 @@
  */
 import { z } from "../deps/zod.ts";
 import { parseOptions } from "../validate.ts";
+import type { StoreOption } from "./driver.ts";
 
 const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -43,4 +44,14 @@ export function flagName(path: readonly PropertyKey[]): string {
 /** Parses flag values with `schema`; throws `InvalidOptionsError` naming the flags. */
 export function validateFlags<T>(schema: z.ZodType<T>, input: unknown): T {
   return parseOptions(schema, input, "option", flagName);
+}
+
+/** The long flag of `option`: `--tls-server-name` of `--tls-server-name <name>`. */
+export function longFlag(option: StoreOption): string {
+  return option.flags.split(/[ ,|]+/).find((f) => f.startsWith("--"))!;
+}
+
+/** Commander's attribute name of `option`: `tlsServerName` for `--tls-server-name`. */
+export function attributeName(option: StoreOption): string {
+  return longFlag(option).slice(2).replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 }

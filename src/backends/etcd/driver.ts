@@ -83,6 +83,7 @@ export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   title: "etcd",
   scheme: "etcd://",
   syntax: "etcd://host:port[,host:port…]",
+  prefixSyntax: 'a key prefix (default "cilium/state/identities/v1")',
   options: ETCD_OPTIONS,
   description: etcdStoreDescription,
   damageKinds: ETCD_DAMAGE_KINDS,
