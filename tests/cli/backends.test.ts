@@ -3,6 +3,8 @@
  * the same answers and the same exit codes, whatever the store.
  */
 import assert from "node:assert/strict";
+import { CORE_DAMAGE_KINDS } from "../../src/allocator/damage.ts";
+import { backendOfKind } from "../../src/backends/registry.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { cli, isOneLineError } from "./_run.ts";
 
@@ -152,6 +154,9 @@ testEachBackend("cli: doctor lists the garbage, exits 4, and --fix removes it", 
   assert.equal(found.code, 4, found.stderr);
   const kinds = new Set(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
   assert.ok(kinds.has("master-bad-id") && kinds.has("reference-undecodable"), [...kinds].join());
+  // Every kind reported is a core one or one the backend's driver declares.
+  const declared = { ...CORE_DAMAGE_KINDS, ...backendOfKind(fx.kind)!.damageKinds };
+  assert.deepEqual([...kinds].filter((k) => !(k in declared)), [], "undeclared damage kinds");
   const fixed = await cli([...args, "doctor", "--fix", "--json"]);
   assert.equal(fixed.code, 0, fixed.stderr);
   const outcomes = JSON.parse(fixed.stdout).map((x: { outcome: string }) => x.outcome);
