@@ -75,6 +75,22 @@ export interface OpenedBackend {
 }
 
 /**
+ * How tools report one of a backend's own error classes, told apart by its stable `name` (the
+ * core classes of `src/errors.ts` need no such entry).
+ */
+export interface DriverFailure {
+  /**
+   * `usage`: a setup mistake that retrying cannot fix (credentials the store denies, TLS that
+   * does not fit the server, an endpoint that is not this store); `unavailable`: the store
+   * cannot be reached. Either names its cause, so it is reported even when the run's deadline
+   * passes at the same time.
+   */
+  readonly kind: "usage" | "unavailable";
+  /** What to do about `err`, in the CLI's flags; `""` when its message says it all. */
+  readonly hint?: (err: unknown) => string;
+}
+
+/**
  * One backend as idalloc's tools know it. `D` is its store description: plain data (JSON-safe),
  * checked by {@linkcode BackendDriver.description}, that names one store completely, so that any
  * tool can open the same store from it.
@@ -105,6 +121,8 @@ export interface BackendDriver<D = unknown> {
    * as Deno KV's counters or etcd's leases), each with what it means.
    */
   readonly damageKinds: Readonly<Record<string, string>>;
+  /** The backend's own error classes, by `name`, as the CLI reports them. */
+  readonly failures: Readonly<Record<string, DriverFailure>>;
   /** Whether the rest of `--store` after {@linkcode BackendDriver.scheme} is well-formed. */
   accepts(rest: string): boolean;
   /**

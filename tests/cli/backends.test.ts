@@ -152,7 +152,7 @@ testEachBackend("cli: doctor lists the garbage, exits 4, and --fix removes it", 
   await fx.plantCorruptEntries();
   const found = await cli([...args, "doctor", "--json"]);
   assert.equal(found.code, 4, found.stderr);
-  const kinds = new Set(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
+  const kinds = new Set<string>(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
   assert.ok(kinds.has("master-bad-id") && kinds.has("reference-undecodable"), [...kinds].join());
   // Every kind reported is a core one or one the backend's driver declares.
   const declared = { ...CORE_DAMAGE_KINDS, ...backendOfKind(fx.kind)!.damageKinds };

@@ -6,7 +6,7 @@
  * @module
  */
 import { InvalidOptionsError } from "../../errors.ts";
-import type { BackendDriver, DriverOpenOptions, OpenedBackend } from "../driver.ts";
+import type { BackendDriver, DriverFailure, DriverOpenOptions, OpenedBackend } from "../driver.ts";
 import {
   describeEtcdStore,
   ETCD_OPTIONS,
@@ -76,6 +76,57 @@ export const ETCD_DAMAGE_KINDS: Readonly<Record<string, string>> = {
   "reference-without-lease": "a reference bound to no lease (it would never expire)",
 };
 
+/** What to do about a TLS setup mistake, by `StoreTlsError.problem`. */
+function tlsHint(err: unknown): string {
+  switch ((err as { problem?: string }).problem) {
+    case "ip-server-name":
+      return "give --tls-server-name with a DNS name from the server certificate";
+    case "name-mismatch":
+      return "check the host in --store, or give --tls-server-name with a name the " +
+        "certificate holds";
+    case "untrusted":
+      return "check --ca: it must be the CA that signed the server certificate";
+    case "client-certificate":
+      return "give --cert and --key with a client certificate the server trusts";
+    case "not-tls":
+      return "drop --ca (and --cert, --key) for a plain-text etcd";
+    case "tls-required":
+      return "give --ca (and --tls-server-name for an IP address)";
+    case "not-a-certificate":
+      return ""; // the message names the flag and the file already
+    default:
+      return "check --ca, --cert, --key and --tls-server-name";
+  }
+}
+
+/**
+ * The etcd error classes (`./errors.ts`), by name: what the library's message leaves out is what
+ * to do about it in the CLI's flags.
+ */
+export const ETCD_FAILURES: Readonly<Record<string, DriverFailure>> = {
+  StoreAccessDeniedError: {
+    kind: "usage",
+    hint: () =>
+      "check --user and --password, or IDALLOC_ETCD_PASSWORD, and the user's permissions on " +
+      "--prefix",
+  },
+  AuthNotEnabledError: {
+    kind: "usage",
+    hint: () =>
+      "drop --user and --password (and IDALLOC_ETCD_PASSWORD), or enable authentication in etcd",
+  },
+  StoreTlsError: { kind: "usage", hint: tlsHint },
+  NotEtcdServerError: {
+    kind: "usage",
+    hint: () => "check the host and port in --store: etcd's client port is usually 2379",
+  },
+  StoreHostNotFoundError: { kind: "unavailable" },
+  StoreConnectionRefusedError: {
+    kind: "unavailable",
+    hint: () => "check that etcd runs there, and the port in --store",
+  },
+};
+
 /** The etcd backend, as idalloc's tools know it. */
 export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   kind: "etcd",
@@ -87,6 +138,7 @@ export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   options: ETCD_OPTIONS,
   description: etcdStoreDescription,
   damageKinds: ETCD_DAMAGE_KINDS,
+  failures: ETCD_FAILURES,
   accepts: (rest) => etcdHosts(rest) !== undefined,
   describe: describeEtcdStore,
   open,
