@@ -17,9 +17,7 @@ import {
 } from "../backends/driver_options.ts";
 import { backendOfStore, BACKENDS, type SelectedStore, storeSyntax } from "../backends/registry.ts";
 
-export { flagName, formatDuration, parseDuration } from "../backends/driver_options.ts";
-
-const duration = durationFlag;
+export { formatDuration } from "../backends/driver_options.ts";
 
 const integer = (min: number) =>
   z.string().transform((s, ctx) => {
@@ -80,8 +78,8 @@ const globalSchema = z.object({
   prefix: z.string().min(1, "must not be empty").optional(),
   node: z.string().min(1, "must not be empty").max(253, "must be at most 253 characters")
     .refine((s) => !s.includes("/"), "must not contain '/'"),
-  timeout: duration(1),
-  leaseTtl: duration(500),
+  timeout: durationFlag(1),
+  leaseTtl: durationFlag(500),
   min: integer(1),
   max: integer(1),
   json: z.boolean().default(false),
@@ -89,11 +87,6 @@ const globalSchema = z.object({
   debug: z.boolean().default(false),
   verbose: z.boolean().default(false),
 }).refine((o) => o.max > o.min, { message: "must be greater than --min", path: ["max"] });
-
-/** Parses `input` with `schema`; throws `InvalidOptionsError` naming the flags. */
-export function validate<T>(schema: z.ZodType<T>, input: unknown): T {
-  return validateFlags(schema, input);
-}
 
 /** What commander collected: option values by attribute name, and where each came from. */
 export interface CollectedOptions {
@@ -144,7 +137,7 @@ function valuesOf(driver: BackendDriver, o: CollectedOptions): Record<string, un
  * store's through its backend's driver.
  */
 export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): GlobalOptions {
-  const o = validate(globalSchema, collected.values);
+  const o = validateFlags(globalSchema, collected.values);
   const selected = backendOfStore(o.store)!;
   refuseForeignOptions(selected, o.store, collected);
   const description = selected.driver.describe(
@@ -175,12 +168,12 @@ export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): 
 
 /** Validates one duration flag of a command (`--every`, `--grace`). */
 export function durationOption(flag: string, text: string, min = 0): number {
-  return validate(z.object({ [flag]: duration(min) }), { [flag]: text })[flag] as number;
+  return validateFlags(z.object({ [flag]: durationFlag(min) }), { [flag]: text })[flag] as number;
 }
 
 /** Validates one whole-number flag of a command (`--cluster-id`). */
 export function integerOption(flag: string, text: string, min = 0): number {
-  return validate(z.object({ [flag]: integer(min) }), { [flag]: text })[flag] as number;
+  return validateFlags(z.object({ [flag]: integer(min) }), { [flag]: text })[flag] as number;
 }
 
 /** An ID argument: a positive safe integer, else {@linkcode InvalidIdError}. */
