@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { CORE_DAMAGE_KINDS } from "../../src/allocator/damage.ts";
-import { backendOfKind } from "../../src/backends/registry.ts";
+import { backendOfKind, backendOfStore } from "../../src/backends/registry.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { cli, isOneLineError } from "./_run.ts";
 
@@ -26,6 +26,12 @@ testEachBackend("cli: an empty store lists [] and reports healthy, exit 0", asyn
   assert.equal(status.code, 0, status.stderr);
   const summary = JSON.parse(status.stdout);
   assert.equal(summary.ids, 0);
+  // The store was opened by the driver the registry lists under the backend's one name.
+  assert.equal(summary.backend, fx.kind);
+  assert.equal(
+    backendOfKind(fx.kind)?.scheme,
+    backendOfStore(args[args.indexOf("--store") + 1])?.driver.scheme,
+  );
   assert.deepEqual(summary.splitKeys, []);
   // Looking something up in an empty prefix still says the prefix is probably wrong.
   const get = await cli([...args, "get", "app=web;"]);
