@@ -120,7 +120,7 @@ function addStoreOptions(program: Command): void {
 }
 
 /** The help group of `driver`'s own options. */
-export function backendGroup(driver: BackendDriver): string {
+function backendGroup(driver: BackendDriver): string {
   return `${driver.title} store options (--store ${driver.scheme}…):`;
 }
 

@@ -41,7 +41,7 @@ export interface EtcdStoreDescription {
   readonly tls?: EtcdTlsFiles;
   /** The user to authenticate as (with `password`). */
   readonly user?: string;
-  /** The user's password. */
+  /** The user's password: a secret, so a description is never logged as is. */
   readonly password?: string;
   /** How long connecting waits for an answer, in ms. */
   readonly dialTimeoutMs: number;
