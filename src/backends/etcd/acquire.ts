@@ -43,8 +43,8 @@ import {
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
-import type { EtcdLayout } from "./paths.ts";
+import type { EtcdContext } from "./context.ts";
+import type { EtcdLayout } from "./layout.ts";
 import {
   absent,
   agreementLadder,
@@ -184,7 +184,7 @@ function plan(k: Knowledge, key: string, req: AcquireRequest, layout: EtcdLayout
 }
 
 /** Runs the acquisition protocol for `req` (see the module doc). */
-export async function acquire(core: SessionCore, req: AcquireRequest): Promise<AcquireResult> {
+export async function acquire(core: EtcdContext, req: AcquireRequest): Promise<AcquireResult> {
   const { key, signal } = req;
   const { layout, client } = core;
   const refPrefix = layout.refPrefix(key);
@@ -301,7 +301,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
  * the ID's GC mutex (none when the backend was told no Cilium node writes here). One guard per
  * path for the whole call, so that what a failed round learned carries over.
  */
-export function mutexGuards(core: SessionCore, key: string): (id: number) => MutexGuard[] {
+export function mutexGuards(core: EtcdContext, key: string): (id: number) => MutexGuard[] {
   if (!core.ciliumLocks) return () => [];
   const keyGuard = new MutexGuard(core.layout.keyLockPath(key));
   const idGuards = new Map<number, MutexGuard>();

@@ -20,7 +20,7 @@ import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import { mutexGuards, readMaster } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
+import type { EtcdContext } from "./context.ts";
 import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
 import {
   absent,
@@ -58,7 +58,7 @@ interface Pending {
 
 /** Runs `ensure` for `held` (see the module doc); one report per key, in order. */
 export async function ensure(
-  core: SessionCore,
+  core: EtcdContext,
   held: readonly HeldKey[],
   signal: AbortSignal,
 ): Promise<EnsureReport[]> {
@@ -88,7 +88,7 @@ export async function ensure(
 
 /** One read + one write; returns the keys whose guarded write lost a race (to try again). */
 async function ensurePass(
-  core: SessionCore,
+  core: EtcdContext,
   batch: Pending[],
   reports: EnsureReport[],
   signal: AbortSignal,

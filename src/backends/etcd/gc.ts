@@ -31,8 +31,8 @@ import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import { type GcSkip, shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { ResponseTooLarge } from "./client.ts";
-import type { SessionCore } from "./core.ts";
-import { keyProblem } from "./key_check.ts";
+import type { EtcdContext } from "./context.ts";
+import { keyProblem } from "./layout.ts";
 import { batches, utf8Length } from "./limits.ts";
 import { rangePages } from "./paging.ts";
 import {
@@ -70,7 +70,7 @@ export interface MasterEntry {
  * no key can be).
  */
 export function parseMaster(
-  core: SessionCore,
+  core: EtcdContext,
   kv: IKeyValue,
   onSkip?: (skip: GcSkip) => void,
 ): MasterEntry | undefined {
@@ -93,7 +93,7 @@ export function parseMaster(
 
 /** Every master with `min <= id <= max`, with its GC version and liveness (see module doc). */
 export async function* gcList(
-  core: SessionCore,
+  core: EtcdContext,
   range: { min: number; max: number },
   signal: AbortSignal,
   options: GcListOptions = {},
@@ -141,7 +141,7 @@ function skipMaster(onSkip: (skip: GcSkip) => void, etcdKey: string, why: string
  * limit is read again in halves; a master whose references alone exceed it is skipped.
  */
 async function* judge(
-  core: SessionCore,
+  core: EtcdContext,
   chunk: readonly MasterEntry[],
   signal: AbortSignal,
   onSkip: (skip: GcSkip) => void,
@@ -187,7 +187,7 @@ async function* judge(
  * mutex ranges hold only other paths' mutexes.
  */
 export async function gcDelete(
-  core: SessionCore,
+  core: EtcdContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {

@@ -27,11 +27,11 @@ import { ClosedError, ConflictError, ReadOnlyError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { acquire, agreedId } from "./acquire.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
+import type { EtcdContext } from "./context.ts";
 import { ensure } from "./ensure.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { LeaseManager } from "./leases.ts";
-import type { EtcdLayout } from "./paths.ts";
+import { LeaseManager } from "./lease.ts";
+import type { EtcdLayout } from "./layout.ts";
 import { del, prefixRange, snapshotOf, text } from "./txn.ts";
 import { watchMasters } from "./watch.ts";
 import { TxnBatcher } from "./batch.ts";
@@ -77,7 +77,7 @@ export interface SessionContext {
 /** One allocator's live connection to etcd. */
 export class EtcdSession implements BackendSession {
   readonly #ctx: SessionContext;
-  readonly #core: SessionCore;
+  readonly #core: EtcdContext;
   readonly #readOnly: boolean;
   readonly #closing = new AbortController();
   readonly #tasks = new Set<Promise<unknown>>();

@@ -5,9 +5,9 @@
  *
  * @example
  * ```ts
- * import type { SessionCore } from "./core.ts";
+ * import type { EtcdContext } from "./context.ts";
  * import { watchMasters } from "./watch.ts";
- * declare const core: SessionCore, signal: AbortSignal;
+ * declare const core: EtcdContext, signal: AbortSignal;
  *
  * for await (const ev of watchMasters(core, signal)) {
  *   if (ev.type === "synced") console.log("initial list complete");
@@ -22,7 +22,7 @@ import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
-import type { SessionCore } from "./core.ts";
+import type { EtcdContext } from "./context.ts";
 import { type MasterEntry, parseMaster } from "./gc.ts";
 import { rangePages, RevisionCompacted } from "./paging.ts";
 import { prefixRange, text } from "./txn.ts";
@@ -43,7 +43,7 @@ class Compacted extends Error {
 
 /** Lists every master at one revision (the first page's; a compacted one starts over). */
 async function listMasters(
-  core: SessionCore,
+  core: EtcdContext,
   signal: AbortSignal,
 ): Promise<{ entries: MasterEntry[]; revision: string }> {
   const { client, layout } = core;
@@ -104,7 +104,7 @@ class StreamQueue {
 
 /** Watch responses for the masters from `startRevision`; throws {@linkcode Compacted}. */
 async function* watchFrom(
-  core: SessionCore,
+  core: EtcdContext,
   startRevision: bigint,
   signal: AbortSignal,
 ): AsyncGenerator<IWatchResponse> {
@@ -154,7 +154,7 @@ async function* watchFrom(
 
 /** The session's `watch` (see the module doc). Ends when `signal` aborts. */
 export async function* watchMasters(
-  core: SessionCore,
+  core: EtcdContext,
   signal: AbortSignal,
 ): AsyncGenerator<BackendEvent> {
   const { client } = core;

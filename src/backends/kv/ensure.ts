@@ -18,14 +18,8 @@ import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { pairMutations, touchMutation } from "./acquire.ts";
-import {
-  commitLogged,
-  getMany,
-  type KvContext,
-  type KvStats,
-  type LogChange,
-  loggedAtomic,
-} from "./io.ts";
+import { commitLogged, getMany, type KvStats, type LogChange, loggedAtomic } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { COMMIT_KEY_BUDGET, ENSURE_BATCH, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { decode } from "./schema.ts";

@@ -1,6 +1,6 @@
 /**
  * A Deno KV session: the node's lease, its writes and its watches. Each protocol lives in its own
- * module (`acquire.ts`, `ensure.ts`, `gc.ts`, `feed.ts`, `lease.ts`); this class wires them to the
+ * module (`acquire.ts`, `ensure.ts`, `gc.ts`, `watch.ts`, `lease.ts`); this class wires them to the
  * {@linkcode BackendSession} contract and owns the lifecycle.
  *
  * @module
@@ -21,9 +21,10 @@ import { ClosedError, InvalidOptionsError, ReadOnlyError } from "../../errors.ts
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
 import { ensure } from "./ensure.ts";
-import { feed } from "./feed.ts";
+import { watchMasters } from "./watch.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
+import { errorMessage, get, type KvStats, newStats } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { decode } from "./schema.ts";
 
@@ -139,7 +140,7 @@ export class DenoKvSession implements BackendSession {
   watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
     this.#open();
     const combined = AbortSignal.any([signal, this.#closer.signal]);
-    return feed(this.#ctx, this.backgroundStats, combined, {
+    return watchMasters(this.#ctx, this.backgroundStats, combined, {
       onError: (err) => {
         this.#ctx.telemetry?.reconnect(err);
         this.#watchError = `watch failed: ${errorMessage(err)}`;

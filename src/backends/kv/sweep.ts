@@ -25,7 +25,8 @@
  *
  * @example
  * ```ts
- * import type { KvContext, KvStats } from "./io.ts";
+ * import type { KvStats } from "./client.ts";
+ * import type { KvContext } from "./context.ts";
  * import type { LeaseRecord, Reference } from "./liveness.ts";
  * import { sweepLeases, sweepRefs } from "./sweep.ts";
  * declare const ctx: KvContext, stats: KvStats, signal: AbortSignal;
@@ -38,7 +39,8 @@
  * @module
  */
 import { idallocLogger } from "../../log.ts";
-import { commit, type KvContext, type KvStats, list } from "./io.ts";
+import { commit, type KvStats, list } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
 import { isExpired, type LeaseRecord, type Reference } from "./liveness.ts";

@@ -11,11 +11,11 @@ import type { DamageFinding, GcSkip } from "../../../src/allocator/damage.ts";
 import { LiveEntryError } from "../../../src/errors.ts";
 import { TxnBatcher } from "../../../src/backends/etcd/batch.ts";
 import { EtcdClient } from "../../../src/backends/etcd/client.ts";
-import type { SessionCore } from "../../../src/backends/etcd/core.ts";
+import type { EtcdContext } from "../../../src/backends/etcd/context.ts";
 import { gcList } from "../../../src/backends/etcd/gc.ts";
 import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
 import { rangePages } from "../../../src/backends/etcd/paging.ts";
-import { RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
+import { RequestLimiter } from "../../../src/backends/etcd/request_limiter.ts";
 import { prefixRange, text } from "../../../src/backends/etcd/txn.ts";
 import {
   deadline,
@@ -29,9 +29,9 @@ import {
 } from "./_helpers.ts";
 
 /** A GC core on `ns` with its own client (receive limit `maxResponseBytes`). */
-function gcCore(ns: Namespace, maxResponseBytes?: number): SessionCore & AsyncDisposable {
+function gcCore(ns: Namespace, maxResponseBytes?: number): EtcdContext & AsyncDisposable {
   const settings = resolveEtcdOptions({ endpoints: [...ns.endpoints], node: "gc" });
-  const client = new EtcdClient(settings, new RateLimiter(undefined), { maxResponseBytes });
+  const client = new EtcdClient(settings, new RequestLimiter(undefined), { maxResponseBytes });
   return {
     client,
     layout: ns.layout,
@@ -45,7 +45,7 @@ function gcCore(ns: Namespace, maxResponseBytes?: number): SessionCore & AsyncDi
 }
 
 async function pass(
-  core: SessionCore,
+  core: EtcdContext,
   max = 1000,
 ): Promise<{ candidates: GcCandidate[]; skipped: GcSkip[] }> {
   const candidates: GcCandidate[] = [];

@@ -18,8 +18,8 @@ import {
   parseId,
   prefixEnd,
   prefixMatchesKey,
-} from "../../../src/backends/etcd/paths.ts";
-import { type LimiterClock, RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
+} from "../../../src/backends/etcd/layout.ts";
+import { type LimiterClock, RequestLimiter } from "../../../src/backends/etcd/request_limiter.ts";
 import { leaseTtlSeconds } from "../../../src/backends/etcd/session.ts";
 
 Deno.test("goClean matches Go's path.Clean test table", () => {
@@ -214,7 +214,7 @@ function virtualClock(): LimiterClock & { t: number } {
 
 Deno.test("rate limiter: 10 requests at qps 4 need more than 1 s (virtual clock)", async () => {
   const clock = virtualClock();
-  const limiter = new RateLimiter(4, clock);
+  const limiter = new RequestLimiter(4, clock);
   for (let i = 0; i < 10; i++) await limiter.take();
   // Burst 4 goes at once; the other 6 come at 250 ms intervals.
   assert.ok(clock.t > 1000, `virtual time ${clock.t}`);
@@ -224,7 +224,7 @@ Deno.test("rate limiter: 10 requests at qps 4 need more than 1 s (virtual clock)
 
 Deno.test("rate limiter: at qps 100 the same 10 requests do not wait", async () => {
   const clock = virtualClock();
-  const limiter = new RateLimiter(100, clock);
+  const limiter = new RequestLimiter(100, clock);
   for (let i = 0; i < 10; i++) await limiter.take();
   assert.equal(clock.t, 0);
   assert.equal(limiter.stats().delayed, 0);
@@ -239,7 +239,7 @@ Deno.test("rate limiter: concurrent takers queue behind each other; tokens refil
       return Promise.resolve();
     },
   };
-  const limiter = new RateLimiter(2, clock);
+  const limiter = new RequestLimiter(2, clock);
   await Promise.all(Array.from({ length: 5 }, () => limiter.take()));
   assert.deepEqual(waits, [500, 1000, 1500]);
 });
@@ -257,7 +257,7 @@ Deno.test("rate limiter: an aborted wait rejects with the reason and returns its
       });
     },
   };
-  const limiter = new RateLimiter(1, clock);
+  const limiter = new RequestLimiter(1, clock);
   await limiter.take();
   const pre = new AbortController();
   pre.abort(new DOMException("stop", "AbortError"));
