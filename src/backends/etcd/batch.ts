@@ -26,7 +26,7 @@ import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "../../deps
 import { type EtcdClient, LeaseNotFound, ResponseTooLarge } from "./client.ts";
 import { BATCH_BYTES } from "./limits.ts";
 import { nested } from "./txn.ts";
-import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
+import { GroupCommit, type Member, settle } from "../shared/group_commit.ts";
 
 /** Transactions one request may carry. */
 export const MAX_BATCH = 64;

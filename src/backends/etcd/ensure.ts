@@ -21,7 +21,8 @@ import { idallocLogger } from "../../log.ts";
 import { mutexGuards, readMaster } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { EtcdContext } from "./context.ts";
-import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
+import { batches } from "../shared/batching.ts";
+import { BATCH_BYTES, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
 import {
   absent,
   agreementLadder,
@@ -70,7 +71,7 @@ export async function ensure(
   }));
   // Each key's write carries its bytes about as often as an acquire does.
   const weight = (p: Pending) => KEY_COPIES_PER_TXN * utf8Length(p.held.key) + 512;
-  for (const batch of batches(all, ENSURE_BATCH, weight)) {
+  for (const batch of batches(all, { maxCount: ENSURE_BATCH, maxWeight: BATCH_BYTES }, weight)) {
     let pending = batch;
     let leaseRetries = 1;
     for (let pass = 0; pending.length > 0; pass++) {

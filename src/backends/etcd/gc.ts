@@ -33,7 +33,8 @@ import { idallocLogger } from "../../log.ts";
 import { ResponseTooLarge } from "./client.ts";
 import type { EtcdContext } from "./context.ts";
 import { keyProblem } from "./layout.ts";
-import { batches, utf8Length } from "./limits.ts";
+import { batches } from "../shared/batching.ts";
+import { BATCH_BYTES, utf8Length } from "./limits.ts";
 import { rangePages } from "./paging.ts";
 import {
   absent,
@@ -124,7 +125,9 @@ export async function* gcList(
       masters.push(m);
     }
     const weight = (m: MasterEntry) => 2 * utf8Length(m.key) + 256;
-    for (const chunk of batches(masters, REFS_PER_TXN, weight)) {
+    for (
+      const chunk of batches(masters, { maxCount: REFS_PER_TXN, maxWeight: BATCH_BYTES }, weight)
+    ) {
       yield* judge(core, chunk, signal, onSkip);
     }
   }

@@ -1,11 +1,12 @@
 /**
- * Size limits that follow from etcd's default request limit, and batching under them.
+ * Size limits that follow from etcd's default request limit (batching under them is
+ * `../shared/batching.ts`'s, with {@linkcode BATCH_BYTES} as the budget).
  *
  * @example
  * ```ts
- * import { batches, MAX_KEY_BYTES } from "./limits.ts";
- * console.log(MAX_KEY_BYTES); // 78233
- * console.log(batches([1, 2, 3], 2, () => 1)); // [[1, 2], [3]]
+ * import assert from "node:assert/strict";
+ * import { MAX_KEY_BYTES } from "./limits.ts";
+ * assert.equal(MAX_KEY_BYTES, 78233);
  * ```
  *
  * @module
@@ -33,30 +34,4 @@ export const BATCH_BYTES = 1_048_576;
 /** UTF-8 length of `s`. */
 export function utf8Length(s: string): number {
   return new TextEncoder().encode(s).length;
-}
-
-/**
- * Splits `items` into batches of at most `maxCount` items whose summed `weight` stays within
- * {@linkcode BATCH_BYTES} (a single heavier item still gets a batch of its own).
- */
-export function batches<T>(
-  items: readonly T[],
-  maxCount: number,
-  weight: (item: T) => number,
-): T[][] {
-  const out: T[][] = [];
-  let current: T[] = [];
-  let bytes = 0;
-  for (const item of items) {
-    const w = weight(item);
-    if (current.length > 0 && (current.length >= maxCount || bytes + w > BATCH_BYTES)) {
-      out.push(current);
-      current = [];
-      bytes = 0;
-    }
-    current.push(item);
-    bytes += w;
-  }
-  if (current.length > 0) out.push(current);
-  return out;
 }

@@ -24,7 +24,7 @@ import { commitLogged, type KvStats, type LogChange, loggedAtomic } from "./clie
 import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
-import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
+import { GroupCommit, type Member, settle } from "../shared/group_commit.ts";
 
 /** Payload a shared commit allows itself (the store's limit is 800 KiB). */
 const COMMIT_PAYLOAD_BUDGET = 512 * 1024;
