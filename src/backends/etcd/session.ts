@@ -23,7 +23,8 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { ClosedError, ConflictError, ReadOnlyError } from "../../errors.ts";
+import { ConflictError, ReadOnlyError } from "../../errors.ts";
+import { TaskGroup } from "../../task_group.ts";
 import { idallocLogger } from "../../log.ts";
 import { acquire, agreedId } from "./acquire.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
@@ -79,9 +80,8 @@ export class EtcdSession implements BackendSession {
   readonly #ctx: SessionContext;
   readonly #core: EtcdContext;
   readonly #readOnly: boolean;
-  readonly #closing = new AbortController();
-  readonly #tasks = new Set<Promise<unknown>>();
-  #closed: Promise<void> | undefined;
+  /** The closing signal, the status refreshes in flight and the idempotent close. */
+  readonly #group = new TaskGroup("etcd session");
   #leader: string | undefined;
   #statusAt = 0;
 
@@ -105,7 +105,7 @@ export class EtcdSession implements BackendSession {
       node: ctx.node,
       leases,
       ciliumLocks: ctx.ciliumLocks,
-      txns: new TxnBatcher(ctx.client, this.#closing.signal, ctx.groupCommit),
+      txns: new TxnBatcher(ctx.client, this.#group.signal, ctx.groupCommit),
     };
   }
 
@@ -114,11 +114,8 @@ export class EtcdSession implements BackendSession {
     ctx.client.assertOpen();
     const session = new EtcdSession(ctx, options);
     if (!options.readOnly) {
-      const signal = options.signal
-        ? AbortSignal.any([options.signal, session.#closing.signal])
-        : session.#closing.signal;
       try {
-        await session.#core.leases.start(signal);
+        await session.#core.leases.start(session.#group.bound(options.signal));
       } catch (err) {
         await session.#core.leases.close();
         throw err;
@@ -129,11 +126,11 @@ export class EtcdSession implements BackendSession {
   }
 
   #signal(signal: AbortSignal): AbortSignal {
-    return AbortSignal.any([signal, this.#closing.signal]);
+    return this.#group.bound(signal);
   }
 
   #assertOpen(): void {
-    if (this.#closed) throw new ClosedError("etcd session");
+    this.#group.throwIfClosed();
     this.#ctx.client.assertOpen();
   }
 
@@ -244,20 +241,20 @@ export class EtcdSession implements BackendSession {
       leases: leases.count,
       leaseExpiresAt: leases.expiresAt,
       lastError: client.lastError,
-      healthy: client.healthy && !client.closed && !this.#closed &&
+      healthy: client.healthy && !client.closed && !this.#group.closed &&
         Date.now() < this.claimValidUntil(),
     };
   }
 
   #refreshStatus(): void {
-    if (this.#closed || this.#ctx.client.closed) return;
+    if (this.#group.closed || this.#ctx.client.closed) return;
     if (Date.now() - this.#statusAt < STATUS_REFRESH_MS) return;
     this.#statusAt = Date.now();
     const { client } = this.#core;
     const task = (async () => {
       const s = await client.call(
         "status",
-        this.#closing.signal,
+        this.#group.signal,
         (o) => client.raw.maintenance.status(o),
       );
       const leaderId = String(s.leader);
@@ -265,7 +262,7 @@ export class EtcdSession implements BackendSession {
       try {
         const members = await client.call(
           "member list",
-          this.#closing.signal,
+          this.#group.signal,
           (o) => client.raw.cluster.memberList({}, o),
         );
         const m = members.members.find((x) => String(x.ID) === leaderId);
@@ -274,22 +271,17 @@ export class EtcdSession implements BackendSession {
         // The ID alone will do.
       }
       this.#leader = name;
-    })().catch((err) => {
-      if (!this.#closing.signal.aborted) client.noteError("status", err);
-    });
-    this.#tasks.add(task);
-    task.finally(() => this.#tasks.delete(task));
+    })();
+    // A refresh stopped by the closing signal is no connection trouble worth reporting.
+    this.#group.spawn(task, (err) => client.noteError("status", err));
   }
 
   /** See {@linkcode BackendSession.close}. Idempotent. */
   close(): Promise<void> {
-    this.#closed ??= (async () => {
-      this.#closing.abort(new ClosedError("etcd session"));
-      await this.#core.leases.close();
-      await Promise.allSettled([...this.#tasks]);
-      this.#ctx.onClose(this);
-    })();
-    return this.#closed;
+    return this.#group.close(
+      () => this.#core.leases.close(),
+      () => this.#ctx.onClose(this),
+    );
   }
 
   /** Same as {@linkcode EtcdSession.close}. */

@@ -17,7 +17,8 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { ClosedError, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
 import { ensure } from "./ensure.ts";
@@ -36,12 +37,11 @@ export class DenoKvSession implements BackendSession {
   readonly backgroundStats: KvStats;
   readonly #ctx: KvContext;
   readonly #readOnly: boolean;
-  readonly #closer = new AbortController();
+  /** The closing signal, the watches' background tasks and the idempotent close. */
+  readonly #group = new TaskGroup("Deno KV session");
   readonly #batcher: CommitBatcher;
-  readonly #tasks = new Set<Promise<void>>();
   #lease: LeaseKeeper | undefined;
   #watchError: string | undefined;
-  #closed = false;
 
   private constructor(ctx: KvContext, readOnly: boolean) {
     this.#ctx = ctx;
@@ -51,7 +51,7 @@ export class DenoKvSession implements BackendSession {
     this.#batcher = new CommitBatcher(
       ctx,
       this.stats,
-      this.#closer.signal,
+      this.#group.signal,
       ctx.settings.groupCommit,
     );
   }
@@ -73,9 +73,9 @@ export class DenoKvSession implements BackendSession {
         session.backgroundStats,
         ttl,
         options.onLeaseReplaced,
-        session.#closer.signal,
+        session.#group.signal,
       );
-      await lease.start(options.signal ?? session.#closer.signal);
+      await lease.start(options.signal ?? session.#group.signal);
       session.#lease = lease;
     }
     return session;
@@ -139,8 +139,7 @@ export class DenoKvSession implements BackendSession {
 
   watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
     this.#open();
-    const combined = AbortSignal.any([signal, this.#closer.signal]);
-    return watchMasters(this.#ctx, this.backgroundStats, combined, {
+    return watchMasters(this.#ctx, this.backgroundStats, this.#group.bound(signal), {
       onError: (err) => {
         this.#ctx.telemetry?.reconnect(err);
         this.#watchError = `watch failed: ${errorMessage(err)}`;
@@ -148,10 +147,7 @@ export class DenoKvSession implements BackendSession {
       onSuccess: () => {
         this.#watchError = undefined;
       },
-      track: (task) => {
-        this.#tasks.add(task);
-        task.finally(() => this.#tasks.delete(task));
-      },
+      track: (task) => this.#group.spawn(task),
     });
   }
 
@@ -190,19 +186,17 @@ export class DenoKvSession implements BackendSession {
       backend: "deno-kv",
       node: this.#ctx.settings.node,
       endpoints: ["deno-kv"],
-      leases: this.#lease && !this.#closed ? 1 : 0,
+      leases: this.#lease && !this.#group.closed ? 1 : 0,
       leaseExpiresAt: this.#lease?.expiresAt,
       lastError,
-      healthy: !this.#closed && lastError === undefined,
+      healthy: !this.#group.closed && lastError === undefined,
     };
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    this.#closer.abort(new ClosedError("Deno KV session"));
-    await this.#lease?.close();
-    await Promise.all([...this.#tasks]);
+  /** Stops the lease's renewals and the watches, and waits for them. Idempotent. */
+  close(): Promise<void> {
+    // The lease stops first: its renewal must not race the session's last writes.
+    return this.#group.close(() => this.#lease?.close());
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -210,7 +204,7 @@ export class DenoKvSession implements BackendSession {
   }
 
   #open(): void {
-    if (this.#closed) throw new ClosedError("Deno KV session");
+    this.#group.throwIfClosed();
   }
 
   #writable(operation: string): LeaseKeeper {
