@@ -62,11 +62,9 @@ import {
   unchangedSince,
   valueIs,
 } from "./txn.ts";
+import { MAX_ACQUIRE_ROUNDS } from "./limits.ts";
 
 const log = idallocLogger("etcd", "acquire");
-
-/** Transactions one `acquire` may spend before giving up with a {@linkcode ConflictError}. */
-export const MAX_ACQUIRE_ROUNDS = 3;
 
 /**
  * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value

@@ -22,7 +22,7 @@ import { mutexGuards, readMaster } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
 import type { EtcdContext } from "./context.ts";
 import { batches } from "../shared/batching.ts";
-import { BATCH_BYTES, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
+import { BATCH_BYTES, ENSURE_BATCH, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
 import {
   absent,
   agreementLadder,
@@ -42,11 +42,6 @@ import {
 
 const log = idallocLogger("etcd", "ensure");
 
-/**
- * Held keys per read/write transaction pair: up to four reads per key (master, references, and
- * two Cilium mutexes); etcd allows 128 operations a level.
- */
-export const ENSURE_BATCH = 32;
 /** Passes over keys whose guarded write lost a race before they are reported as conflicts. */
 const ENSURE_PASSES = 2;
 

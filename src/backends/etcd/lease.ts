@@ -21,11 +21,9 @@ import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "../../deps
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { abortable, sleep } from "../../abort.ts";
+import { MAX_KEYS_PER_LEASE } from "./limits.ts";
 
 const log = idallocLogger("etcd", "lease");
-
-/** Cilium's `etcdMaxKeysPerLease`. */
-export const MAX_KEYS_PER_LEASE = 1000;
 
 /** How long `close()` tries to revoke leases that carry no reference, in ms. */
 const REVOKE_ON_CLOSE_MS = 2_000;

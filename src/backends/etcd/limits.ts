@@ -1,6 +1,7 @@
 /**
- * Size limits that follow from etcd's default request limit (batching under them is
- * `../shared/batching.ts`'s, with {@linkcode BATCH_BYTES} as the budget).
+ * etcd limits and the backend's own batch sizes and bounds, in one place (as the Deno KV
+ * backend's `limits.ts`): sizes follow from etcd's default request limit, and batching under them
+ * is `../shared/batching.ts`'s, with {@linkcode BATCH_BYTES} as the budget.
  *
  * @example
  * ```ts
@@ -35,3 +36,18 @@ export const BATCH_BYTES = 1_048_576;
 export function utf8Length(s: string): number {
   return new TextEncoder().encode(s).length;
 }
+
+/** Transactions one `acquire` may spend before giving up with a `ConflictError`. */
+export const MAX_ACQUIRE_ROUNDS = 3;
+
+/** Transactions one request may carry. */
+export const MAX_BATCH = 64;
+
+/**
+ * Held keys per read/write transaction pair: up to four reads per key (master, references, and
+ * two Cilium mutexes); etcd allows 128 operations a level.
+ */
+export const ENSURE_BATCH = 32;
+
+/** Cilium's `etcdMaxKeysPerLease`. */
+export const MAX_KEYS_PER_LEASE = 1000;

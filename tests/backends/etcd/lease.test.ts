@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { b } from "../../_support/etcd_fixture.ts";
-import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/lease.ts";
+import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/limits.ts";
 import {
   deadline,
   etcdTest,
