@@ -3,7 +3,7 @@
  *
  * @example
  * ```ts ignore
- * const core: EtcdContext = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
+ * const ctx: EtcdContext = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
  * ```
  *
  * @module
