@@ -195,7 +195,7 @@ export class DenoKvSession implements BackendSession {
 
   /** Stops the lease's renewals and the watches, and waits for them. Idempotent. */
   close(): Promise<void> {
-    // The lease stops first: its renewal must not race the session's last writes.
+    // The lease's renewals are not the group's tasks: stop them, and wait for one in flight.
     return this.#group.close(() => this.#lease?.close());
   }
 
