@@ -66,7 +66,7 @@ export async function ensure(
   }));
   // Each key's write carries its bytes about as often as an acquire does.
   const weight = (p: Pending) => KEY_COPIES_PER_TXN * utf8Length(p.held.key) + 512;
-  for (const batch of batches(all, { maxCount: ENSURE_BATCH, maxWeight: BATCH_BYTES }, weight)) {
+  for (const batch of batches(all, [ENSURE_BATCH, BATCH_BYTES], (p) => [1, weight(p)])) {
     let pending = batch;
     let leaseRetries = 1;
     for (let pass = 0; pending.length > 0; pass++) {

@@ -126,7 +126,7 @@ export async function* gcList(
     }
     const weight = (m: MasterEntry) => 2 * utf8Length(m.key) + 256;
     for (
-      const chunk of batches(masters, { maxCount: REFS_PER_TXN, maxWeight: BATCH_BYTES }, weight)
+      const chunk of batches(masters, [REFS_PER_TXN, BATCH_BYTES], (m) => [1, weight(m)])
     ) {
       yield* judge(ctx, chunk, signal, onSkip);
     }

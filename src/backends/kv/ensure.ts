@@ -72,8 +72,12 @@ export async function ensure(
  * at most five keys (master, index, touch, reference, log entry), none longer than its reference.
  */
 function commitGroups(ctx: KvContext, writes: readonly Plan[]): Plan[][] {
-  const weight = (plan: Plan) => 5 * ctx.layout.largestKeyBytes(plan.held.key, ctx.settings.node);
-  return batches(writes, { maxWeight: COMMIT_KEY_BUDGET }, weight);
+  const { layout, settings } = ctx;
+  return batches(
+    writes,
+    [COMMIT_KEY_BUDGET],
+    (p) => [5 * layout.largestKeyBytes(p.held.key, settings.node)],
+  );
 }
 
 function needsWrite(plan: Plan): boolean {

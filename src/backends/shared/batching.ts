@@ -1,52 +1,48 @@
 /**
- * Byte-budget batching shared by the backends: a list of writes or reads is cut, in order, into
- * batches that each fit one request of the store (etcd's request size, Deno KV's total key size of
- * an atomic operation) and, where the store also bounds it, a number of items.
+ * Budget batching shared by the backends: a list of writes or reads is cut, in order, into batches
+ * that each fit one request of the store — etcd's request size and operations a level, Deno KV's
+ * checks and total key size of an atomic operation. Like group commit's (`group_commit.ts`), the
+ * budget is a list of `limits`, and each item weighs something against each of them.
  *
- * @example Ten items of 30 bytes under a 100-byte budget and at most 2 a batch
+ * @example Items of 30 bytes under a 100-byte budget, then also at most 2 items a batch
  * ```ts
  * import assert from "node:assert/strict";
  * import { batches } from "./batching.ts";
  *
- * const items = Array.from({ length: 5 }, (_, i) => i);
- * assert.deepEqual(batches(items, { maxWeight: 100 }, () => 30), [[0, 1, 2], [3, 4]]);
- * assert.deepEqual(batches(items, { maxWeight: 100, maxCount: 2 }, () => 30), [[0, 1], [2, 3], [4]]);
+ * const items = [0, 1, 2, 3, 4];
+ * assert.deepEqual(batches(items, [100], () => [30]), [[0, 1, 2], [3, 4]]);
+ * assert.deepEqual(batches(items, [2, 100], () => [1, 30]), [[0, 1], [2, 3], [4]]);
  * ```
  *
  * @module
  */
 
-/** What one batch may hold. */
-export interface BatchBudget {
-  /** Summed weight of a batch at most (an item heavier on its own still gets a batch). */
-  readonly maxWeight: number;
-  /** Items a batch at most; unbounded when absent. */
-  readonly maxCount?: number;
-}
-
 /**
- * Splits `items`, in order, into batches of at most `budget.maxCount` items whose summed `weight`
- * stays within `budget.maxWeight`. An item that alone outweighs the budget gets a batch of its
- * own rather than being dropped: the store, not the batching, decides whether it fits.
+ * Splits `items`, in order, into batches whose summed weights stay within every one of `limits`.
+ * `weigh` gives an item's weight against each limit, given the batch it would join: a cost paid
+ * once a batch (one check of a node's lease record for all its references) is weighed for the
+ * first item that needs it, and weighed again when the item opens a new batch. An item that alone
+ * exceeds a limit gets a batch of its own rather than being dropped: the store, not the batching,
+ * decides whether it fits.
  */
 export function batches<T>(
   items: readonly T[],
-  budget: BatchBudget,
-  weight: (item: T) => number,
+  limits: readonly number[],
+  weigh: (item: T, batch: readonly T[]) => readonly number[],
 ): T[][] {
-  const maxCount = budget.maxCount ?? Infinity;
   const out: T[][] = [];
   let current: T[] = [];
-  let total = 0;
+  let used = limits.map(() => 0);
   for (const item of items) {
-    const w = weight(item);
-    if (current.length > 0 && (current.length >= maxCount || total + w > budget.maxWeight)) {
+    let weights = weigh(item, current);
+    if (current.length > 0 && limits.some((limit, i) => used[i] + weights[i] > limit)) {
       out.push(current);
       current = [];
-      total = 0;
+      used = limits.map(() => 0);
+      weights = weigh(item, current);
     }
     current.push(item);
-    total += w;
+    used = used.map((u, i) => u + weights[i]);
   }
   if (current.length > 0) out.push(current);
   return out;

@@ -276,10 +276,10 @@ Deno.test("rate limiter: an aborted wait rejects with the reason and returns its
 });
 
 Deno.test("batches stay under the request budget and the count", () => {
-  const budget = { maxCount: 50, maxWeight: BATCH_BYTES };
-  const small = batches(Array.from({ length: 120 }, (_, i) => i), budget, () => 10);
+  const limits = [50, BATCH_BYTES];
+  const small = batches(Array.from({ length: 120 }, (_, i) => i), limits, () => [1, 10]);
   assert.deepEqual(small.map((b) => b.length), [50, 50, 20]);
-  const heavy = batches([1, 2, 3, 4], budget, () => BATCH_BYTES / 2 + 1);
+  const heavy = batches([1, 2, 3, 4], limits, () => [1, BATCH_BYTES / 2 + 1]);
   assert.deepEqual(heavy.map((b) => b.length), [1, 1, 1, 1]);
   assert.ok(MAX_KEY_BYTES * KEY_COPIES_PER_TXN < 1_572_864);
 });
