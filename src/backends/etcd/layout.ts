@@ -16,10 +16,12 @@
  * and its references cannot be read safely: GC skips it):
  *
  * ```ts
+ * import assert from "node:assert/strict";
  * import { EtcdLayout, keyProblem } from "./layout.ts";
  * const layout = new EtcdLayout("cilium/state/identities/v1");
- * console.log(keyProblem(layout, "k8s:app=web;")); // undefined
- * console.log(keyProblem(layout, "../id/5")); // why it cannot be stored
+ * assert.equal(keyProblem(layout, "k8s:app=web;"), undefined);
+ * // Go's path cleaning would store it as a master: refused, with the reason.
+ * assert.match(keyProblem(layout, "../id/5") ?? "", /leaves '.*\/value\/' after Go path cleaning/);
  * ```
  *
  * @module
