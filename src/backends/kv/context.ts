@@ -10,8 +10,11 @@ import type { KvSettings } from "./options.ts";
 
 /** Everything a part of the session needs to reach the store. */
 export interface KvContext {
+  /** The backend's store. */
   readonly kv: Deno.Kv;
+  /** The tuple-key layout under the configured prefix. */
   readonly layout: KvLayout;
+  /** The backend's options, validated, with defaults (the node's name among them). */
   readonly settings: KvSettings;
   /** The backend's store telemetry (see `src/telemetry/store.ts`). */
   readonly telemetry?: StoreTelemetry;
