@@ -7,7 +7,7 @@
  */
 import { Buffer } from "node:buffer";
 import type { Etcd3, IKeyValue } from "etcd3";
-import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
+import { EtcdLayout, parseId } from "../../src/backends/etcd/layout.ts";
 import { rawClient } from "../../tests/_support/etcd_fixture.ts";
 import type { SnapshotMaster, SnapshotRef, StoreSnapshot } from "../checks/store.ts";
 import type { StoreSpec } from "../records.ts";

@@ -15,7 +15,7 @@ import { Buffer } from "node:buffer";
 import { Etcd3, type Lease } from "etcd3";
 import type { Backend } from "../../src/allocator/backend.ts";
 import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
-import { EtcdLayout, parseId } from "../../src/backends/etcd/paths.ts";
+import { EtcdLayout, parseId } from "../../src/backends/etcd/layout.ts";
 import { type EtcdCluster, etcdUnavailable, startEtcd } from "./etcd.ts";
 import type {
   BackendFactory,
