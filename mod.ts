@@ -42,6 +42,8 @@ export {
 export type * from "./src/allocator/backend.ts";
 export * from "./src/errors.ts";
 export {
+  CORE_DAMAGE_KINDS,
+  type CoreDamageKind,
   type DamageFinding,
   type DamageKind,
   type DamageScanOptions,

@@ -30,43 +30,40 @@ import { Buffer } from "node:buffer";
 import type { IdRange } from "./backend.ts";
 
 /**
- * What is wrong with an entry:
- * - `master-bad-id`: a master key whose ID part is not a non-negative safe integer (or whose key
- *   has the wrong shape);
- * - `master-undecodable`: a master whose value is not a key (not the expected shape, not valid
- *   UTF-8);
- * - `master-empty`: an etcd master with an empty value;
- * - `master-oversized`: a master whose key is too large for the layout (no reference or index of
- *   it can be stored), or whose entry alone exceeds a response limit;
- * - `reference-bad-key`: a reference key without the `<key>/<node>` shape;
- * - `reference-undecodable`: a reference whose value is not an ID (etcd: a decimal safe integer;
- *   Deno KV: `{ id, lease }`);
- * - `reference-out-of-range`: a reference naming an ID outside every valid range of the scan;
- * - `reference-without-lease`: an etcd reference bound to no lease (it would never expire);
- * - `index-undecodable`: a Deno KV key index whose value is not `{ id }` with a safe integer;
- * - `index-orphan`: a Deno KV key index naming an ID whose master is absent or belongs to another
- *   key;
- * - `index-out-of-range`: a Deno KV key index naming an ID (whose master is the key's) outside
- *   every valid range of the scan;
- * - `counter-wrong-type`: a Deno KV counter (`gen`, `touch`) that does not hold a `Deno.KvU64`;
- * - `lease-undecodable`: a Deno KV lease record of the wrong shape;
- * - `log-undecodable`: a Deno KV change-feed entry of the wrong shape.
+ * Damage every backend's layout can hold, whatever the store: its masters (ID → key) and its
+ * references (key and node → ID). Each kind with what it means.
  */
-export type DamageKind =
+export const CORE_DAMAGE_KINDS: Readonly<Record<CoreDamageKind, string>> = {
+  "master-bad-id":
+    "a master key whose ID part is not a non-negative safe integer (or whose key has the wrong shape)",
+  "master-undecodable":
+    "a master whose value is not a key (not the expected shape, not valid UTF-8)",
+  "master-oversized":
+    "a master whose key is too large for the layout (no reference or index of it can be stored), " +
+    "or whose entry alone exceeds a response limit",
+  "reference-bad-key": "a reference key without the `<key>/<node>` shape",
+  "reference-undecodable": "a reference whose value is not an ID",
+  "reference-out-of-range": "a reference naming an ID outside every valid range of the scan",
+};
+
+/** The kinds of {@linkcode CORE_DAMAGE_KINDS}. */
+export type CoreDamageKind =
   | "master-bad-id"
   | "master-undecodable"
-  | "master-empty"
   | "master-oversized"
   | "reference-bad-key"
   | "reference-undecodable"
-  | "reference-out-of-range"
-  | "reference-without-lease"
-  | "index-undecodable"
-  | "index-orphan"
-  | "index-out-of-range"
-  | "counter-wrong-type"
-  | "lease-undecodable"
-  | "log-undecodable";
+  | "reference-out-of-range";
+
+/**
+ * What is wrong with an entry: a core kind ({@linkcode CORE_DAMAGE_KINDS}), or one of the kinds
+ * the store's backend declares for entries only its layout has (its driver's `damageKinds`:
+ * Deno KV's `index-orphan`, `counter-wrong-type`, …; etcd's `master-empty`,
+ * `reference-without-lease`). The list is open so that a backend adds kinds without changing the
+ * core; a consumer that switches on the kind keeps a default branch. (`string & Record<never,
+ * never>` keeps editors suggesting the core kinds.)
+ */
+export type DamageKind = CoreDamageKind | (string & Record<never, never>);
 
 /** An entry that GC skipped as damaged (it is neither judged nor collected). */
 export interface GcSkip {

@@ -1,37 +1,23 @@
 /**
  * Validation of the CLI's options (zod, kept internal): durations, `--store`, `--prefix`, IDs and
- * the numeric knobs. Every failure is an {@linkcode InvalidOptionsError} naming the flag.
+ * the numeric knobs. `--store` picks a backend from `src/backends/registry.ts`, whose driver
+ * validates its own options and describes the store. Every failure is an
+ * {@linkcode InvalidOptionsError} naming the flag.
  *
  * @module
  */
 import { z } from "../deps/zod.ts";
-import { InvalidIdError } from "../errors.ts";
-import { parseOptions } from "../validate.ts";
-import { driverOf, storeSyntax } from "./stores/mod.ts";
+import { InvalidIdError, InvalidOptionsError } from "../errors.ts";
+import type { BackendDriver } from "../backends/driver.ts";
+import {
+  attributeName,
+  durationFlag,
+  longFlag,
+  validateFlags,
+} from "../backends/driver_options.ts";
+import { backendOfStore, BACKENDS, type SelectedStore, storeSyntax } from "../backends/registry.ts";
 
-const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
-
-/** Milliseconds of `500ms`, `5s`, `1.5m`, `15m`, `1h`; `undefined` if it is not a duration. */
-export function parseDuration(text: string): number | undefined {
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(text.trim());
-  if (!match) return undefined;
-  const ms = Math.round(Number(match[1]) * UNITS[match[2]]);
-  return Number.isSafeInteger(ms) ? ms : undefined;
-}
-
-/** `1500` → `1.5s`, `900000` → `15m`: durations as the user would type them. */
-export function formatDuration(ms: number): string {
-  if (ms % 3_600_000 === 0 && ms > 0) return `${ms / 3_600_000}h`;
-  if (ms % 60_000 === 0 && ms > 0) return `${ms / 60_000}m`;
-  if (ms >= 1000) return `${ms / 1000}s`;
-  return `${ms}ms`;
-}
-
-const duration = (min: number) =>
-  z.string()
-    .refine((s) => parseDuration(s) !== undefined, "must be a duration such as 500ms, 5s, 15m, 1h")
-    .transform((s) => parseDuration(s)!)
-    .refine((ms) => ms >= min, `must be at least ${formatDuration(min)}`);
+export { formatDuration } from "../backends/driver_options.ts";
 
 const integer = (min: number) =>
   z.string().transform((s, ctx) => {
@@ -55,6 +41,14 @@ const integer = (min: number) =>
     return n;
   });
 
+/** The backend of `--store` and the store as its driver describes it. */
+export interface StoreChoice {
+  /** The backend's driver. */
+  readonly driver: BackendDriver;
+  /** The store description (the driver's `description` schema holds). */
+  readonly description: unknown;
+}
+
 /** Options every command understands, after validation. */
 export interface GlobalOptions {
   /** `--store` as given: `kv:<file>`, `etcd://…` (checked against the drivers). */
@@ -64,108 +58,122 @@ export interface GlobalOptions {
   readonly node: string;
   /** Whether `--node` was given (not the per-process default). */
   readonly nodeGiven: boolean;
-  readonly ca?: string;
-  readonly cert?: string;
-  readonly key?: string;
-  readonly tlsServerName?: string;
-  readonly user?: string;
-  readonly password?: string;
   readonly timeoutMs: number;
-  /** `--connect-timeout`, when given (else `--timeout` bounds connecting). */
-  readonly connectTimeoutMs?: number;
   readonly leaseTtlMs: number;
-  readonly pollMs: number;
-  readonly clockSkewMs: number;
   readonly min: number;
   readonly max: number;
   readonly json: boolean;
   readonly progress: boolean;
   readonly debug: boolean;
   readonly verbose: boolean;
+  /** The store's backend and description, with the backend's own options applied. */
+  readonly backend: StoreChoice;
 }
 
 const globalSchema = z.object({
   store: z.string().refine(
-    (s) => driverOf(s) !== undefined,
+    (s) => backendOfStore(s) !== undefined,
     { error: () => `must be ${storeSyntax()}` },
   ),
   prefix: z.string().min(1, "must not be empty").optional(),
   node: z.string().min(1, "must not be empty").max(253, "must be at most 253 characters")
     .refine((s) => !s.includes("/"), "must not contain '/'"),
-  ca: z.string().min(1).optional(),
-  cert: z.string().min(1).optional(),
-  key: z.string().min(1).optional(),
-  tlsServerName: z.string().min(1).optional(),
-  user: z.string().min(1).optional(),
-  password: z.string().optional(),
-  timeout: duration(1),
-  connectTimeout: duration(1).optional(),
-  leaseTtl: duration(500),
-  poll: duration(10),
-  clockSkew: duration(0),
+  timeout: durationFlag(1),
+  leaseTtl: durationFlag(500),
   min: integer(1),
   max: integer(1),
   json: z.boolean().default(false),
   progress: z.boolean().default(false),
   debug: z.boolean().default(false),
   verbose: z.boolean().default(false),
-}).refine((o) => o.max > o.min, { message: "must be greater than --min", path: ["max"] })
-  .refine((o) => (o.cert === undefined) === (o.key === undefined), {
-    message: "and --key go together",
-    path: ["cert"],
-  })
-  .refine((o) => (o.user === undefined) === (o.password === undefined), {
-    message: "needs --password (or IDALLOC_ETCD_PASSWORD)",
-    path: ["user"],
-  });
+}).refine((o) => o.max > o.min, { message: "must be greater than --min", path: ["max"] });
 
-/** `leaseTtl` → `--lease-ttl`. */
-export function flagName(path: readonly PropertyKey[]): string {
-  const name = String(path[0] ?? "options");
-  return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+/** What commander collected: option values by attribute name, and where each came from. */
+export interface CollectedOptions {
+  /** Values by attribute name (`leaseTtl`, `tlsServerName`). */
+  readonly values: Readonly<Record<string, unknown>>;
+  /** Where the value of an attribute came from: `cli`, `env`, `default`, or `undefined`. */
+  readonly sourceOf: (attribute: string) => string | undefined;
 }
 
-/** Parses `input` with `schema`; throws `InvalidOptionsError` naming the flags. */
-export function validate<T>(schema: z.ZodType<T>, input: unknown): T {
-  return parseOptions(schema, input, "option", flagName);
+/** `a` or `an`, for a backend's title in a sentence. */
+function article(title: string): string {
+  return /^[aeiou]/i.test(title) ? "an" : "a";
 }
 
-/** Validates the global options commander collected (strings and booleans). */
-export function globalOptions(raw: Record<string, unknown>, nodeGiven: boolean): GlobalOptions {
-  const o = validate(globalSchema, raw);
+/**
+ * Refuses another backend's option given on the command line: it would be ignored, and the user
+ * meant some store. The environment serves every store, so a value from it is not refused.
+ */
+function refuseForeignOptions(selected: SelectedStore, store: string, o: CollectedOptions): void {
+  const own = new Set(selected.driver.options.map(attributeName));
+  for (const other of BACKENDS) {
+    if (other === selected.driver) continue;
+    for (const option of other.options) {
+      const attribute = attributeName(option);
+      if (own.has(attribute) || o.sourceOf(attribute) !== "cli") continue;
+      const flag = longFlag(option);
+      const title = selected.driver.title;
+      throw new InvalidOptionsError(
+        `invalid option: ${flag} is for ${other.title}; --store ${store} is ${article(title)} ` +
+          `${title} store: drop ${flag}, or give --store ${other.syntax}`,
+      );
+    }
+  }
+}
+
+/** The values of `driver`'s own options that commander collected (given, from env or default). */
+function valuesOf(driver: BackendDriver, o: CollectedOptions): Record<string, unknown> {
+  const values: Record<string, unknown> = {};
+  for (const option of driver.options) {
+    const attribute = attributeName(option);
+    if (o.values[attribute] !== undefined) values[attribute] = o.values[attribute];
+  }
+  return values;
+}
+
+/**
+ * Validates the options commander collected (strings and booleans): the common ones, then the
+ * store's through its backend's driver.
+ */
+export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): GlobalOptions {
+  const o = validateFlags(globalSchema, collected.values);
+  const selected = backendOfStore(o.store)!;
+  refuseForeignOptions(selected, o.store, collected);
+  const description = selected.driver.describe(
+    selected.rest,
+    valuesOf(selected.driver, collected),
+    {
+      prefix: o.prefix,
+      timeoutMs: o.timeout,
+      leaseTtlMs: o.leaseTtl,
+    },
+  );
   return {
     store: o.store,
     prefix: o.prefix,
     node: o.node,
     nodeGiven,
-    ca: o.ca,
-    cert: o.cert,
-    key: o.key,
-    tlsServerName: o.tlsServerName,
-    user: o.user,
-    password: o.password,
     timeoutMs: o.timeout,
-    connectTimeoutMs: o.connectTimeout,
     leaseTtlMs: o.leaseTtl,
-    pollMs: o.poll,
-    clockSkewMs: o.clockSkew,
     min: o.min,
     max: o.max,
     json: o.json,
     progress: o.progress,
     debug: o.debug,
     verbose: o.verbose,
+    backend: { driver: selected.driver, description },
   };
 }
 
 /** Validates one duration flag of a command (`--every`, `--grace`). */
 export function durationOption(flag: string, text: string, min = 0): number {
-  return validate(z.object({ [flag]: duration(min) }), { [flag]: text })[flag] as number;
+  return validateFlags(z.object({ [flag]: durationFlag(min) }), { [flag]: text })[flag] as number;
 }
 
 /** Validates one whole-number flag of a command (`--cluster-id`). */
 export function integerOption(flag: string, text: string, min = 0): number {
-  return validate(z.object({ [flag]: integer(min) }), { [flag]: text })[flag] as number;
+  return validateFlags(z.object({ [flag]: integer(min) }), { [flag]: text })[flag] as number;
 }
 
 /** An ID argument: a positive safe integer, else {@linkcode InvalidIdError}. */

@@ -1,18 +1,28 @@
 /**
  * Shell completion for bash, zsh and fish, generated from the declared commands and options, so
  * it never drifts from the parser: commands and subcommands, each command's options plus the
- * global ones, file names after `--ca`/`--cert`/`--key`, and shells after `completion`.
+ * global ones (each backend's own among them, from its driver), file names after the options
+ * whose value is a file (`--ca`, `--cert`, `--key` of etcd), and shells after `completion`.
  *
  * @module
  */
 import type { Command, Option } from "../deps/commander.ts";
 import { InvalidOptionsError } from "../errors.ts";
+import { longFlag } from "../backends/driver_options.ts";
+import { BACKENDS } from "../backends/registry.ts";
 
 /** The shells {@linkcode completionScript} writes for. */
 export const SHELLS: readonly string[] = ["bash", "zsh", "fish"];
 
-/** Options whose value is a file name. */
-const FILE_OPTIONS = new Set(["--ca", "--cert", "--key"]);
+/** Options whose value is a file name, as the backends' drivers declare them. */
+const FILE_OPTIONS = new Set(
+  BACKENDS.flatMap((d) => d.options.filter((o) => o.file).map(longFlag)),
+);
+
+/** The backend whose own option `flag` is, by title (`etcd` for `--ca`), for descriptions. */
+const BACKEND_OF_FLAG = new Map(
+  BACKENDS.flatMap((d) => d.options.map((o) => [longFlag(o), d.title] as const)).reverse(),
+);
 
 interface Node {
   /** Words from the program to this command: `""`, `"identity"`, `"identity get"`. */
@@ -134,7 +144,10 @@ function fish(program: Command): string {
     if (option.long) parts.push(`-l ${option.long.replace(/^--/, "")}`);
     if (option.short) parts.push(`-s ${option.short.replace(/^-/, "")}`);
     if (takesValue(option)) parts.push(option.long && FILE_OPTIONS.has(option.long) ? "-rF" : "-r");
-    parts.push(`-d ${describe(option.description)}`);
+    const backend = option.long === undefined ? undefined : BACKEND_OF_FLAG.get(option.long);
+    parts.push(
+      `-d ${describe(backend ? `${backend}: ${option.description}` : option.description)}`,
+    );
     return parts.join(" ");
   };
   for (const option of program.options) lines.push(optionLine(option));

@@ -4,6 +4,8 @@
  *
  * @module
  */
+import type { DriverFailure } from "../backends/driver.ts";
+import { BACKENDS } from "../backends/registry.ts";
 
 /** The exit codes of the `idalloc` CLI. */
 export interface ExitCodes {
@@ -61,19 +63,14 @@ export interface Failure {
   readonly message: string;
 }
 
-const BY_NAME: Readonly<Record<string, number>> = {
+/** Exit codes of the core error classes (`src/errors.ts`); backends add theirs (below). */
+const CORE_BY_NAME: Readonly<Record<string, number>> = {
   InvalidOptionsError: ExitCode.Usage,
   InvalidKeyError: ExitCode.Usage,
   InvalidIdError: ExitCode.Usage,
   LabelError: ExitCode.Usage,
   ReadOnlyError: ExitCode.Usage,
-  StoreAccessDeniedError: ExitCode.Usage,
-  AuthNotEnabledError: ExitCode.Usage,
-  StoreTlsError: ExitCode.Usage,
-  NotEtcdServerError: ExitCode.Usage,
   StoreUnavailableError: ExitCode.Unavailable,
-  StoreHostNotFoundError: ExitCode.Unavailable,
-  StoreConnectionRefusedError: ExitCode.Unavailable,
   PoolExhaustedError: ExitCode.Refused,
   ConflictError: ExitCode.Refused,
   CorruptEntryError: ExitCode.Refused,
@@ -84,61 +81,38 @@ const BY_NAME: Readonly<Record<string, number>> = {
   IdallocError: ExitCode.Refused,
 };
 
-/** The store could not be reached: `StoreUnavailableError` and its subclasses. */
+/** Each backend's own error classes, by name, as its driver declares them. */
+const BACKEND_FAILURES: ReadonlyMap<string, DriverFailure> = new Map(
+  BACKENDS.flatMap((d) => Object.entries(d.failures)),
+);
+
+const CODE_OF_KIND: Readonly<Record<DriverFailure["kind"], number>> = {
+  usage: ExitCode.Usage,
+  unavailable: ExitCode.Unavailable,
+};
+
+const BY_NAME: Readonly<Record<string, number>> = {
+  ...CORE_BY_NAME,
+  ...Object.fromEntries(
+    [...BACKEND_FAILURES].map(([name, f]) => [name, CODE_OF_KIND[f.kind]]),
+  ),
+};
+
+/** The store could not be reached: `StoreUnavailableError` and the backends' own such classes. */
 const UNAVAILABLE = new Set([
   "StoreUnavailableError",
-  "StoreHostNotFoundError",
-  "StoreConnectionRefusedError",
+  ...[...BACKEND_FAILURES].filter(([, f]) => f.kind === "unavailable").map(([name]) => name),
 ]);
 
 /**
  * Failures to connect that say more than "--timeout passed" when both happen at once (the
- * connect timeout is capped by `--timeout`).
+ * connect timeout is capped by `--timeout`): every backend failure names its cause.
  */
-const CONNECT_FAILURES = new Set([
-  ...UNAVAILABLE,
-  "StoreAccessDeniedError",
-  "AuthNotEnabledError",
-  "StoreTlsError",
-  "NotEtcdServerError",
-]);
+const CONNECT_FAILURES = new Set([...UNAVAILABLE, ...BACKEND_FAILURES.keys()]);
 
 /** What to do about a setup mistake, in the CLI's flags (the library's message says what is wrong). */
 function hintOf(err: unknown, name: string): string {
-  switch (name) {
-    case "StoreAccessDeniedError":
-      return "check --user and --password, or IDALLOC_ETCD_PASSWORD, and the user's permissions " +
-        "on --prefix";
-    case "AuthNotEnabledError":
-      return "drop --user and --password (and IDALLOC_ETCD_PASSWORD), or enable authentication " +
-        "in etcd";
-    case "NotEtcdServerError":
-      return "check the host and port in --store: etcd's client port is usually 2379";
-    case "StoreTlsError":
-      switch ((err as { problem?: string }).problem) {
-        case "ip-server-name":
-          return "give --tls-server-name with a DNS name from the server certificate";
-        case "name-mismatch":
-          return "check the host in --store, or give --tls-server-name with a name the " +
-            "certificate holds";
-        case "untrusted":
-          return "check --ca: it must be the CA that signed the server certificate";
-        case "client-certificate":
-          return "give --cert and --key with a client certificate the server trusts";
-        case "not-tls":
-          return "drop --ca (and --cert, --key) for a plain-text etcd";
-        case "tls-required":
-          return "give --ca (and --tls-server-name for an IP address)";
-        case "not-a-certificate":
-          return "";
-        default:
-          return "check --ca, --cert, --key and --tls-server-name";
-      }
-    case "StoreConnectionRefusedError":
-      return "check that etcd runs there, and the port in --store";
-    default:
-      return "";
-  }
+  return BACKEND_FAILURES.get(name)?.hint?.(err) ?? "";
 }
 
 function nameOf(err: unknown): string | undefined {

@@ -7,10 +7,17 @@
  */
 import { Command, CommanderError, Option } from "../deps/commander.ts";
 import denoJson from "../../deno.json" with { type: "json" };
-import { durationOption, type GlobalOptions, globalOptions, integerOption } from "./args.ts";
+import {
+  type CollectedOptions,
+  durationOption,
+  type GlobalOptions,
+  globalOptions,
+  integerOption,
+} from "./args.ts";
 import { completionScript, SHELLS } from "./completion.ts";
 import { errorLine } from "./exit.ts";
-import { storeSyntax } from "./stores/mod.ts";
+import { BACKENDS, storeSyntax } from "../backends/registry.ts";
+import type { BackendDriver, StoreOption } from "../backends/driver.ts";
 import type { RunContext } from "./context.ts";
 import type { Output } from "./io.ts";
 import { allocateCommand, releaseCommand } from "./commands/allocate.ts";
@@ -84,43 +91,65 @@ function defaultNode(): string {
   return `cli-${host.replaceAll("/", "-")}-${Deno.pid}-${crypto.randomUUID().slice(0, 4)}`;
 }
 
-function addGlobalOptions(program: Command): void {
-  const add = (option: Option, group: string) => program.addOption(option.helpGroup(group));
+/** Adds `option` to `program`'s help group `group`. */
+function add(program: Command, option: Option, group: string): void {
+  program.addOption(option.helpGroup(group));
+}
+
+function addStoreOptions(program: Command): void {
   add(
-    new Option(
-      "--store <spec>",
-      `the store: ${storeSyntax()}`,
-    ).default("kv:./idalloc.kv").env("IDALLOC_STORE"),
+    program,
+    new Option("--store <spec>", `the store: ${storeSyntax()}`)
+      .default("kv:./idalloc.kv").env("IDALLOC_STORE"),
+    STORE_GROUP,
+  );
+  const prefixes = BACKENDS.map((d) => `${d.title} ${d.prefixSyntax}`).join("; ");
+  add(
+    program,
+    new Option("--prefix <prefix>", `namespace in the store: ${prefixes}`).env("IDALLOC_PREFIX"),
     STORE_GROUP,
   );
   add(
-    new Option(
-      "--prefix <prefix>",
-      'namespace in the store: Deno KV a/b or a JSON array (default "idalloc"); ' +
-        'etcd a key prefix (default "cilium/state/identities/v1")',
-    ).env("IDALLOC_PREFIX"),
-    STORE_GROUP,
-  );
-  add(
+    program,
     new Option(
       "--node <name>",
       "node name of this run's references (default: cli-<host>-<pid>-<random>); never a running node's",
     ),
     STORE_GROUP,
   );
-  add(new Option("--ca <file>", "etcd: CA certificate (PEM); switches to https"), STORE_GROUP);
-  add(new Option("--cert <file>", "etcd: client certificate (PEM), with --key"), STORE_GROUP);
-  add(new Option("--key <file>", "etcd: client private key (PEM), with --cert"), STORE_GROUP);
+}
+
+/** The help group of `driver`'s own options. */
+function backendGroup(driver: BackendDriver): string {
+  return `${driver.title} store options (--store ${driver.scheme}…):`;
+}
+
+/**
+ * Every backend's own options, each backend in a help group of its own. An option two backends
+ * share is declared once, in the group of the first.
+ */
+function addBackendOptions(program: Command): void {
+  const declared = new Set<string>();
+  for (const driver of BACKENDS) {
+    for (const spec of driver.options) {
+      const option = storeOption(spec);
+      if (declared.has(option.attributeName())) continue;
+      declared.add(option.attributeName());
+      add(program, option, backendGroup(driver));
+    }
+  }
+}
+
+function storeOption(spec: StoreOption): Option {
+  const option = new Option(spec.flags, spec.description);
+  if (spec.default !== undefined) option.default(spec.default);
+  if (spec.env !== undefined) option.env(spec.env);
+  return option;
+}
+
+function addTuningOptions(program: Command): void {
   add(
-    new Option("--tls-server-name <name>", "etcd: name to verify the server certificate against"),
-    STORE_GROUP,
-  );
-  add(new Option("--user <name>", "etcd: user name"), STORE_GROUP);
-  add(
-    new Option("--password <password>", "etcd: password").env("IDALLOC_ETCD_PASSWORD"),
-    STORE_GROUP,
-  );
-  add(
+    program,
     new Option(
       "--timeout <duration>",
       "deadline to reach the store and of lookups (list, status and gc then run until done)",
@@ -128,35 +157,47 @@ function addGlobalOptions(program: Command): void {
     TUNING_GROUP,
   );
   add(
-    new Option(
-      "--connect-timeout <duration>",
-      "etcd: time to wait for an answer when connecting (default: 5s, at most --timeout), and " +
-        "per request when given (default: --timeout)",
-    ),
-    TUNING_GROUP,
-  );
-  add(
+    program,
     new Option("--lease-ttl <duration>", "lease of this run's references").default("60s"),
     TUNING_GROUP,
   );
-  add(new Option("--poll <duration>", "Deno KV: change poll interval").default("1s"), TUNING_GROUP);
   add(
-    new Option("--clock-skew <duration>", "Deno KV: largest clock difference between nodes")
-      .default("5s"),
+    program,
+    new Option("--min <id>", "lowest ID to allocate / collect").default("256"),
     TUNING_GROUP,
   );
-  add(new Option("--min <id>", "lowest ID to allocate / collect").default("256"), TUNING_GROUP);
-  add(new Option("--max <id>", "highest ID to allocate / collect").default("65535"), TUNING_GROUP);
-  add(new Option("--json", "machine-readable output"), OUTPUT_GROUP);
   add(
+    program,
+    new Option("--max <id>", "highest ID to allocate / collect").default("65535"),
+    TUNING_GROUP,
+  );
+}
+
+function addOutputOptions(program: Command): void {
+  add(program, new Option("--json", "machine-readable output"), OUTPUT_GROUP);
+  add(
+    program,
     new Option("--progress", "show progress on stderr even when it is not a terminal"),
     OUTPUT_GROUP,
   );
-  add(new Option("-v, --verbose", "print idalloc's log (info and up) on stderr"), OUTPUT_GROUP);
   add(
+    program,
+    new Option("-v, --verbose", "print idalloc's log (info and up) on stderr"),
+    OUTPUT_GROUP,
+  );
+  add(
+    program,
     new Option("--debug", "print stack traces of unexpected errors and the causes of failures"),
     OUTPUT_GROUP,
   );
+}
+
+/** The global options: the store, each backend's own, tuning and output. */
+function addGlobalOptions(program: Command): void {
+  addStoreOptions(program);
+  addBackendOptions(program);
+  addTuningOptions(program);
+  addOutputOptions(program);
 }
 
 /**
@@ -186,21 +227,14 @@ function addGlobalOptionsHint(program: Command): void {
   visit(program);
 }
 
-/**
- * Parses `args` (without the program name). Help and usage errors are written by commander to
- * `output` and end in `{ kind: "exit" }`.
- */
-export async function parseCommandLine(
-  args: string[],
-  output: Output,
-  json = false,
-): Promise<ParseResult> {
-  let selected: ((ctx: RunContext) => Promise<number>) | undefined;
-  const program = new Command("idalloc");
-  program
-    .description(
-      "Cluster-wide small integer IDs for keys, on Deno KV or etcd (Cilium's ID allocator).",
-    )
+/** Records the command that parsing selected. */
+type Pick = (run: (ctx: RunContext) => Promise<number>) => void;
+
+/** The program, with no options or commands yet: its output, help layout and usage errors. */
+function newProgram(output: Output, json: boolean): Command {
+  const backends = BACKENDS.map((d) => d.title).join(" or ");
+  return new Command("idalloc")
+    .description(`Cluster-wide small integer IDs for keys, on ${backends} (Cilium's ID allocator).`)
     .version(denoJson.version, "-V, --version")
     .exitOverride()
     .configureOutput({
@@ -220,12 +254,10 @@ export async function parseCommandLine(
     .configureHelp({ showGlobalOptions: false, sortSubcommands: false })
     .showHelpAfterError(json ? false : "(run with --help for usage)")
     .addHelpText("after", EXAMPLES_HELP + EXIT_CODES_HELP);
-  addGlobalOptions(program);
+}
 
-  const pick = (run: (ctx: RunContext) => Promise<number>) => {
-    selected = run;
-  };
-
+/** `allocate`, `release`, `get`, `get-id`, `list`, `watch`: the commands on keys and IDs. */
+function addKeyCommands(program: Command, pick: Pick): void {
   program.command("allocate")
     .description("print the ID of <key>, creating it if no node has one")
     .argument("<key>", "the key (any non-empty string)")
@@ -278,7 +310,10 @@ export async function parseCommandLine(
         "the file), so `watch` in one terminal and `allocate` in another just works.",
     )
     .action((o: { replay: boolean }) => pick((ctx) => watchCommand(ctx, { replay: o.replay })));
+}
 
+/** `gc`, `status`, `doctor`, `refs`: the operator's commands. */
+function addOperatorCommands(program: Command, pick: Pick): void {
   program.command("gc")
     .description("delete IDs no node uses (two-round marking) and print what was deleted")
     .option("--every <duration>", "keep running: one pass per interval, e.g. 15m")
@@ -331,7 +366,10 @@ export async function parseCommandLine(
     .action((key: string | undefined, o: { byNode?: boolean }) =>
       pick((ctx) => refsCommand(ctx, { key, byNode: o.byNode ?? false }))
     );
+}
 
+/** `identity allocate|get|list`: Cilium-style security identities. */
+function addIdentityCommands(program: Command, pick: Pick): void {
   const identity = program.command("identity")
     .description("Cilium-style security identities for label sets");
   identity.command("allocate")
@@ -368,7 +406,10 @@ export async function parseCommandLine(
         identityListCommand(ctx, { clusterName: o.clusterName, reserved: o.reserved ?? false })
       )
     );
+}
 
+/** `completion <shell>`: the completion script of the whole program. */
+function addCompletionCommand(program: Command, pick: Pick): void {
   program.command("completion")
     .description(`print a shell completion script (${SHELLS.join(", ")})`)
     .argument("<shell>", SHELLS.join(" | "))
@@ -385,7 +426,33 @@ export async function parseCommandLine(
         return Promise.resolve(0);
       });
     });
+}
 
+/** The global options commander collected, with where each came from. */
+function collectedOptions(program: Command): CollectedOptions {
+  const values = program.opts();
+  return { values, sourceOf: (attribute) => program.getOptionValueSource(attribute) };
+}
+
+/**
+ * Parses `args` (without the program name). Help and usage errors are written by commander to
+ * `output` and end in `{ kind: "exit" }`.
+ */
+export async function parseCommandLine(
+  args: string[],
+  output: Output,
+  json = false,
+): Promise<ParseResult> {
+  let selected: ((ctx: RunContext) => Promise<number>) | undefined;
+  const pick: Pick = (run) => {
+    selected = run;
+  };
+  const program = newProgram(output, json);
+  addGlobalOptions(program);
+  addKeyCommands(program, pick);
+  addOperatorCommands(program, pick);
+  addIdentityCommands(program, pick);
+  addCompletionCommand(program, pick);
   addGlobalOptionsHint(program);
   try {
     await program.parseAsync(args, { from: "user" });
@@ -398,7 +465,10 @@ export async function parseCommandLine(
     return { kind: "exit", code: 1 };
   }
   const nodeGiven = program.getOptionValueSource("node") !== undefined;
-  const raw = program.opts();
-  const options = globalOptions({ ...raw, node: raw.node ?? defaultNode() }, nodeGiven);
+  const collected = collectedOptions(program);
+  const options = globalOptions({
+    ...collected,
+    values: { ...collected.values, node: collected.values.node ?? defaultNode() },
+  }, nodeGiven);
   return { kind: "run", command: { options, run: selected } };
 }

@@ -1,15 +1,13 @@
 /**
- * Opening the store named by `--store`/`--prefix` for one CLI run (through its driver, see
- * `stores/`), and the read-only sessions commands read through. What an operator asks beyond the
+ * Opening the store named by `--store`/`--prefix` for one CLI run (through its backend's driver,
+ * found in `src/backends/registry.ts` when the options were validated), and the read-only sessions commands read through. What an operator asks beyond the
  * allocator API (is anything stored here, which nodes hold leases, who references what) is the
  * backend's own admin surface, {@linkcode BackendAdmin}.
  *
  * @module
  */
 import type { Backend, BackendAdmin, BackendSession } from "../allocator/backend.ts";
-import { InvalidOptionsError } from "../errors.ts";
 import type { GlobalOptions } from "./args.ts";
-import { driverOf, storeSyntax } from "./stores/mod.ts";
 
 /** The store of one run. Close it after every allocator opened on its backend. */
 export interface Store {
@@ -25,6 +23,8 @@ export interface Store {
   readonly admin: BackendAdmin;
   /** Why the store is empty without asking it (no KV file there yet), if so. */
   readonly emptyBecause?: string;
+  /** How often to look again for a store that is not there yet (`emptyBecause`), in ms. */
+  readonly pollIntervalMs?: number;
   /** A read-only session (no lease, no writes), closed with the store. */
   reader(signal: AbortSignal): Promise<BackendSession>;
   /** Closes sessions and the connection (etcd) or the Kv handle. */
@@ -37,17 +37,14 @@ export interface OpenStoreOptions {
   readonly create: boolean;
   /** Aborts connecting: the user's interrupt or the `--timeout` deadline. */
   readonly signal: AbortSignal;
-  /** The user's interrupt alone (see `DriverOpenOptions.interrupt`). */
+  /** The user's interrupt alone (see the driver's `DriverOpenOptions.interrupt`). */
   readonly interrupt?: AbortSignal;
 }
 
 /** Opens the store of `options`; throws `InvalidOptionsError` or `StoreUnavailableError`. */
 export async function openStore(options: GlobalOptions, open: OpenStoreOptions): Promise<Store> {
-  const selected = driverOf(options.store);
-  if (selected === undefined) {
-    throw new InvalidOptionsError(`invalid option: --store must be ${storeSyntax()}`);
-  }
-  const opened = await selected.driver.open(selected.rest, options, open);
+  const { driver, description } = options.backend;
+  const opened = await driver.open(description, { ...open, node: options.node });
   const { backend } = opened;
   const admin = backend.admin();
   const sessions: BackendSession[] = [];
@@ -58,6 +55,7 @@ export async function openStore(options: GlobalOptions, open: OpenStoreOptions):
     backend,
     admin,
     emptyBecause: opened.emptyBecause,
+    pollIntervalMs: opened.pollIntervalMs,
     async reader(signal: AbortSignal): Promise<BackendSession> {
       const session = await backend.openSession({
         leaseTtlMs: 60_000,

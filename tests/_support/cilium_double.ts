@@ -19,8 +19,8 @@
  * @module
  */
 import type { Etcd3, ICompare, IKeyValue, IRequestOp, Lease } from "etcd3";
-import { goJoin, parseId, prefixEnd, prefixMatchesKey } from "../../src/backends/etcd/paths.ts";
-import { EtcdLayout } from "../../src/backends/etcd/paths.ts";
+import { goJoin, parseId, prefixEnd, prefixMatchesKey } from "../../src/backends/etcd/layout.ts";
+import { EtcdLayout } from "../../src/backends/etcd/layout.ts";
 import { b } from "../../src/backends/etcd/testing/fixture.ts";
 import { Buffer } from "node:buffer";
 

@@ -3,6 +3,8 @@
  * the same answers and the same exit codes, whatever the store.
  */
 import assert from "node:assert/strict";
+import { CORE_DAMAGE_KINDS } from "../../src/allocator/damage.ts";
+import { backendOfKind, backendOfStore } from "../../src/backends/registry.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { cli, isOneLineError } from "./_run.ts";
 
@@ -24,6 +26,12 @@ testEachBackend("cli: an empty store lists [] and reports healthy, exit 0", asyn
   assert.equal(status.code, 0, status.stderr);
   const summary = JSON.parse(status.stdout);
   assert.equal(summary.ids, 0);
+  // The store was opened by the driver the registry lists under the backend's one name.
+  assert.equal(summary.backend, fx.kind);
+  assert.equal(
+    backendOfKind(fx.kind)?.scheme,
+    backendOfStore(args[args.indexOf("--store") + 1])?.driver.scheme,
+  );
   assert.deepEqual(summary.splitKeys, []);
   // Looking something up in an empty prefix still says the prefix is probably wrong.
   const get = await cli([...args, "get", "app=web;"]);
@@ -150,8 +158,11 @@ testEachBackend("cli: doctor lists the garbage, exits 4, and --fix removes it", 
   await fx.plantCorruptEntries();
   const found = await cli([...args, "doctor", "--json"]);
   assert.equal(found.code, 4, found.stderr);
-  const kinds = new Set(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
+  const kinds = new Set<string>(JSON.parse(found.stdout).map((x: { kind: string }) => x.kind));
   assert.ok(kinds.has("master-bad-id") && kinds.has("reference-undecodable"), [...kinds].join());
+  // Every kind reported is a core one or one the backend's driver declares.
+  const declared = { ...CORE_DAMAGE_KINDS, ...backendOfKind(fx.kind)!.damageKinds };
+  assert.deepEqual([...kinds].filter((k) => !(k in declared)), [], "undeclared damage kinds");
   const fixed = await cli([...args, "doctor", "--fix", "--json"]);
   assert.equal(fixed.code, 0, fixed.stderr);
   const outcomes = JSON.parse(fixed.stdout).map((x: { outcome: string }) => x.outcome);

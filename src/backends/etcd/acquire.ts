@@ -21,7 +21,7 @@
  *
  * @example One acquisition through a session (the allocator normally does this)
  * ```ts ignore
- * const { id, created } = await acquire(core, {
+ * const { id, created } = await acquire(ctx, {
  *   key: "k8s:app=web;",
  *   pickCandidate: (exclude) => (exclude.has(300) ? undefined : 300),
  *   signal: AbortSignal.timeout(5_000),
@@ -43,8 +43,8 @@ import {
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
-import type { EtcdLayout } from "./paths.ts";
+import type { EtcdContext } from "./context.ts";
+import type { EtcdLayout } from "./layout.ts";
 import {
   absent,
   agreementLadder,
@@ -62,11 +62,9 @@ import {
   unchangedSince,
   valueIs,
 } from "./txn.ts";
+import { MAX_ACQUIRE_ROUNDS } from "./limits.ts";
 
 const log = idallocLogger("etcd", "acquire");
-
-/** Transactions one `acquire` may spend before giving up with a {@linkcode ConflictError}. */
-export const MAX_ACQUIRE_ROUNDS = 3;
 
 /**
  * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
@@ -184,11 +182,11 @@ function plan(k: Knowledge, key: string, req: AcquireRequest, layout: EtcdLayout
 }
 
 /** Runs the acquisition protocol for `req` (see the module doc). */
-export async function acquire(core: SessionCore, req: AcquireRequest): Promise<AcquireResult> {
+export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<AcquireResult> {
   const { key, signal } = req;
-  const { layout, client } = core;
+  const { layout, client } = ctx;
   const refPrefix = layout.refPrefix(key);
-  const refKey = layout.refKey(key, core.node);
+  const refKey = layout.refKey(key, ctx.node);
   const range: ByteRange = prefixRange(refPrefix + "/");
   const k: Knowledge = {
     masters: new Map(),
@@ -196,7 +194,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     owners: new Map(),
     hint: req.hint ? { id: req.hint.id, version: req.hint.version } : undefined,
   };
-  const mutexes = mutexGuards(core, key);
+  const mutexes = mutexGuards(ctx, key);
   let leaseRetries = 1;
 
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
@@ -219,7 +217,7 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
       continue;
     }
     const masterKey = layout.masterKey(p.id);
-    const lease = await core.leases.leaseFor(refKey, signal);
+    const lease = await ctx.leases.leaseFor(refKey, signal);
     const putRef = put(refKey, String(p.id), lease);
     const guards = mutexes(p.id);
     let compare: ICompare[];
@@ -255,10 +253,10 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
     let res: TxnResult;
     try {
       if (req.roundTrips) req.roundTrips.count++;
-      res = await core.txns.run("acquire", txn, signal);
+      res = await ctx.txns.run("acquire", txn, signal);
     } catch (err) {
       if (err instanceof LeaseNotFound && leaseRetries-- > 0) {
-        core.leases.lost(lease, "etcd refused a write with it (lease not found)");
+        ctx.leases.lost(lease, "etcd refused a write with it (lease not found)");
         round--;
         continue;
       }
@@ -301,13 +299,13 @@ export async function acquire(core: SessionCore, req: AcquireRequest): Promise<A
  * the ID's GC mutex (none when the backend was told no Cilium node writes here). One guard per
  * path for the whole call, so that what a failed round learned carries over.
  */
-export function mutexGuards(core: SessionCore, key: string): (id: number) => MutexGuard[] {
-  if (!core.ciliumLocks) return () => [];
-  const keyGuard = new MutexGuard(core.layout.keyLockPath(key));
+export function mutexGuards(ctx: EtcdContext, key: string): (id: number) => MutexGuard[] {
+  if (!ctx.ciliumLocks) return () => [];
+  const keyGuard = new MutexGuard(ctx.layout.keyLockPath(key));
   const idGuards = new Map<number, MutexGuard>();
   return (id) => {
     let idGuard = idGuards.get(id);
-    if (!idGuard) idGuards.set(id, idGuard = new MutexGuard(core.layout.idLockPath(id)));
+    if (!idGuard) idGuards.set(id, idGuard = new MutexGuard(ctx.layout.idLockPath(id)));
     return [keyGuard, idGuard];
   };
 }

@@ -12,7 +12,7 @@ import { LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { rangePages } from "./paging.ts";
-import { type EtcdLayout, parseId } from "./paths.ts";
+import { type EtcdLayout, parseId } from "./layout.ts";
 import { kvsAt, prefixRange, text } from "./txn.ts";
 
 const log = idallocLogger("etcd");

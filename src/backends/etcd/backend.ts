@@ -23,7 +23,6 @@ import { type IdallocError, InvalidKeyError, StoreUnavailableError } from "../..
 import { EtcdAdmin } from "./admin.ts";
 import { EtcdClient, ResponseTooLarge } from "./client.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
-import { keyProblem } from "./key_check.ts";
 import {
   certificateProblem,
   connectionFailureOf,
@@ -35,8 +34,8 @@ import {
 import { type PlainProbeVerdict, probePlainEndpoint } from "./probe.ts";
 import { NotEtcdServerError, StoreTlsError } from "./errors.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
-import { EtcdLayout } from "./paths.ts";
-import { type LimiterStats, RateLimiter } from "./rate_limiter.ts";
+import { EtcdLayout, keyProblem } from "./layout.ts";
+import { type LimiterStats, RequestLimiter } from "./request_limiter.ts";
 import { EtcdSession } from "./session.ts";
 
 function never(): AbortSignal {
@@ -141,7 +140,7 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
   ): Promise<EtcdBackend> {
     const settings = resolveEtcdOptions(options);
     checkCertificates(settings);
-    const client = new EtcdClient(settings, new RateLimiter(settings.qps));
+    const client = new EtcdClient(settings, new RequestLimiter(settings.qps));
     // The most telling failure seen: a member that failed for certain says more than one that
     // merely closed the connection (a server demanding a client certificate does either).
     let definite: unknown;

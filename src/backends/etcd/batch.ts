@@ -24,12 +24,9 @@
  */
 import type { ICompare, IRequestOp, IResponseOp, ITxnResponse } from "../../deps/etcd3.ts";
 import { type EtcdClient, LeaseNotFound, ResponseTooLarge } from "./client.ts";
-import { BATCH_BYTES } from "./limits.ts";
+import { BATCH_BYTES, MAX_BATCH } from "./limits.ts";
 import { nested } from "./txn.ts";
-import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
-
-/** Transactions one request may carry. */
-export const MAX_BATCH = 64;
+import { GroupCommit, type Member, settle } from "../shared/group_commit.ts";
 
 /** One transaction, as `etcd3`'s raw `kv.txn` takes it. */
 export interface TxnRequest {

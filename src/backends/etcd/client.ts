@@ -7,11 +7,11 @@
  * ```ts
  * import { bytes, EtcdClient } from "./client.ts";
  * import { resolveEtcdOptions } from "./options.ts";
- * import { RateLimiter } from "./rate_limiter.ts";
+ * import { RequestLimiter } from "./request_limiter.ts";
  *
  * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
  * const signal = AbortSignal.timeout(5_000);
- * const client = new EtcdClient(settings, new RateLimiter(settings.qps));
+ * const client = new EtcdClient(settings, new RequestLimiter(settings.qps));
  * const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
  * await client.close();
  * ```
@@ -41,7 +41,7 @@ import { abortable, sleep } from "../../abort.ts";
 import { StoreAccessDeniedError } from "./errors.ts";
 import { endpointWords, summarize, typedFailure } from "./failure.ts";
 import type { EtcdSettings } from "./options.ts";
-import type { RateLimiter } from "./rate_limiter.ts";
+import type { RequestLimiter } from "./request_limiter.ts";
 import { StoreTelemetry } from "../../telemetry/store.ts";
 
 /** The lease named in a request does not exist (expired or revoked). Internal. */
@@ -266,7 +266,7 @@ export interface RawClients {
 /** The backend's connection: rate limited, deadline-bounded, retrying, error-mapping. */
 export class EtcdClient {
   readonly #client: Etcd3;
-  readonly #limiter: RateLimiter;
+  readonly #limiter: RequestLimiter;
   readonly #requestTimeoutMs: number;
   /** The endpoints in words, for messages: `etcd at http://…`. */
   readonly #where: string;
@@ -291,7 +291,7 @@ export class EtcdClient {
    */
   constructor(
     settings: EtcdSettings,
-    limiter: RateLimiter,
+    limiter: RequestLimiter,
     tuning: { readonly maxResponseBytes?: number } = {},
   ) {
     this.maxResponseBytes = tuning.maxResponseBytes ?? MAX_RESPONSE_BYTES;
@@ -353,7 +353,7 @@ export class EtcdClient {
   }
 
   /** The limiter every request goes through. */
-  get limiter(): RateLimiter {
+  get limiter(): RequestLimiter {
     return this.#limiter;
   }
 

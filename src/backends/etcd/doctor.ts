@@ -41,9 +41,8 @@ import {
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { bytes, type EtcdClient } from "./client.ts";
-import { keyProblem } from "./key_check.ts";
 import { rangePages } from "./paging.ts";
-import { type EtcdLayout, parseId } from "./paths.ts";
+import { type EtcdLayout, keyProblem, parseId } from "./layout.ts";
 import { kvsAt, prefixRange, strictText, text } from "./txn.ts";
 
 const log = idallocLogger("etcd", "doctor");

@@ -9,7 +9,7 @@
  *
  * @example
  * ```ts ignore
- * const [report] = await ensure(core, [{ key: "k8s:app=web;", id: 300 }], signal);
+ * const [report] = await ensure(ctx, [{ key: "k8s:app=web;", id: 300 }], signal);
  * // { key: "k8s:app=web;", id: 300, master: "ok", reference: "recreated" }
  * ```
  *
@@ -20,8 +20,9 @@ import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
 import { mutexGuards, readMaster } from "./acquire.ts";
 import { LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
-import { batches, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
+import type { EtcdContext } from "./context.ts";
+import { batches } from "../shared/batching.ts";
+import { BATCH_BYTES, ENSURE_BATCH, KEY_COPIES_PER_TXN, utf8Length } from "./limits.ts";
 import {
   absent,
   agreementLadder,
@@ -41,11 +42,6 @@ import {
 
 const log = idallocLogger("etcd", "ensure");
 
-/**
- * Held keys per read/write transaction pair: up to four reads per key (master, references, and
- * two Cilium mutexes); etcd allows 128 operations a level.
- */
-export const ENSURE_BATCH = 32;
 /** Passes over keys whose guarded write lost a race before they are reported as conflicts. */
 const ENSURE_PASSES = 2;
 
@@ -58,7 +54,7 @@ interface Pending {
 
 /** Runs `ensure` for `held` (see the module doc); one report per key, in order. */
 export async function ensure(
-  core: SessionCore,
+  ctx: EtcdContext,
   held: readonly HeldKey[],
   signal: AbortSignal,
 ): Promise<EnsureReport[]> {
@@ -66,17 +62,17 @@ export async function ensure(
   const all: Pending[] = held.map((h, index) => ({
     index,
     held: h,
-    guards: mutexGuards(core, h.key)(h.id),
+    guards: mutexGuards(ctx, h.key)(h.id),
   }));
   // Each key's write carries its bytes about as often as an acquire does.
   const weight = (p: Pending) => KEY_COPIES_PER_TXN * utf8Length(p.held.key) + 512;
-  for (const batch of batches(all, ENSURE_BATCH, weight)) {
+  for (const batch of batches(all, [ENSURE_BATCH, BATCH_BYTES], (p) => [1, weight(p)])) {
     let pending = batch;
     let leaseRetries = 1;
     for (let pass = 0; pending.length > 0; pass++) {
       signal.throwIfAborted();
       try {
-        pending = await ensurePass(core, pending, reports, signal, pass + 1 >= ENSURE_PASSES);
+        pending = await ensurePass(ctx, pending, reports, signal, pass + 1 >= ENSURE_PASSES);
       } catch (err) {
         if (!(err instanceof LeaseNotFound) || leaseRetries-- <= 0) throw err;
         pass--;
@@ -88,13 +84,13 @@ export async function ensure(
 
 /** One read + one write; returns the keys whose guarded write lost a race (to try again). */
 async function ensurePass(
-  core: SessionCore,
+  ctx: EtcdContext,
   batch: Pending[],
   reports: EnsureReport[],
   signal: AbortSignal,
   last: boolean,
 ): Promise<Pending[]> {
-  const { client, layout, node, leases } = core;
+  const { client, layout, node, leases } = ctx;
   const reads: IRequestOp[] = [];
   // Each key's read also covers the Cilium mutexes its writes would check: a key that needs no
   // write is proven only while no Cilium node is between the steps of allocating it (its master

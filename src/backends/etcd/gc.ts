@@ -18,8 +18,8 @@
  *
  * @example Two-round marking over the candidates (the allocator's GC does this)
  * ```ts ignore
- * for await (const c of gcList(core, { min: 256, max: 65535 }, signal)) {
- *   if (!c.inUse && marked.get(c.id) === c.version) await gcDelete(core, c, signal);
+ * for await (const c of gcList(ctx, { min: 256, max: 65535 }, signal)) {
+ *   if (!c.inUse && marked.get(c.id) === c.version) await gcDelete(ctx, c, signal);
  * }
  * ```
  *
@@ -31,9 +31,10 @@ import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import { type GcSkip, shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { ResponseTooLarge } from "./client.ts";
-import type { SessionCore } from "./core.ts";
-import { keyProblem } from "./key_check.ts";
-import { batches, utf8Length } from "./limits.ts";
+import type { EtcdContext } from "./context.ts";
+import { keyProblem } from "./layout.ts";
+import { batches } from "../shared/batching.ts";
+import { BATCH_BYTES, utf8Length } from "./limits.ts";
 import { rangePages } from "./paging.ts";
 import {
   absent,
@@ -70,7 +71,7 @@ export interface MasterEntry {
  * no key can be).
  */
 export function parseMaster(
-  core: SessionCore,
+  ctx: EtcdContext,
   kv: IKeyValue,
   onSkip?: (skip: GcSkip) => void,
 ): MasterEntry | undefined {
@@ -83,7 +84,7 @@ export function parseMaster(
     onSkip?.({ kind, entry: shorten(etcdKey), reason });
     return undefined;
   };
-  const id = core.layout.idOfMasterKey(etcdKey);
+  const id = ctx.layout.idOfMasterKey(etcdKey);
   if (id === undefined) return skip("master-bad-id", "the ID is not a decimal number");
   const key = strictText(kv.value);
   if (key === undefined) return skip("master-undecodable", "the value is not UTF-8");
@@ -93,12 +94,12 @@ export function parseMaster(
 
 /** Every master with `min <= id <= max`, with its GC version and liveness (see module doc). */
 export async function* gcList(
-  core: SessionCore,
+  ctx: EtcdContext,
   range: { min: number; max: number },
   signal: AbortSignal,
   options: GcListOptions = {},
 ): AsyncGenerator<GcCandidate> {
-  const { client, layout } = core;
+  const { client, layout } = ctx;
   const onSkip = options.onSkip ?? (() => {});
   // Pinned pages; a compacted pin resumes at a newer revision: every delete is guarded anyway.
   const pages = rangePages(client, "gc list", prefixRange(layout.masterRange), signal, {
@@ -114,7 +115,7 @@ export async function* gcList(
     for (const kv of page.kvs) {
       const id = layout.idOfMasterKey(text(kv.key));
       if (id !== undefined && (id < range.min || id > range.max)) continue;
-      const m = parseMaster(core, kv, onSkip);
+      const m = parseMaster(ctx, kv, onSkip);
       if (m === undefined) continue;
       const problem = keyProblem(layout, m.key);
       if (problem !== undefined) {
@@ -124,8 +125,10 @@ export async function* gcList(
       masters.push(m);
     }
     const weight = (m: MasterEntry) => 2 * utf8Length(m.key) + 256;
-    for (const chunk of batches(masters, REFS_PER_TXN, weight)) {
-      yield* judge(core, chunk, signal, onSkip);
+    for (
+      const chunk of batches(masters, [REFS_PER_TXN, BATCH_BYTES], (m) => [1, weight(m)])
+    ) {
+      yield* judge(ctx, chunk, signal, onSkip);
     }
   }
 }
@@ -141,12 +144,12 @@ function skipMaster(onSkip: (skip: GcSkip) => void, etcdKey: string, why: string
  * limit is read again in halves; a master whose references alone exceed it is skipped.
  */
 async function* judge(
-  core: SessionCore,
+  ctx: EtcdContext,
   chunk: readonly MasterEntry[],
   signal: AbortSignal,
   onSkip: (skip: GcSkip) => void,
 ): AsyncGenerator<GcCandidate> {
-  const { client, layout } = core;
+  const { client, layout } = ctx;
   let res;
   try {
     res = await client.call("gc read references", signal, (o) =>
@@ -160,8 +163,8 @@ async function* judge(
       return;
     }
     const half = Math.ceil(chunk.length / 2);
-    yield* judge(core, chunk.slice(0, half), signal, onSkip);
-    yield* judge(core, chunk.slice(half), signal, onSkip);
+    yield* judge(ctx, chunk.slice(0, half), signal, onSkip);
+    yield* judge(ctx, chunk.slice(half), signal, onSkip);
     return;
   }
   for (const [j, m] of chunk.entries()) {
@@ -187,18 +190,18 @@ async function* judge(
  * mutex ranges hold only other paths' mutexes.
  */
 export async function gcDelete(
-  core: SessionCore,
+  ctx: EtcdContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
-  const { client, layout } = core;
+  const { client, layout } = ctx;
   const masterMod = candidate.version.split(":")[0];
   if (!/^[0-9]+$/.test(masterMod)) return false;
   const masterKey = layout.masterKey(candidate.id);
   const refPrefix = layout.refPrefix(candidate.key);
   const range = prefixRange(refPrefix + "/");
   const id = String(candidate.id);
-  const guards = mutexGuards(core, candidate.key)(candidate.id);
+  const guards = mutexGuards(ctx, candidate.key)(candidate.id);
 
   const deleteOp: IRequestOp[] = [del(masterKey)];
   const guardedBy = (): ICompare[] => [

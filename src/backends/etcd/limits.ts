@@ -1,11 +1,13 @@
 /**
- * Size limits that follow from etcd's default request limit, and batching under them.
+ * etcd limits and the backend's own batch sizes and bounds, in one place (as the Deno KV
+ * backend's `limits.ts`): sizes follow from etcd's default request limit, and batching under them
+ * is `../shared/batching.ts`'s, with {@linkcode BATCH_BYTES} as the budget.
  *
  * @example
  * ```ts
- * import { batches, MAX_KEY_BYTES } from "./limits.ts";
- * console.log(MAX_KEY_BYTES); // 78233
- * console.log(batches([1, 2, 3], 2, () => 1)); // [[1, 2], [3]]
+ * import assert from "node:assert/strict";
+ * import { MAX_KEY_BYTES } from "./limits.ts";
+ * assert.equal(MAX_KEY_BYTES, 78233);
  * ```
  *
  * @module
@@ -35,28 +37,17 @@ export function utf8Length(s: string): number {
   return new TextEncoder().encode(s).length;
 }
 
+/** Transactions one `acquire` may spend before giving up with a `ConflictError`. */
+export const MAX_ACQUIRE_ROUNDS = 3;
+
+/** Transactions one request may carry. */
+export const MAX_BATCH = 64;
+
 /**
- * Splits `items` into batches of at most `maxCount` items whose summed `weight` stays within
- * {@linkcode BATCH_BYTES} (a single heavier item still gets a batch of its own).
+ * Held keys per read/write transaction pair: up to four reads per key (master, references, and
+ * two Cilium mutexes); etcd allows 128 operations a level.
  */
-export function batches<T>(
-  items: readonly T[],
-  maxCount: number,
-  weight: (item: T) => number,
-): T[][] {
-  const out: T[][] = [];
-  let current: T[] = [];
-  let bytes = 0;
-  for (const item of items) {
-    const w = weight(item);
-    if (current.length > 0 && (current.length >= maxCount || bytes + w > BATCH_BYTES)) {
-      out.push(current);
-      current = [];
-      bytes = 0;
-    }
-    current.push(item);
-    bytes += w;
-  }
-  if (current.length > 0) out.push(current);
-  return out;
-}
+export const ENSURE_BATCH = 32;
+
+/** Cilium's `etcdMaxKeysPerLease`. */
+export const MAX_KEYS_PER_LEASE = 1000;

@@ -46,6 +46,6 @@ export {
 // The base classes of the errors above, so that this entrypoint's docs are complete.
 export { IdallocError, type IdallocErrorOptions, StoreUnavailableError } from "../../errors.ts";
 export { MAX_KEY_BYTES } from "./limits.ts";
-export type { LimiterStats } from "./rate_limiter.ts";
+export type { LimiterStats } from "./request_limiter.ts";
 export type * from "../../allocator/backend.ts";
 export type * from "../../allocator/damage.ts";

@@ -1,5 +1,7 @@
 /**
- * Options of the etcd backend: public types, and their validation (zod, internal).
+ * Options of the etcd backend: public types, and their validation (zod, internal). Each option
+ * is declared once, in the schema; the documented {@linkcode EtcdBackendOptions} is checked against
+ * it at compile time (see `../shared/options.ts`).
  *
  * @example
  * ```ts
@@ -12,6 +14,7 @@
  */
 import { z } from "../../deps/zod.ts";
 import { parseOptions } from "../../validate.ts";
+import type { SameShape, SettingsOf } from "../shared/options.ts";
 
 /** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */
 export const CILIUM_IDENTITIES_PREFIX = "cilium/state/identities/v1";
@@ -84,22 +87,6 @@ export interface EtcdBackendOptions {
   readonly requestTimeoutMs?: number;
 }
 
-/** Options after validation, with defaults. */
-export interface EtcdSettings {
-  /** Client URLs, each with its scheme. */
-  readonly endpoints: readonly string[];
-  readonly prefix: string;
-  readonly node: string;
-  readonly tls?: EtcdTlsOptions;
-  readonly user?: string;
-  readonly password?: string;
-  readonly qps?: number;
-  readonly honorCiliumLocks: boolean;
-  readonly groupCommit: boolean;
-  readonly dialTimeoutMs: number;
-  readonly requestTimeoutMs: number;
-}
-
 const endpoint = z.string().refine((s) => {
   try {
     const url = new URL(s);
@@ -162,6 +149,15 @@ const schema = z.object({
     const secure = o.endpoints.filter((e) => e.startsWith("https:")).length;
     return secure === 0 || secure === o.endpoints.length;
   }, { message: "endpoints must be all http:// or all https://", path: ["endpoints"] });
+
+/**
+ * Options after validation, with defaults: the schema's output, so declared once. Every endpoint
+ * carries its scheme (etcdctl's `host:port` got one from {@linkcode resolveEtcdOptions}).
+ */
+export type EtcdSettings = SettingsOf<typeof schema>;
+
+// Does not compile when the documented options and the schema drift apart.
+const _documentedAsValidated: SameShape<EtcdBackendOptions, z.input<typeof schema>> = true;
 
 /** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
 export function resolveEtcdOptions(options: EtcdBackendOptions): EtcdSettings {

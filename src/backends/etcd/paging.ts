@@ -15,7 +15,7 @@
  * ```ts
  * import type { EtcdClient } from "./client.ts";
  * import { rangePages } from "./paging.ts";
- * import { EtcdLayout } from "./paths.ts";
+ * import { EtcdLayout } from "./layout.ts";
  * import { prefixRange } from "./txn.ts";
  * declare const client: EtcdClient, signal: AbortSignal;
  * const { masterRange } = new EtcdLayout("cilium/state/identities/v1");

@@ -23,15 +23,16 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { ClosedError, ConflictError, ReadOnlyError } from "../../errors.ts";
+import { ConflictError, ReadOnlyError } from "../../errors.ts";
+import { TaskGroup } from "../../task_group.ts";
 import { idallocLogger } from "../../log.ts";
 import { acquire, agreedId } from "./acquire.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
-import type { SessionCore } from "./core.ts";
+import type { EtcdContext } from "./context.ts";
 import { ensure } from "./ensure.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { LeaseManager } from "./leases.ts";
-import type { EtcdLayout } from "./paths.ts";
+import { LeaseManager } from "./lease.ts";
+import type { EtcdLayout } from "./layout.ts";
 import { del, prefixRange, snapshotOf, text } from "./txn.ts";
 import { watchMasters } from "./watch.ts";
 import { TxnBatcher } from "./batch.ts";
@@ -60,8 +61,11 @@ async function retryableLeaseLoss<T>(p: Promise<T>): Promise<T> {
   }
 }
 
-/** What the session needs from its backend. */
-export interface SessionContext {
+/**
+ * What the session needs from its backend (the parts of the session share an
+ * {@linkcode EtcdContext} built from it).
+ */
+export interface SessionWiring {
   readonly client: EtcdClient;
   readonly layout: EtcdLayout;
   readonly node: string;
@@ -76,20 +80,19 @@ export interface SessionContext {
 
 /** One allocator's live connection to etcd. */
 export class EtcdSession implements BackendSession {
-  readonly #ctx: SessionContext;
-  readonly #core: SessionCore;
+  readonly #wiring: SessionWiring;
+  readonly #ctx: EtcdContext;
   readonly #readOnly: boolean;
-  readonly #closing = new AbortController();
-  readonly #tasks = new Set<Promise<unknown>>();
-  #closed: Promise<void> | undefined;
+  /** The closing signal, the status refreshes in flight and the idempotent close. */
+  readonly #group = new TaskGroup("etcd session");
   #leader: string | undefined;
   #statusAt = 0;
 
-  private constructor(ctx: SessionContext, options: SessionOptions) {
-    this.#ctx = ctx;
+  private constructor(wiring: SessionWiring, options: SessionOptions) {
+    this.#wiring = wiring;
     this.#readOnly = options.readOnly;
     const leases = new LeaseManager(
-      ctx.client,
+      wiring.client,
       leaseTtlSeconds(options.leaseTtlMs),
       () => {
         try {
@@ -99,28 +102,25 @@ export class EtcdSession implements BackendSession {
         }
       },
     );
-    this.#core = {
-      client: ctx.client,
-      layout: ctx.layout,
-      node: ctx.node,
+    this.#ctx = {
+      client: wiring.client,
+      layout: wiring.layout,
+      node: wiring.node,
       leases,
-      ciliumLocks: ctx.ciliumLocks,
-      txns: new TxnBatcher(ctx.client, this.#closing.signal, ctx.groupCommit),
+      ciliumLocks: wiring.ciliumLocks,
+      txns: new TxnBatcher(wiring.client, this.#group.signal, wiring.groupCommit),
     };
   }
 
   /** Opens a session: grants the first lease (unless read-only) and starts renewing it. */
-  static async open(ctx: SessionContext, options: SessionOptions): Promise<EtcdSession> {
-    ctx.client.assertOpen();
-    const session = new EtcdSession(ctx, options);
+  static async open(wiring: SessionWiring, options: SessionOptions): Promise<EtcdSession> {
+    wiring.client.assertOpen();
+    const session = new EtcdSession(wiring, options);
     if (!options.readOnly) {
-      const signal = options.signal
-        ? AbortSignal.any([options.signal, session.#closing.signal])
-        : session.#closing.signal;
       try {
-        await session.#core.leases.start(signal);
+        await session.#ctx.leases.start(session.#group.bound(options.signal));
       } catch (err) {
-        await session.#core.leases.close();
+        await session.#ctx.leases.close();
         throw err;
       }
     }
@@ -129,12 +129,12 @@ export class EtcdSession implements BackendSession {
   }
 
   #signal(signal: AbortSignal): AbortSignal {
-    return AbortSignal.any([signal, this.#closing.signal]);
+    return this.#group.bound(signal);
   }
 
   #assertOpen(): void {
-    if (this.#closed) throw new ClosedError("etcd session");
-    this.#ctx.client.assertOpen();
+    this.#group.throwIfClosed();
+    this.#wiring.client.assertOpen();
   }
 
   #assertWritable(operation: string): void {
@@ -146,17 +146,17 @@ export class EtcdSession implements BackendSession {
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     this.#assertWritable("acquire");
     return await retryableLeaseLoss(
-      acquire(this.#core, { ...request, signal: this.#signal(request.signal) }),
+      acquire(this.#ctx, { ...request, signal: this.#signal(request.signal) }),
     );
   }
 
   /** See {@linkcode BackendSession.release}. */
   async release(key: string, _id: number, signal: AbortSignal): Promise<void> {
     this.#assertWritable("release");
-    const { layout, leases, node } = this.#core;
+    const { layout, leases, node } = this.#ctx;
     const refKey = layout.refKey(key, node);
     // A transaction, not a plain delete, so that concurrent releases share one request.
-    await this.#core.txns.run(
+    await this.#ctx.txns.run(
       "release",
       { compare: [], success: [del(refKey)], failure: [] },
       this.#signal(signal),
@@ -167,13 +167,13 @@ export class EtcdSession implements BackendSession {
   /** See {@linkcode BackendSession.ensure}. */
   async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
     this.#assertWritable("ensure");
-    return await retryableLeaseLoss(ensure(this.#core, held, this.#signal(signal)));
+    return await retryableLeaseLoss(ensure(this.#ctx, held, this.#signal(signal)));
   }
 
   /** See {@linkcode BackendSession.get}. */
   async get(key: string, signal: AbortSignal): Promise<number | undefined> {
     this.#assertOpen();
-    const { client, layout } = this.#core;
+    const { client, layout } = this.#ctx;
     const refPrefix = layout.refPrefix(key);
     const res = await client.call(
       "get",
@@ -188,7 +188,7 @@ export class EtcdSession implements BackendSession {
   /** See {@linkcode BackendSession.getById}. */
   async getById(id: number, signal: AbortSignal): Promise<string | undefined> {
     this.#assertOpen();
-    const { client, layout } = this.#core;
+    const { client, layout } = this.#ctx;
     const res = await client.call(
       "get by id",
       this.#signal(signal),
@@ -201,7 +201,7 @@ export class EtcdSession implements BackendSession {
   /** See {@linkcode BackendSession.watch}. */
   async *watch(signal: AbortSignal): AsyncGenerator<BackendEvent> {
     this.#assertOpen();
-    yield* watchMasters(this.#core, this.#signal(signal));
+    yield* watchMasters(this.#ctx, this.#signal(signal));
   }
 
   /** See {@linkcode BackendSession.gcList}. */
@@ -211,53 +211,53 @@ export class EtcdSession implements BackendSession {
     options?: GcListOptions,
   ): AsyncGenerator<GcCandidate> {
     this.#assertOpen();
-    yield* gcList(this.#core, range, this.#signal(signal), options);
+    yield* gcList(this.#ctx, range, this.#signal(signal), options);
   }
 
   /** See {@linkcode BackendSession.gcDelete}. */
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
     this.#assertWritable("gcDelete");
-    return await gcDelete(this.#core, candidate, this.#signal(signal));
+    return await gcDelete(this.#ctx, candidate, this.#signal(signal));
   }
 
   /** See {@linkcode BackendSession.claimValidUntil}: the earliest local deadline of a lease. */
   claimValidUntil(): number {
     if (this.#readOnly) return Infinity;
-    return this.#core.leases.expiresAt ?? 0;
+    return this.#ctx.leases.expiresAt ?? 0;
   }
 
   /** See {@linkcode BackendSession.renew}. */
   async renew(signal: AbortSignal): Promise<void> {
     this.#assertWritable("renew");
-    await this.#core.leases.renewNow(this.#signal(signal));
+    await this.#ctx.leases.renewNow(this.#signal(signal));
   }
 
   /** See {@linkcode BackendSession.status}. Starts a background refresh of the leader if stale. */
   status(): SessionStatus {
-    const { client, leases } = this.#core;
+    const { client, leases } = this.#ctx;
     this.#refreshStatus();
     return {
       backend: "etcd",
-      node: this.#ctx.node,
-      endpoints: [...this.#ctx.endpoints],
+      node: this.#wiring.node,
+      endpoints: [...this.#wiring.endpoints],
       leader: this.#leader,
       leases: leases.count,
       leaseExpiresAt: leases.expiresAt,
       lastError: client.lastError,
-      healthy: client.healthy && !client.closed && !this.#closed &&
+      healthy: client.healthy && !client.closed && !this.#group.closed &&
         Date.now() < this.claimValidUntil(),
     };
   }
 
   #refreshStatus(): void {
-    if (this.#closed || this.#ctx.client.closed) return;
+    if (this.#group.closed || this.#wiring.client.closed) return;
     if (Date.now() - this.#statusAt < STATUS_REFRESH_MS) return;
     this.#statusAt = Date.now();
-    const { client } = this.#core;
+    const { client } = this.#ctx;
     const task = (async () => {
       const s = await client.call(
         "status",
-        this.#closing.signal,
+        this.#group.signal,
         (o) => client.raw.maintenance.status(o),
       );
       const leaderId = String(s.leader);
@@ -265,7 +265,7 @@ export class EtcdSession implements BackendSession {
       try {
         const members = await client.call(
           "member list",
-          this.#closing.signal,
+          this.#group.signal,
           (o) => client.raw.cluster.memberList({}, o),
         );
         const m = members.members.find((x) => String(x.ID) === leaderId);
@@ -274,22 +274,17 @@ export class EtcdSession implements BackendSession {
         // The ID alone will do.
       }
       this.#leader = name;
-    })().catch((err) => {
-      if (!this.#closing.signal.aborted) client.noteError("status", err);
-    });
-    this.#tasks.add(task);
-    task.finally(() => this.#tasks.delete(task));
+    })();
+    // A refresh stopped by the closing signal is no connection trouble worth reporting.
+    this.#group.spawn(task, (err) => client.noteError("status", err));
   }
 
   /** See {@linkcode BackendSession.close}. Idempotent. */
   close(): Promise<void> {
-    this.#closed ??= (async () => {
-      this.#closing.abort(new ClosedError("etcd session"));
-      await this.#core.leases.close();
-      await Promise.allSettled([...this.#tasks]);
-      this.#ctx.onClose(this);
-    })();
-    return this.#closed;
+    return this.#group.close(
+      () => this.#ctx.leases.close(),
+      () => this.#wiring.onClose(this),
+    );
   }
 
   /** Same as {@linkcode EtcdSession.close}. */

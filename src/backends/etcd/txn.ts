@@ -32,7 +32,7 @@ import type {
   ITxnResponse,
 } from "../../deps/etcd3.ts";
 import { bytes } from "./client.ts";
-import { parseId, prefixEnd, prefixMatchesKey } from "./paths.ts";
+import { parseId, prefixEnd, prefixMatchesKey } from "./layout.ts";
 
 /** A key range `[start, end)` in bytes. */
 export interface ByteRange {

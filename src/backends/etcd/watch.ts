@@ -5,11 +5,11 @@
  *
  * @example
  * ```ts
- * import type { SessionCore } from "./core.ts";
+ * import type { EtcdContext } from "./context.ts";
  * import { watchMasters } from "./watch.ts";
- * declare const core: SessionCore, signal: AbortSignal;
+ * declare const ctx: EtcdContext, signal: AbortSignal;
  *
- * for await (const ev of watchMasters(core, signal)) {
+ * for await (const ev of watchMasters(ctx, signal)) {
  *   if (ev.type === "synced") console.log("initial list complete");
  * }
  * ```
@@ -22,7 +22,7 @@ import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
-import type { SessionCore } from "./core.ts";
+import type { EtcdContext } from "./context.ts";
 import { type MasterEntry, parseMaster } from "./gc.ts";
 import { rangePages, RevisionCompacted } from "./paging.ts";
 import { prefixRange, text } from "./txn.ts";
@@ -43,10 +43,10 @@ class Compacted extends Error {
 
 /** Lists every master at one revision (the first page's; a compacted one starts over). */
 async function listMasters(
-  core: SessionCore,
+  ctx: EtcdContext,
   signal: AbortSignal,
 ): Promise<{ entries: MasterEntry[]; revision: string }> {
-  const { client, layout } = core;
+  const { client, layout } = ctx;
   const all = prefixRange(layout.masterRange);
   for (;;) {
     const entries: MasterEntry[] = [];
@@ -60,7 +60,7 @@ async function listMasters(
           });
         }
         for (const kv of page.kvs) {
-          const m = parseMaster(core, kv);
+          const m = parseMaster(ctx, kv);
           if (m) entries.push(m);
         }
       }
@@ -104,11 +104,11 @@ class StreamQueue {
 
 /** Watch responses for the masters from `startRevision`; throws {@linkcode Compacted}. */
 async function* watchFrom(
-  core: SessionCore,
+  ctx: EtcdContext,
   startRevision: bigint,
   signal: AbortSignal,
 ): AsyncGenerator<IWatchResponse> {
-  const { client, layout } = core;
+  const { client, layout } = ctx;
   await client.limiter.take(signal);
   client.assertOpen();
   const stream = await client.raw.watch.watch() as unknown as DuplexStream;
@@ -154,10 +154,10 @@ async function* watchFrom(
 
 /** The session's `watch` (see the module doc). Ends when `signal` aborts. */
 export async function* watchMasters(
-  core: SessionCore,
+  ctx: EtcdContext,
   signal: AbortSignal,
 ): AsyncGenerator<BackendEvent> {
-  const { client } = core;
+  const { client } = ctx;
   /** ID → mod revision of every master reported as upserted. */
   const known = new Map<number, string>();
   let synced = false;
@@ -170,7 +170,7 @@ export async function* watchMasters(
     try {
       if (relist) {
         client.telemetry.relist(relist);
-        const { entries, revision: listed } = await listMasters(core, signal);
+        const { entries, revision: listed } = await listMasters(ctx, signal);
         const seen = new Set<number>();
         for (const m of entries) {
           seen.add(m.id);
@@ -190,7 +190,7 @@ export async function* watchMasters(
           yield { type: "synced" };
         }
       }
-      for await (const res of watchFrom(core, revision + 1n, signal)) {
+      for await (const res of watchFrom(ctx, revision + 1n, signal)) {
         pause = RETRY_MIN_MS;
         client.noteHealthy();
         // etcd keeps no write time: the change is dated by the arrival of its notification.
@@ -199,11 +199,11 @@ export async function* watchMasters(
           const rev = BigInt(ev.kv.mod_revision);
           if (rev > revision) revision = rev;
           if (ev.type === "Delete") {
-            const id = core.layout.idOfMasterKey(text(ev.kv.key));
+            const id = ctx.layout.idOfMasterKey(text(ev.kv.key));
             if (id !== undefined && known.delete(id)) yield { type: "delete", id, at };
             continue;
           }
-          const m = parseMaster(core, ev.kv);
+          const m = parseMaster(ctx, ev.kv);
           if (!m) continue;
           known.set(m.id, m.modRevision);
           yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision, at };

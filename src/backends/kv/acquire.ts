@@ -32,7 +32,8 @@ import {
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { CommitBatcher, CommitPlan } from "./batch.ts";
-import { chargeShared, commit, getMany, type KvContext, type KvStats } from "./io.ts";
+import { chargeShared, commit, getMany, type KvStats } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { liveRefs, readRefs } from "./liveness.ts";

@@ -7,7 +7,8 @@
  */
 import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
 import { LiveEntryError } from "../../errors.ts";
-import { commit, get, type KvContext, list, newStats } from "./io.ts";
+import { commit, get, list, newStats } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { isExpired, isLive, nodeIsLive, readLeases } from "./liveness.ts";
 import { corrupt, decode } from "./schema.ts";
 

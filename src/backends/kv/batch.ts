@@ -9,7 +9,7 @@
  * Members never share a written key (the later one waits for the next commit).
  *
  * The shared commit keeps the one rule that makes a commit safe whatever the store holds (see
- * `loggedAtomic` in `io.ts`): its first mutation is the single `sum` on `gen`, for all members'
+ * `loggedAtomic` in `client.ts`): its first mutation is the single `sum` on `gen`, for all members'
  * change-feed entries together.
  *
  * @example Two new keys committed together when a commit is already in flight
@@ -20,10 +20,11 @@
  *
  * @module
  */
-import { commitLogged, type KvContext, type KvStats, type LogChange, loggedAtomic } from "./io.ts";
+import { commitLogged, type KvStats, type LogChange, loggedAtomic } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
-import { GroupCommit, type Member, settle } from "../../allocator/group_commit.ts";
+import { GroupCommit, type Member, settle } from "../shared/group_commit.ts";
 
 /** Payload a shared commit allows itself (the store's limit is 800 KiB). */
 const COMMIT_PAYLOAD_BUDGET = 512 * 1024;

@@ -37,16 +37,8 @@ import {
 } from "../../allocator/damage.ts";
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import {
-  commit,
-  commitLogged,
-  get,
-  getMany,
-  type KvContext,
-  type KvStats,
-  list,
-  loggedAtomic,
-} from "./io.ts";
+import { commit, commitLogged, get, getMany, type KvStats, list, loggedAtomic } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { KvAdmin } from "./admin.ts";
 import { LIST_BATCH, MAX_GET_MANY } from "./limits.ts";
 import { liveRefs, nodeIsLive, readLeases, readRefs } from "./liveness.ts";

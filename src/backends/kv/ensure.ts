@@ -18,17 +18,12 @@ import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { pairMutations, touchMutation } from "./acquire.ts";
-import {
-  commitLogged,
-  getMany,
-  type KvContext,
-  type KvStats,
-  type LogChange,
-  loggedAtomic,
-} from "./io.ts";
+import { commitLogged, getMany, type KvStats, type LogChange, loggedAtomic } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { COMMIT_KEY_BUDGET, ENSURE_BATCH, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { decode } from "./schema.ts";
+import { batches } from "../shared/batching.ts";
 
 const log = idallocLogger("kv");
 
@@ -77,21 +72,12 @@ export async function ensure(
  * at most five keys (master, index, touch, reference, log entry), none longer than its reference.
  */
 function commitGroups(ctx: KvContext, writes: readonly Plan[]): Plan[][] {
-  const groups: Plan[][] = [];
-  let group: Plan[] = [];
-  let bytes = 0;
-  for (const plan of writes) {
-    const cost = 5 * ctx.layout.largestKeyBytes(plan.held.key, ctx.settings.node);
-    if (group.length > 0 && bytes + cost > COMMIT_KEY_BUDGET) {
-      groups.push(group);
-      group = [];
-      bytes = 0;
-    }
-    group.push(plan);
-    bytes += cost;
-  }
-  if (group.length > 0) groups.push(group);
-  return groups;
+  const { layout, settings } = ctx;
+  return batches(
+    writes,
+    [COMMIT_KEY_BUDGET],
+    (p) => [5 * layout.largestKeyBytes(p.held.key, settings.node)],
+  );
 }
 
 function needsWrite(plan: Plan): boolean {

@@ -20,16 +20,8 @@
  */
 import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import type { GcSkip } from "../../allocator/damage.ts";
-import {
-  commit,
-  commitLogged,
-  get,
-  getMany,
-  type KvContext,
-  type KvStats,
-  list,
-  loggedAtomic,
-} from "./io.ts";
+import { commit, commitLogged, get, getMany, type KvStats, list, loggedAtomic } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
 import { isLive, type LeaseRecord, readLeases, readRefs, type Reference } from "./liveness.ts";

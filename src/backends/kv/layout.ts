@@ -32,7 +32,7 @@
  * - That `sum` on `gen` is the only mutation of any commit that a stored value can make fail, and
  *   it is the first of its commit: Deno KV keeps the mutations applied before a failing one
  *   (`docs/deno-kv-partial-commit.md`), so a corrupt `gen` leaves nothing half-written. It is
- *   then reset (guarded) and the commit retried (`io.ts`).
+ *   then reset (guarded) and the commit retried (`client.ts`).
  *
  * @module
  */

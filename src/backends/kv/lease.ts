@@ -12,7 +12,8 @@
  */
 import { StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { commit, errorMessage, type KvContext, type KvStats, nonce } from "./io.ts";
+import { commit, errorMessage, type KvStats, nonce } from "./client.ts";
+import type { KvContext } from "./context.ts";
 
 const log = idallocLogger("kv", "lease");
 

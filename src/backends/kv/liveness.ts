@@ -6,7 +6,8 @@
  * @module
  */
 import type { GcSkip } from "../../allocator/damage.ts";
-import { getMany, type KvContext, type KvStats, list } from "./io.ts";
+import { getMany, type KvStats, list } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { corrupt, decode, formatKey, type LeaseValue, type RefValue } from "./schema.ts";
 
 /** One reference `[...P, "ref", key, node]` as read. */

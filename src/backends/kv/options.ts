@@ -1,5 +1,7 @@
 /**
- * Options of the Deno KV backend and their validation.
+ * Options of the Deno KV backend and their validation. Each option is declared once, in the
+ * schema; the documented {@linkcode DenoKvBackendOptions} is checked against it at compile time
+ * (see `../shared/options.ts`).
  *
  * @module
  */
@@ -8,6 +10,7 @@ import { InvalidOptionsError } from "../../errors.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";
 import { prefixFits } from "./layout.ts";
 import { parseOptions } from "../../validate.ts";
+import type { SameShape, SettingsOf } from "../shared/options.ts";
 
 /** Options of {@linkcode DenoKvBackend}. */
 export interface DenoKvBackendOptions {
@@ -44,18 +47,6 @@ export interface DenoKvBackendOptions {
   readonly now?: () => number;
 }
 
-/** Options after validation, with defaults applied. */
-export interface KvSettings {
-  readonly prefix: readonly (string | number)[];
-  readonly node: string;
-  readonly pollIntervalMs: number;
-  readonly resyncIntervalMs: number;
-  readonly maxClockSkewMs: number;
-  readonly logRetentionMs: number;
-  readonly groupCommit: boolean;
-  readonly now: () => number;
-}
-
 const positiveMs = z.number().int().positive();
 
 const optionsSchema = z.object({
@@ -75,6 +66,12 @@ const optionsSchema = z.object({
   message: "must be at least twice pollIntervalMs + maxClockSkewMs",
   path: ["logRetentionMs"],
 });
+
+/** Options after validation, with defaults applied: the schema's output, so declared once. */
+export type KvSettings = SettingsOf<typeof optionsSchema>;
+
+// Does not compile when the documented options and the schema drift apart.
+const _documentedAsValidated: SameShape<DenoKvBackendOptions, z.input<typeof optionsSchema>> = true;
 
 /** Validates `options`; throws {@linkcode InvalidOptionsError} with the details as `cause`. */
 export function resolveKvOptions(kv: unknown, options: unknown): KvSettings {

@@ -1,6 +1,6 @@
 /**
  * A Deno KV session: the node's lease, its writes and its watches. Each protocol lives in its own
- * module (`acquire.ts`, `ensure.ts`, `gc.ts`, `feed.ts`, `lease.ts`); this class wires them to the
+ * module (`acquire.ts`, `ensure.ts`, `gc.ts`, `watch.ts`, `lease.ts`); this class wires them to the
  * {@linkcode BackendSession} contract and owns the lifecycle.
  *
  * @module
@@ -17,13 +17,15 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { ClosedError, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
 import { ensure } from "./ensure.ts";
-import { feed } from "./feed.ts";
+import { watchMasters } from "./watch.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { errorMessage, get, type KvContext, type KvStats, newStats } from "./io.ts";
+import { errorMessage, get, type KvStats, newStats } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { decode } from "./schema.ts";
 
@@ -35,12 +37,11 @@ export class DenoKvSession implements BackendSession {
   readonly backgroundStats: KvStats;
   readonly #ctx: KvContext;
   readonly #readOnly: boolean;
-  readonly #closer = new AbortController();
+  /** The closing signal, the watches' background tasks and the idempotent close. */
+  readonly #group = new TaskGroup("Deno KV session");
   readonly #batcher: CommitBatcher;
-  readonly #tasks = new Set<Promise<void>>();
   #lease: LeaseKeeper | undefined;
   #watchError: string | undefined;
-  #closed = false;
 
   private constructor(ctx: KvContext, readOnly: boolean) {
     this.#ctx = ctx;
@@ -50,7 +51,7 @@ export class DenoKvSession implements BackendSession {
     this.#batcher = new CommitBatcher(
       ctx,
       this.stats,
-      this.#closer.signal,
+      this.#group.signal,
       ctx.settings.groupCommit,
     );
   }
@@ -72,9 +73,9 @@ export class DenoKvSession implements BackendSession {
         session.backgroundStats,
         ttl,
         options.onLeaseReplaced,
-        session.#closer.signal,
+        session.#group.signal,
       );
-      await lease.start(options.signal ?? session.#closer.signal);
+      await lease.start(options.signal ?? session.#group.signal);
       session.#lease = lease;
     }
     return session;
@@ -138,8 +139,7 @@ export class DenoKvSession implements BackendSession {
 
   watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
     this.#open();
-    const combined = AbortSignal.any([signal, this.#closer.signal]);
-    return feed(this.#ctx, this.backgroundStats, combined, {
+    return watchMasters(this.#ctx, this.backgroundStats, this.#group.bound(signal), {
       onError: (err) => {
         this.#ctx.telemetry?.reconnect(err);
         this.#watchError = `watch failed: ${errorMessage(err)}`;
@@ -147,10 +147,7 @@ export class DenoKvSession implements BackendSession {
       onSuccess: () => {
         this.#watchError = undefined;
       },
-      track: (task) => {
-        this.#tasks.add(task);
-        task.finally(() => this.#tasks.delete(task));
-      },
+      track: (task) => this.#group.spawn(task),
     });
   }
 
@@ -189,19 +186,17 @@ export class DenoKvSession implements BackendSession {
       backend: "deno-kv",
       node: this.#ctx.settings.node,
       endpoints: ["deno-kv"],
-      leases: this.#lease && !this.#closed ? 1 : 0,
+      leases: this.#lease && !this.#group.closed ? 1 : 0,
       leaseExpiresAt: this.#lease?.expiresAt,
       lastError,
-      healthy: !this.#closed && lastError === undefined,
+      healthy: !this.#group.closed && lastError === undefined,
     };
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    this.#closer.abort(new ClosedError("Deno KV session"));
-    await this.#lease?.close();
-    await Promise.all([...this.#tasks]);
+  /** Stops the lease's renewals and the watches, and waits for them. Idempotent. */
+  close(): Promise<void> {
+    // The lease's renewals are not the group's tasks: stop them, and wait for one in flight.
+    return this.#group.close(() => this.#lease?.close());
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -209,7 +204,7 @@ export class DenoKvSession implements BackendSession {
   }
 
   #open(): void {
-    if (this.#closed) throw new ClosedError("Deno KV session");
+    this.#group.throwIfClosed();
   }
 
   #writable(operation: string): LeaseKeeper {

@@ -25,7 +25,8 @@
  *
  * @example
  * ```ts
- * import type { KvContext, KvStats } from "./io.ts";
+ * import type { KvStats } from "./client.ts";
+ * import type { KvContext } from "./context.ts";
  * import type { LeaseRecord, Reference } from "./liveness.ts";
  * import { sweepLeases, sweepRefs } from "./sweep.ts";
  * declare const ctx: KvContext, stats: KvStats, signal: AbortSignal;
@@ -38,9 +39,11 @@
  * @module
  */
 import { idallocLogger } from "../../log.ts";
-import { commit, type KvContext, type KvStats, list } from "./io.ts";
+import { commit, type KvStats, list } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
 import { COMMIT_KEY_BUDGET, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
+import { batches } from "../shared/batching.ts";
 import { isExpired, type LeaseRecord, type Reference } from "./liveness.ts";
 import { corrupt, decode } from "./schema.ts";
 
@@ -62,12 +65,12 @@ export async function sweepRefs(
   const left: Reference[] = [];
   // Sorted by node, references of one node share its lease check within a commit.
   const sorted = [...dead].sort((a, b) => a.node < b.node ? -1 : a.node > b.node ? 1 : 0);
-  const batches = commitBatches(
+  const commits = commitBatches(
     sorted,
     (r, batch) => batch.at(-1)?.node === r.node ? 1 : 2,
     (r) => keyBytes(layout.ref(r.key, r.node)),
   );
-  for (const batch of batches) {
+  for (const batch of commits) {
     const op = ctx.kv.atomic();
     for (const node of new Set(batch.map((r) => r.node))) {
       op.check({ key: layout.lease(node), versionstamp: leases.get(node)?.versionstamp ?? null });
@@ -118,8 +121,8 @@ export async function sweepLeases(
     }
   }
   let deleted = 0;
-  const batches = commitBatches(expired, () => 1, (e) => keyBytes(layout.lease(e.node)));
-  for (const batch of batches) {
+  const commits = commitBatches(expired, () => 1, (e) => keyBytes(layout.lease(e.node)));
+  for (const batch of commits) {
     const op = ctx.kv.atomic();
     for (const { node, versionstamp } of batch) {
       op.check({ key: layout.lease(node), versionstamp }).delete(layout.lease(node));
@@ -145,23 +148,9 @@ function commitBatches<T>(
   checks: (item: T, batch: readonly T[]) => number,
   bytes: (item: T) => number,
 ): T[][] {
-  const batches: T[][] = [];
-  let batch: T[] = [];
-  let usedChecks = 0;
-  let usedBytes = 0;
-  for (const item of items) {
-    let c = checks(item, batch);
-    const b = bytes(item);
-    if (batch.length > 0 && (usedChecks + c > MAX_CHECKS || usedBytes + b > COMMIT_KEY_BUDGET)) {
-      batches.push(batch);
-      batch = [];
-      usedChecks = usedBytes = 0;
-      c = checks(item, batch);
-    }
-    batch.push(item);
-    usedChecks += c;
-    usedBytes += b;
-  }
-  if (batch.length > 0) batches.push(batch);
-  return batches;
+  return batches(
+    items,
+    [MAX_CHECKS, COMMIT_KEY_BUDGET],
+    (item, batch) => [checks(item, batch), bytes(item)],
+  );
 }

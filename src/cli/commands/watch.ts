@@ -35,7 +35,7 @@ export async function watchCommand(ctx: RunContext, options: WatchCommandOptions
     );
     if (missing) {
       ctx.untimed();
-      const created = await untilCreated(ctx);
+      const created = await untilCreated(ctx, store.pollIntervalMs ?? DEFAULT_RECHECK_MS);
       if (created === undefined) return ExitCode.Ok;
       store = created;
     }
@@ -63,13 +63,17 @@ export async function watchCommand(ctx: RunContext, options: WatchCommandOptions
   return ExitCode.Ok;
 }
 
+/** How often a missing store is looked for when its backend names no poll interval, in ms. */
+const DEFAULT_RECHECK_MS = 1_000;
+
 /**
- * Opens the store again every `--poll` until its file exists (never creating it), then returns it
- * opened for the rest of the run; `undefined` when interrupted first.
+ * Opens the store again every `everyMs` (the backend's poll interval: `--poll` on Deno KV) until
+ * its file exists (never creating it), then returns it opened for the rest of the run;
+ * `undefined` when interrupted first.
  */
-async function untilCreated(ctx: RunContext): Promise<Store | undefined> {
+async function untilCreated(ctx: RunContext, everyMs: number): Promise<Store | undefined> {
   for (;;) {
-    await pause(ctx.options.pollMs, ctx.interrupt);
+    await pause(everyMs, ctx.interrupt);
     if (ctx.interrupt.aborted) return undefined;
     const probe = await openStore(ctx.options, { create: false, signal: ctx.interrupt });
     const exists = probe.emptyBecause === undefined;

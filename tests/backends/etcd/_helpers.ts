@@ -10,7 +10,7 @@ import type {
   SessionOptions,
 } from "../../../src/allocator/backend.ts";
 import { EtcdBackend, type EtcdBackendOptions } from "../../../src/backends/etcd/mod.ts";
-import { EtcdLayout } from "../../../src/backends/etcd/paths.ts";
+import { EtcdLayout } from "../../../src/backends/etcd/layout.ts";
 import { type EtcdCluster, etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
 import { dump, rawClient, sharedEtcd } from "../../../src/backends/etcd/testing/fixture.ts";
 

@@ -7,13 +7,13 @@ import assert from "node:assert/strict";
 import { TxnBatcher, type TxnRequest } from "../../../src/backends/etcd/batch.ts";
 import { EtcdClient, LeaseNotFound } from "../../../src/backends/etcd/client.ts";
 import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
-import { RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
+import { RequestLimiter } from "../../../src/backends/etcd/request_limiter.ts";
 import { absent, put, read } from "../../../src/backends/etcd/txn.ts";
 import { deadline, etcdTest, type Namespace, namespace } from "./_helpers.ts";
 
 function connect(ns: Namespace): EtcdClient {
   const settings = resolveEtcdOptions({ endpoints: [...ns.endpoints], node: "batch" });
-  return new EtcdClient(settings, new RateLimiter(undefined));
+  return new EtcdClient(settings, new RequestLimiter(undefined));
 }
 
 /** Create `key` = `value` if absent; on failure read it. */

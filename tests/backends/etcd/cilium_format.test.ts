@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { CILIUM_IDENTITIES_PREFIX } from "../../../src/backends/etcd/mod.ts";
 import { KeyLockedError } from "../../../src/errors.ts";
-import { goJoin, prefixMatchesKey } from "../../../src/backends/etcd/paths.ts";
+import { goJoin, prefixMatchesKey } from "../../../src/backends/etcd/layout.ts";
 import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {

@@ -11,11 +11,11 @@ import type { DamageFinding, GcSkip } from "../../../src/allocator/damage.ts";
 import { LiveEntryError } from "../../../src/errors.ts";
 import { TxnBatcher } from "../../../src/backends/etcd/batch.ts";
 import { EtcdClient } from "../../../src/backends/etcd/client.ts";
-import type { SessionCore } from "../../../src/backends/etcd/core.ts";
+import type { EtcdContext } from "../../../src/backends/etcd/context.ts";
 import { gcList } from "../../../src/backends/etcd/gc.ts";
 import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
 import { rangePages } from "../../../src/backends/etcd/paging.ts";
-import { RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
+import { RequestLimiter } from "../../../src/backends/etcd/request_limiter.ts";
 import { prefixRange, text } from "../../../src/backends/etcd/txn.ts";
 import {
   deadline,
@@ -28,10 +28,10 @@ import {
   withLease,
 } from "./_helpers.ts";
 
-/** A GC core on `ns` with its own client (receive limit `maxResponseBytes`). */
-function gcCore(ns: Namespace, maxResponseBytes?: number): SessionCore & AsyncDisposable {
+/** A GC context on `ns` with its own client (receive limit `maxResponseBytes`). */
+function gcContext(ns: Namespace, maxResponseBytes?: number): EtcdContext & AsyncDisposable {
   const settings = resolveEtcdOptions({ endpoints: [...ns.endpoints], node: "gc" });
-  const client = new EtcdClient(settings, new RateLimiter(undefined), { maxResponseBytes });
+  const client = new EtcdClient(settings, new RequestLimiter(undefined), { maxResponseBytes });
   return {
     client,
     layout: ns.layout,
@@ -45,13 +45,13 @@ function gcCore(ns: Namespace, maxResponseBytes?: number): SessionCore & AsyncDi
 }
 
 async function pass(
-  core: SessionCore,
+  ctx: EtcdContext,
   max = 1000,
 ): Promise<{ candidates: GcCandidate[]; skipped: GcSkip[] }> {
   const candidates: GcCandidate[] = [];
   const skipped: GcSkip[] = [];
   const onSkip = (s: GcSkip) => void skipped.push(s);
-  for await (const c of gcList(core, { min: 1, max }, deadline(30_000), { onSkip })) {
+  for await (const c of gcList(ctx, { min: 1, max }, deadline(30_000), { onSkip })) {
     candidates.push(c);
   }
   return { candidates, skipped };
@@ -72,8 +72,8 @@ etcdTest(
     await ns.raw.put(ns.layout.masterKey(7)).value("../id/10");
     await ns.raw.put(ns.layout.masterKey(8)).value("");
     await ns.raw.put(`${ns.layout.masterRange}eight`).value("x;");
-    await using core = gcCore(ns);
-    const { candidates, skipped } = await pass(core);
+    await using ctx = gcContext(ns);
+    const { candidates, skipped } = await pass(ctx);
     assert.deepEqual(candidates.map((c) => [c.id, c.key, c.inUse]), [
       [10, "used;", true],
       [11, "idle;", false],
@@ -116,11 +116,11 @@ etcdTest(
     await sa.acquire({ key: "d;", pickCandidate: picker(4), signal });
     // Key "d;" has a reference range over the limit: a huge foreign reference under it.
     await ns.raw.put(ns.layout.refKey("d;", "junk")).value("9".repeat(300_000));
-    await using core = gcCore(ns, 256 * 1024);
+    await using ctx = gcContext(ns, 256 * 1024);
 
     const pages = [];
     for await (
-      const p of rangePages(core.client, "t", prefixRange(ns.layout.masterRange), signal)
+      const p of rangePages(ctx.client, "t", prefixRange(ns.layout.masterRange), signal)
     ) {
       pages.push(p);
     }
@@ -130,7 +130,7 @@ etcdTest(
     const listed = pages.flatMap((p) => p.kvs.map((kv) => text(kv.key)));
     assert.deepEqual(listed, [1, 3, 4].map((id) => ns.layout.masterKey(id)), "the rest in order");
 
-    const { candidates, skipped } = await pass(core);
+    const { candidates, skipped } = await pass(ctx);
     assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[1, false], [3, false]]);
     assert.deepEqual(skipped.map((s) => [s.kind, s.entry]), [
       ["master-oversized", ns.layout.masterKey(2)],

@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { Allocator } from "../../../mod.ts";
 import { b } from "../../../src/backends/etcd/testing/fixture.ts";
-import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/leases.ts";
+import { MAX_KEYS_PER_LEASE } from "../../../src/backends/etcd/limits.ts";
+import { leaseTtlSeconds } from "../../../src/backends/etcd/session.ts";
 import {
   deadline,
   etcdTest,
@@ -16,6 +17,13 @@ import {
   twoNodes,
   withLease,
 } from "./_helpers.ts";
+
+Deno.test("lease TTL: ms rounded up to whole seconds, at least 2 s", () => {
+  assert.equal(leaseTtlSeconds(500), 2);
+  assert.equal(leaseTtlSeconds(2000), 2);
+  assert.equal(leaseTtlSeconds(2001), 3);
+  assert.equal(leaseTtlSeconds(900_000), 900);
+});
 
 etcdTest("references share one lease, which outlives several TTLs while kept alive", async () => {
   await using setup = await oneNode({ leaseTtlMs: 2_000 });

@@ -8,7 +8,7 @@ import type { IKeyValue } from "etcd3";
 import { EtcdClient } from "../../../src/backends/etcd/client.ts";
 import { resolveEtcdOptions } from "../../../src/backends/etcd/options.ts";
 import { MAX_PAGE_KEYS, rangePages, RevisionCompacted } from "../../../src/backends/etcd/paging.ts";
-import { RateLimiter } from "../../../src/backends/etcd/rate_limiter.ts";
+import { RequestLimiter } from "../../../src/backends/etcd/request_limiter.ts";
 import { prefixRange, text } from "../../../src/backends/etcd/txn.ts";
 import { startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
 import { deadline, etcdTest, type Namespace, namespace, openSession } from "./_helpers.ts";
@@ -51,7 +51,7 @@ function range(from: number, count: number): number[] {
 /** A client of its own on `ns`, accepting responses up to `maxResponseBytes`. */
 function smallClient(ns: Namespace, maxResponseBytes: number): EtcdClient {
   const settings = resolveEtcdOptions({ endpoints: [...ns.endpoints], node: "pager" });
-  return new EtcdClient(settings, new RateLimiter(undefined), { maxResponseBytes });
+  return new EtcdClient(settings, new RequestLimiter(undefined), { maxResponseBytes });
 }
 
 /** Lists the masters through a read-only session's watch; returns them and the list requests. */

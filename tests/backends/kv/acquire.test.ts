@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ClosedError, PoolExhaustedError, ReadOnlyError } from "../../../src/errors.ts";
-import type { KvStats } from "../../../src/backends/kv/io.ts";
+import type { KvStats } from "../../../src/backends/kv/client.ts";
 import { KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;

@@ -12,7 +12,7 @@ import {
   StoreUnavailableError,
 } from "../../../src/errors.ts";
 import { type DamageFinding, encodeToken, type GcSkip } from "../../../src/allocator/damage.ts";
-import { commit, newStats } from "../../../src/backends/kv/io.ts";
+import { commit, newStats } from "../../../src/backends/kv/client.ts";
 import { held, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;

@@ -16,7 +16,7 @@ import { Buffer } from "node:buffer";
 import { Etcd3, type Lease } from "../../../deps/etcd3.ts";
 import type { Backend } from "../../../allocator/backend.ts";
 import { EtcdBackend } from "../mod.ts";
-import { EtcdLayout, parseId } from "../paths.ts";
+import { EtcdLayout, parseId } from "../layout.ts";
 import { type EtcdCluster, etcdUnavailable, startEtcd } from "./cluster.ts";
 import type {
   BackendFactory,

@@ -11,7 +11,7 @@ import { Buffer } from "node:buffer";
 import type { Etcd3, IKeyValue } from "../../../deps/etcd3.ts";
 import { z } from "../../../deps/zod.ts";
 import { EtcdBackend } from "../mod.ts";
-import { EtcdLayout, parseId } from "../paths.ts";
+import { EtcdLayout, parseId } from "../layout.ts";
 import { startEtcd } from "./cluster.ts";
 import { rawClient } from "./fixture.ts";
 import type {

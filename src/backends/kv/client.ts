@@ -8,9 +8,8 @@
 import { abortable, sleep } from "../../abort.ts";
 import { CorruptEntryError, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import type { KvLayout } from "./layout.ts";
+import type { KvContext } from "./context.ts";
 import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
-import type { KvSettings } from "./options.ts";
 import { formatKey } from "./schema.ts";
 import type { StoreTelemetry } from "../../telemetry/store.ts";
 
@@ -58,15 +57,6 @@ function roundTrip<T>(
 ): Promise<T> {
   const run = () => guard(stats, what, signal, fn);
   return stats.telemetry ? stats.telemetry.round(what, signal, run) : run();
-}
-
-/** Everything a part of the session needs to reach the store. */
-export interface KvContext {
-  readonly kv: Deno.Kv;
-  readonly layout: KvLayout;
-  readonly settings: KvSettings;
-  /** The backend's store telemetry (see `src/telemetry/store.ts`). */
-  readonly telemetry?: StoreTelemetry;
 }
 
 /** Reads `keys` in snapshot reads of at most 10 keys each. */
@@ -213,7 +203,7 @@ export async function commitLogged(
  * was read: a concurrent repair, or a valid write, wins. Returns whether it reset it.
  *
  * Zero is safe for `gen`: a watcher whose last count is higher sees the counter go back and
- * re-lists, and one that read the bad value re-lists on any change of it (see `feed.ts`).
+ * re-lists, and one that read the bad value re-lists on any change of it (see `watch.ts`).
  */
 async function repairCounter(
   ctx: KvContext,

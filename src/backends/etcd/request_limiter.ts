@@ -4,8 +4,8 @@
  *
  * @example
  * ```ts
- * import { RateLimiter } from "./rate_limiter.ts";
- * const limiter = new RateLimiter(20);
+ * import { RequestLimiter } from "./request_limiter.ts";
+ * const limiter = new RequestLimiter(20);
  * await limiter.take();
  * console.log(limiter.stats()); // { qps: 20, taken: 1, delayed: 0, waitedMs: 0 }
  * ```
@@ -41,7 +41,7 @@ export const realClock: LimiterClock = {
 };
 
 /** Token bucket; with `qps` undefined every `take` returns at once (and is still counted). */
-export class RateLimiter {
+export class RequestLimiter {
   readonly #qps?: number;
   readonly #clock: LimiterClock;
   #tokens: number;

@@ -17,13 +17,14 @@
  *
  * `gen` is never trusted blindly: a value that is not a `Deno.KvU64` (garbage written over it)
  * counts nothing, so any change of `gen` from or to such a value re-lists too. Writers reset a
- * bad `gen` before their next logged commit (`io.ts`).
+ * bad `gen` before their next logged commit (`client.ts`).
  *
  * @module
  */
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { idallocLogger } from "../../log.ts";
-import { get, type KvContext, type KvStats, list } from "./io.ts";
+import { get, type KvStats, list } from "./client.ts";
+import type { KvContext } from "./context.ts";
 import { LIST_BATCH, MIN_POLL_GAP_MS } from "./limits.ts";
 import { sleep } from "../../abort.ts";
 import { corrupt, counterValue, decode } from "./schema.ts";
@@ -31,7 +32,7 @@ import { corrupt, counterValue, decode } from "./schema.ts";
 const log = idallocLogger("kv", "watch");
 
 /** What the feed reports to its session. */
-export interface FeedHooks {
+export interface WatchHooks {
   /** A round trip failed (the feed retries at the next poll). */
   onError(err: unknown): void;
   /** A round trip succeeded. */
@@ -60,11 +61,11 @@ interface Cursor {
 type Change = Exclude<BackendEvent, { type: "synced" }>;
 
 /** Every master as `upsert`, `synced`, then changes; ends when `signal` aborts. */
-export async function* feed(
+export async function* watchMasters(
   ctx: KvContext,
   stats: KvStats,
   signal: AbortSignal,
-  hooks: FeedHooks,
+  hooks: WatchHooks,
 ): AsyncGenerator<BackendEvent> {
   const { settings } = ctx;
   const known = new Map<number, Known>();

@@ -3,18 +3,18 @@
  *
  * @example
  * ```ts ignore
- * const core: SessionCore = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
+ * const ctx: EtcdContext = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
  * ```
  *
  * @module
  */
 import type { TxnBatcher } from "./batch.ts";
 import type { EtcdClient } from "./client.ts";
-import type { LeaseManager } from "./leases.ts";
-import type { EtcdLayout } from "./paths.ts";
+import type { LeaseManager } from "./lease.ts";
+import type { EtcdLayout } from "./layout.ts";
 
 /** The shared state of one session. */
-export interface SessionCore {
+export interface EtcdContext {
   /** The backend's connection. */
   readonly client: EtcdClient;
   /** Cilium's key layout under the configured prefix. */

@@ -26,7 +26,7 @@
  *
  * @module
  */
-import { captureContext, withContext } from "../telemetry/instruments.ts";
+import { captureContext, withContext } from "../../telemetry/instruments.ts";
 
 /** One call's part of a batch. */
 export interface Member<P, R> {

@@ -21,11 +21,10 @@ import type { ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from "../../deps
 import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream, type EtcdClient, LeaseNotFound } from "./client.ts";
 import { abortable, sleep } from "../../abort.ts";
+import { MAX_KEYS_PER_LEASE } from "./limits.ts";
+import { TaskGroup } from "../../task_group.ts";
 
 const log = idallocLogger("etcd", "lease");
-
-/** Cilium's `etcdMaxKeysPerLease`. */
-export const MAX_KEYS_PER_LEASE = 1000;
 
 /** How long `close()` tries to revoke leases that carry no reference, in ms. */
 const REVOKE_ON_CLOSE_MS = 2_000;
@@ -56,7 +55,8 @@ export class LeaseManager {
   readonly #onLost: (leaseId: string, reason: string) => void;
   readonly #leases = new Map<string, LeaseState>();
   readonly #bindings = new Map<string, string>();
-  readonly #closing = new AbortController();
+  /** The closing signal, the grant and stream opening in flight, and the idempotent close. */
+  readonly #group = new TaskGroup("etcd lease manager");
   #current: string | undefined;
   #granting: Promise<string> | undefined;
   #stream: KeepAliveStream | undefined;
@@ -151,7 +151,7 @@ export class LeaseManager {
   /** Drops `leaseId` and its bindings and reports it lost. No-op if already dropped. */
   lost(leaseId: string, reason: string): void {
     const lease = this.#leases.get(leaseId);
-    if (!lease || this.#closing.signal.aborted) return;
+    if (!lease || this.#group.closed) return;
     this.#leases.delete(leaseId);
     this.#updateEarliest();
     for (const [key, id] of this.#bindings) if (id === leaseId) this.#bindings.delete(key);
@@ -204,7 +204,7 @@ export class LeaseManager {
     // Give up after as long as a healthy stream may stay silent; the caller reads the deadline.
     const giveUpAt = asked + 2 * this.#interval() + 1000;
     for (let wait = 5; !renewed() && Date.now() < giveUpAt; wait = Math.min(wait * 2, 100)) {
-      if (this.#closing.signal.aborted) return;
+      if (this.#group.closed) return;
       await sleep(wait, signal);
       if (this.#leases.size === 0 || this.#replacementPending) {
         await abortable(this.#tick(), signal);
@@ -217,13 +217,17 @@ export class LeaseManager {
    * their own (`ttl` after the last renewal, as after a crash); leases that carry none (every
    * key was released, as after `allocate --hold` ends) are revoked at once, so that the node does
    * not look alive to operators for a lease TTL after a clean exit. Revoking is best effort.
+   * Idempotent: later calls return the first call's promise.
    */
-  async close(): Promise<void> {
-    this.#closing.abort(new Error("lease manager closed"));
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    this.#dropStream();
-    await Promise.allSettled([this.#granting, this.#opening]);
+  close(): Promise<void> {
+    return this.#group.close(() => {
+      if (this.#timer !== undefined) clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#dropStream();
+    }, () => this.#revokeEmpty());
+  }
+
+  async #revokeEmpty(): Promise<void> {
     const empty = [...this.#leases.values()].filter((l) => l.keys === 0).map((l) => l.id);
     if (empty.length === 0 || this.#client.closed) return;
     await Promise.allSettled(empty.map((id) =>
@@ -258,7 +262,7 @@ export class LeaseManager {
   /** One grant in flight at a time; concurrent callers share it. */
   #grant(): Promise<string> {
     if (this.#granting) return this.#granting;
-    const signal = this.#closing.signal;
+    const signal = this.#group.signal;
     const p = (async () => {
       const sentAt = Date.now();
       const res = await this.#client.call(
@@ -275,6 +279,8 @@ export class LeaseManager {
       return id;
     })();
     this.#granting = p;
+    // Closing waits for it; its callers see its failure.
+    this.#group.spawn(p);
     p.catch(() => {}).finally(() => {
       if (this.#granting === p) this.#granting = undefined;
     });
@@ -286,7 +292,7 @@ export class LeaseManager {
   }
 
   #schedule(): void {
-    if (this.#closing.signal.aborted) return;
+    if (this.#group.closed) return;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.#tick().catch((err) => {
@@ -313,7 +319,11 @@ export class LeaseManager {
     // A stream that stopped answering without an error is replaced.
     if (this.#stream && now - this.#streamSeen > 2 * this.#interval() + 1000) this.#dropStream();
     if (!this.#stream) {
-      this.#opening ??= this.#openStream().finally(() => (this.#opening = undefined));
+      if (this.#opening === undefined) {
+        this.#opening = this.#openStream().finally(() => (this.#opening = undefined));
+        // Closing waits for it; this tick's caller sees its failure.
+        this.#group.spawn(this.#opening);
+      }
       await this.#opening;
     }
     const stream = this.#stream;
@@ -331,7 +341,7 @@ export class LeaseManager {
   }
 
   async #openStream(): Promise<void> {
-    const signal = this.#closing.signal;
+    const signal = this.#group.signal;
     await this.#client.limiter.take(signal);
     if (signal.aborted) return;
     const stream = await this.#client.raw.lease.leaseKeepAlive() as unknown as KeepAliveStream;

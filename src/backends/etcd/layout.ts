@@ -4,15 +4,29 @@
  *
  * @example
  * ```ts
- * import { EtcdLayout, prefixMatchesKey } from "./paths.ts";
+ * import { EtcdLayout, prefixMatchesKey } from "./layout.ts";
  * const layout = new EtcdLayout("cilium/state/identities/v1");
  * console.log(layout.refKey("unspec:a=b//c;", "10.0.0.1"));
  * // cilium/state/identities/v1/value/unspec:a=b/c;/10.0.0.1 (cleaned as Go does)
  * console.log(prefixMatchesKey(layout.refPrefix("a;"), layout.refKey("a;/b;", "n1"))); // false
  * ```
  *
+ * {@linkcode keyProblem} tells which keys the layout can hold, for `checkKey` (before a write) and
+ * for GC and the damage report (a master naming a key that fails it was written by someone else,
+ * and its references cannot be read safely: GC skips it):
+ *
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { EtcdLayout, keyProblem } from "./layout.ts";
+ * const layout = new EtcdLayout("cilium/state/identities/v1");
+ * assert.equal(keyProblem(layout, "k8s:app=web;"), undefined);
+ * // Go's path cleaning would store it as a master: refused, with the reason.
+ * assert.match(keyProblem(layout, "../id/5") ?? "", /leaves '.*\/value\/' after Go path cleaning/);
+ * ```
+ *
  * @module
  */
+import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
 
 /** Matches a path that `path.Clean` would change (`""` aside). */
 const NOT_CLEAN = /\/\/|(?:^|\/)\.\.?(?:\/|$)|.\/$/s;
@@ -161,4 +175,25 @@ export function prefixEnd(prefix: Uint8Array): Uint8Array {
   }
   // All 0xff: the range runs to the end of the keyspace.
   return new Uint8Array([0]);
+}
+
+/**
+ * Why `key` cannot be stored in `layout` whatever the node, or `undefined` if it can: empty, with
+ * NUL or lone surrogates, larger than {@linkcode MAX_KEY_BYTES} (its transactions would exceed
+ * etcd's 1.5 MiB request limit), or moved out of `<prefix>/value/` by Go's path cleaning.
+ */
+export function keyProblem(layout: EtcdLayout, key: string): string | undefined {
+  if (key === "") return "key must not be empty";
+  if (key.includes("\0")) return "key must not contain NUL";
+  if (!key.isWellFormed()) return "key must be well-formed Unicode";
+  const size = utf8Length(key);
+  if (size > MAX_KEY_BYTES) {
+    return `key is ${size} bytes; etcd requests (1.5 MiB) limit keys to ${MAX_KEY_BYTES} bytes`;
+  }
+  const refPrefix = layout.refPrefix(key);
+  const base = layout.valuePrefix + "/";
+  if (!refPrefix.startsWith(base) || refPrefix.length === base.length) {
+    return `key '${key}' leaves '${base}' after Go path cleaning ('${refPrefix}')`;
+  }
+  return undefined;
 }

@@ -4,7 +4,7 @@
  * limits in arrival order, no two writers of one key in a batch, aborted calls never sent.
  */
 import assert from "node:assert/strict";
-import { GroupCommit, type Member, settle } from "../../src/allocator/group_commit.ts";
+import { GroupCommit, type Member, settle } from "../../../src/backends/shared/group_commit.ts";
 
 interface Call {
   readonly key: string;
