@@ -55,7 +55,7 @@ export interface NemesisOptions {
   readonly seed: number;
   /** idalloc worker processes. */
   readonly nodes: number;
-  /** Real Cilium v1.16 nodes beside them (etcd only; see `cilium.ts`). */
+  /** Real Cilium v1.16 nodes beside them (on a backend whose hooks allow it: etcd; see `cilium.ts`). */
   readonly cilium: number;
   /** Enabled fault kinds. */
   readonly faults: ReadonlySet<FaultKind>;

@@ -12,7 +12,7 @@ import type { Etcd3, IKeyValue } from "../../../deps/etcd3.ts";
 import { z } from "../../../deps/zod.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
-import { startEtcd } from "./cluster.ts";
+import { type EtcdCluster, startEtcd } from "./cluster.ts";
 import { rawClient } from "./fixture.ts";
 import type {
   SnapshotMaster,
@@ -73,160 +73,177 @@ let planted = 0;
 
 /** The store `spec` names: a prefix on an etcd cluster. */
 export function openEtcdStore(spec: EtcdNemesisSpec): NemesisStore {
-  const { endpoints, prefix } = spec;
-  // The checks read the whole prefix at once; a long run plants many ~1 MB garbage values (30
-  // minutes: ~7 MB), past gRPC's default 4 MiB receive limit.
-  const raw: Etcd3 = rawClient(endpoints, { maxReceiveBytes: 256 * 1024 * 1024 });
-  const layout = new EtcdLayout(prefix);
+  return new EtcdNemesisStore(spec);
+}
 
-  async function all(): Promise<IKeyValue[]> {
-    return (await raw.getAll().prefix(prefix + "/").exec()).kvs;
+/** An entry as the report shows it: bytes spelled out, a long value cut short. */
+function show(key: string | Buffer, value: string | Buffer): string {
+  const k = typeof key === "string" ? key : `bytes:${[...key]}`;
+  const v = typeof value === "string"
+    ? (value.length > 80 ? `${value.slice(0, 40)}…(${value.length} chars)` : JSON.stringify(value))
+    : `bytes:${[...value]}`;
+  return `${k} = ${v}`;
+}
+
+/** A run's etcd store, read and damaged through Cilium's layout; with its cluster when it owns one. */
+class EtcdNemesisStore implements NemesisRunStore {
+  readonly kind = "etcd";
+  readonly spec: EtcdNemesisSpec;
+  readonly garbageKinds: readonly GarbageKind[] = ETCD_GARBAGE;
+  readonly skewMs = 0;
+  readonly members?: EtcdCluster;
+  readonly cilium?: { readonly endpoints: readonly string[]; readonly prefix: string };
+  readonly #raw: Etcd3;
+  readonly #layout: EtcdLayout;
+
+  /** The store `spec` names; a `cluster` given is the store's own, stopped when it is disposed. */
+  constructor(spec: EtcdNemesisSpec, cluster?: EtcdCluster) {
+    this.spec = spec;
+    this.members = cluster;
+    this.cilium = cluster ? { endpoints: cluster.endpoints, prefix: spec.prefix } : undefined;
+    // The checks read the whole prefix at once; a long run plants many ~1 MB garbage values (30
+    // minutes: ~7 MB), past gRPC's default 4 MiB receive limit.
+    this.#raw = rawClient(spec.endpoints, { maxReceiveBytes: 256 * 1024 * 1024 });
+    this.#layout = new EtcdLayout(spec.prefix);
+  }
+
+  async #all(): Promise<IKeyValue[]> {
+    return (await this.#raw.getAll().prefix(this.spec.prefix + "/").exec()).kvs;
   }
 
   /** Puts `value` at `key` only if the key does not exist; true if it wrote. */
-  async function create(key: string | Buffer, value: string | Buffer): Promise<boolean> {
-    const res = await raw.if(key, "Create", "==", 0).then(raw.put(key).value(value)).commit();
+  async #create(key: string | Buffer, value: string | Buffer): Promise<boolean> {
+    const res = await this.#raw.if(key, "Create", "==", 0).then(this.#raw.put(key).value(value))
+      .commit();
     return res.succeeded;
   }
 
-  const show = (key: string | Buffer, value: string | Buffer) => {
-    const k = typeof key === "string" ? key : `bytes:${[...key]}`;
-    const v = typeof value === "string"
-      ? (value.length > 80
-        ? `${value.slice(0, 40)}…(${value.length} chars)`
-        : JSON.stringify(value))
-      : `bytes:${[...value]}`;
-    return `${k} = ${v}`;
-  };
-
-  return {
-    kind: "etcd",
-    spec,
-    garbageKinds: ETCD_GARBAGE,
-    skewMs: 0,
-
-    async snapshot(): Promise<StoreSnapshot> {
-      const masters: SnapshotMaster[] = [];
-      const refs: SnapshotRef[] = [];
-      const skipped: Record<string, number> = {};
-      const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
-      for (const kv of await all()) {
-        const key = utf8(kv.key);
-        if (key === undefined) {
-          skip("invalid UTF-8 key");
-          continue;
-        }
-        if (key.startsWith(layout.masterRange)) {
-          const id = layout.idOfMasterKey(key);
-          const value = utf8(kv.value);
-          if (id === undefined) skip("non-numeric ID");
-          else if (value === undefined) skip("invalid UTF-8 master");
-          else if (value === "") skip("empty master");
-          else masters.push({ id, key: value });
-          continue;
-        }
-        const parts = layout.splitRefKey(key);
-        if (parts) {
-          const id = parseId(utf8(kv.value) ?? "");
-          if (id === undefined) skip("bad reference value");
-          // etcd deletes a lease's keys when it ends: a reference with a lease is live.
-          else refs.push({ ...parts, id, live: String(kv.lease) !== "0" });
-          continue;
-        }
-        skip("foreign");
+  async snapshot(): Promise<StoreSnapshot> {
+    const masters: SnapshotMaster[] = [];
+    const refs: SnapshotRef[] = [];
+    const skipped: Record<string, number> = {};
+    const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
+    for (const kv of await this.#all()) {
+      const key = utf8(kv.key);
+      if (key === undefined) {
+        skip("invalid UTF-8 key");
+        continue;
       }
-      return { at: Date.now(), masters, refs, strictMasters: false, skipped };
-    },
+      if (key.startsWith(this.#layout.masterRange)) {
+        const id = this.#layout.idOfMasterKey(key);
+        const value = utf8(kv.value);
+        if (id === undefined) skip("non-numeric ID");
+        else if (value === undefined) skip("invalid UTF-8 master");
+        else if (value === "") skip("empty master");
+        else masters.push({ id, key: value });
+        continue;
+      }
+      const parts = this.#layout.splitRefKey(key);
+      if (parts) {
+        const id = parseId(utf8(kv.value) ?? "");
+        if (id === undefined) skip("bad reference value");
+        // etcd deletes a lease's keys when it ends: a reference with a lease is live.
+        else refs.push({ ...parts, id, live: String(kv.lease) !== "0" });
+        continue;
+      }
+      skip("foreign");
+    }
+    return { at: Date.now(), masters, refs, strictMasters: false, skipped };
+  }
 
-    async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
-      const tag = `nemesis-ghost-${++planted}`;
-      const written: string[] = [];
-      const masterIds: number[] = [];
-      const put = async (key: string | Buffer, value: string | Buffer) => {
-        await raw.put(key).value(value);
-        written.push(show(key, value));
-      };
-      const somewhere = async (value: string | Buffer): Promise<number | undefined> => {
-        for (let i = 0; i < 20; i++) {
-          const id = garbageId(targets);
-          const key = layout.masterKey(id);
-          if (await create(key, value)) {
-            written.push(show(key, value));
-            return id;
-          }
+  async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
+    const tag = `nemesis-ghost-${++planted}`;
+    const written: string[] = [];
+    const masterIds: number[] = [];
+    const put = async (key: string | Buffer, value: string | Buffer) => {
+      await this.#raw.put(key).value(value);
+      written.push(show(key, value));
+    };
+    const somewhere = async (value: string | Buffer): Promise<number | undefined> => {
+      for (let i = 0; i < 20; i++) {
+        const id = garbageId(targets);
+        const key = this.#layout.masterKey(id);
+        if (await this.#create(key, value)) {
+          written.push(show(key, value));
+          return id;
         }
-      };
-      switch (kind) {
-        case "non-numeric-id":
-          await put(`${layout.masterRange}${tag}`, garbageKey(targets));
-          break;
-        case "empty-master":
-          await somewhere("");
-          break;
-        case "bad-ref":
-          await put(layout.refKey(garbageKey(targets), tag), "not-an-id");
-          break;
-        case "invalid-utf8":
-          await somewhere(Buffer.from([0xff, 0xfe, 0x80]));
-          await put(
-            Buffer.concat([
-              Buffer.from(`${layout.valuePrefix}/`),
-              Buffer.from([0xc3, 0x28]),
-              Buffer.from(`/${tag}`),
-            ]),
-            "300",
-          );
-          break;
-        case "oversized": {
-          const id = await somewhere(`k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`);
-          if (id !== undefined) masterIds.push(id);
-          break;
-        }
-        case "orphan-ref":
-          // A numeric reference without a lease: it never expires and names an ID that may be
-          // another key's.
-          await put(layout.refKey(garbageKey(targets), tag), String(garbageId(targets)));
-          break;
-        default:
-          throw new Error(`garbage kind ${kind} does not exist on etcd`);
       }
-      return { kind, entries: written, masterIds };
-    },
-
-    async revokeLease(node: string): Promise<string> {
-      const leases = new Set<string>();
-      for (const kv of await all()) {
-        const key = utf8(kv.key);
-        const parts = key === undefined ? undefined : layout.splitRefKey(key);
-        if (parts?.node === node && String(kv.lease) !== "0") leases.add(String(kv.lease));
+    };
+    switch (kind) {
+      case "non-numeric-id":
+        await put(`${this.#layout.masterRange}${tag}`, garbageKey(targets));
+        break;
+      case "empty-master":
+        await somewhere("");
+        break;
+      case "bad-ref":
+        await put(this.#layout.refKey(garbageKey(targets), tag), "not-an-id");
+        break;
+      case "invalid-utf8":
+        await somewhere(Buffer.from([0xff, 0xfe, 0x80]));
+        await put(
+          Buffer.concat([
+            Buffer.from(`${this.#layout.valuePrefix}/`),
+            Buffer.from([0xc3, 0x28]),
+            Buffer.from(`/${tag}`),
+          ]),
+          "300",
+        );
+        break;
+      case "oversized": {
+        const id = await somewhere(`k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`);
+        if (id !== undefined) masterIds.push(id);
+        break;
       }
-      for (const id of leases) await raw.leaseClient.leaseRevoke({ ID: id });
-      return leases.size === 0
-        ? `${node} had no reference, so no lease to revoke`
-        : `revoked ${node}'s lease(s) ${[...leases].join(", ")}`;
-    },
+      case "orphan-ref":
+        // A numeric reference without a lease: it never expires and names an ID that may be
+        // another key's.
+        await put(this.#layout.refKey(garbageKey(targets), tag), String(garbageId(targets)));
+        break;
+      default:
+        throw new Error(`garbage kind ${kind} does not exist on etcd`);
+    }
+    return { kind, entries: written, masterIds };
+  }
 
-    async counts(): Promise<Record<string, number>> {
-      const out: Record<string, number> = {};
-      const inc = (what: string) => (out[what] = (out[what] ?? 0) + 1);
-      for (const kv of await all()) {
-        const key = utf8(kv.key) ?? "";
-        if (key.startsWith(layout.masterRange)) inc("id");
-        else if (layout.splitRefKey(key)) {
-          inc(String(kv.lease) === "0" ? "value (no lease)" : "value");
-        } else inc("other");
-      }
-      out["leases"] = (await raw.leaseClient.leaseLeases()).leases.length;
-      return out;
-    },
+  async revokeLease(node: string): Promise<string> {
+    const leases = new Set<string>();
+    for (const kv of await this.#all()) {
+      const key = utf8(kv.key);
+      const parts = key === undefined ? undefined : this.#layout.splitRefKey(key);
+      if (parts?.node === node && String(kv.lease) !== "0") leases.add(String(kv.lease));
+    }
+    for (const id of leases) await this.#raw.leaseClient.leaseRevoke({ ID: id });
+    return leases.size === 0
+      ? `${node} had no reference, so no lease to revoke`
+      : `revoked ${node}'s lease(s) ${[...leases].join(", ")}`;
+  }
 
-    fileBytes: () => Promise.resolve(0),
+  async counts(): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    const inc = (what: string) => (out[what] = (out[what] ?? 0) + 1);
+    for (const kv of await this.#all()) {
+      const key = utf8(kv.key) ?? "";
+      if (key.startsWith(this.#layout.masterRange)) inc("id");
+      else if (this.#layout.splitRefKey(key)) {
+        inc(String(kv.lease) === "0" ? "value (no lease)" : "value");
+      } else inc("other");
+    }
+    out["leases"] = (await this.#raw.leaseClient.leaseLeases()).leases.length;
+    return out;
+  }
 
-    [Symbol.asyncDispose](): Promise<void> {
-      raw.close();
-      return Promise.resolve();
-    },
-  };
+  fileBytes(): Promise<number> {
+    return Promise.resolve(0);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      this.#raw.close();
+    } finally {
+      await this.members?.close();
+    }
+  }
 }
 
 /** `spec` as this backend's; throws a `ZodError` when it is another's or malformed. */
@@ -237,24 +254,12 @@ function etcdSpec(spec: StoreSpec): EtcdNemesisSpec {
 /** A run's store: a private 3-member cluster, stopped with the store. */
 async function startRun(): Promise<NemesisRunStore> {
   const etcd = await startEtcd({ members: 3 });
-  const store = openEtcdStore({
+  return new EtcdNemesisStore({
     kind: "etcd",
     endpoints: [...etcd.endpoints],
     prefix: RUN_PREFIX,
     requestTimeoutMs: REQUEST_TIMEOUT_MS,
-  });
-  return {
-    ...store,
-    members: etcd,
-    cilium: { endpoints: etcd.endpoints, prefix: RUN_PREFIX },
-    async [Symbol.asyncDispose](): Promise<void> {
-      try {
-        await store[Symbol.asyncDispose]();
-      } finally {
-        await etcd.close();
-      }
-    },
-  };
+  }, etcd);
 }
 
 async function openBackend(spec: StoreSpec, node: string): Promise<OpenedBackend> {
