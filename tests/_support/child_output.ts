@@ -4,6 +4,7 @@
  *
  * @example
  * ```ts ignore
+ * // Needs the idalloc CLI as a child process; tests/cli/ runs it.
  * const child = new Deno.Command("idalloc", { args, stdout: "piped", stderr: "piped" }).spawn();
  * const output = new ChildOutput(child, "watch");
  * try {

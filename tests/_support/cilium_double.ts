@@ -9,6 +9,7 @@
  *
  * @example Stop a Cilium allocation after it created its master
  * ```ts ignore
+ * // Needs a running etcd and a raw client; tests/backends/etcd/cilium_lock.test.ts runs it.
  * await using cilium = await CiliumDouble.start(raw, base, "cilium-a");
  * const steps = cilium.allocateSteps("k;", () => 1759);
  * await runUntil(steps, "master-created");

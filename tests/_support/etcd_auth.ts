@@ -3,6 +3,7 @@
  *
  * @example
  * ```ts ignore
+ * // Needs an etcd binary; tests/cli/etcd_security.test.ts runs it.
  * await using etcd = await startEtcd();
  * await enableAuth(etcd.endpoints, "s3cret");
  * ```

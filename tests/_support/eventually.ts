@@ -3,8 +3,10 @@
  * how long it takes.
  *
  * @example
- * ```ts ignore
- * await eventually(() => replaced === 1, "onLeaseReplaced was called");
+ * ```ts
+ * let replaced = 0;
+ * setTimeout(() => replaced++, 50);
+ * await eventually(() => replaced === 1, "the timer fired");
  * ```
  * @module
  */

@@ -4,6 +4,7 @@
  *
  * @example
  * ```ts ignore
+ * // Needs the etcd backend and a listening port; tests/backends/etcd/connect_errors.test.ts runs it.
  * await using h2 = await http2Server();
  * await EtcdBackend.connect({ endpoints: [h2.url], node: "n" }); // NotEtcdServerError
  * ```

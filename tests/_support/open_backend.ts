@@ -4,6 +4,7 @@
  *
  * @example
  * ```ts ignore
+ * // Runs in a child process given a spec; tests/conformance/_processes.ts does so.
  * await using opened = await openBackendFromSpec(JSON.parse(Deno.args[0]), "node-b", { fast: true });
  * await using alloc = await Allocator.open(opened.backend, { max: 1000 });
  * ```

@@ -3,10 +3,12 @@
  * same seed.
  *
  * @example
- * ```ts ignore
- * const random = prng(42);
- * const pick = picker(random);
- * console.log(random(), pick(["a", "b", "c"]));
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const [a, b] = [prng(42), prng(42)];
+ * assert.equal(a(), b()); // one seed, one sequence: a failing run can be replayed
+ * const pick = picker(prng(7));
+ * assert.ok(["a", "b", "c"].includes(pick(["a", "b", "c"])));
  * ```
  * @module
  */

@@ -6,6 +6,7 @@
  *
  * @example
  * ```ts ignore
+ * // Installs a global OpenTelemetry SDK; tests/telemetry/ runs it.
  * await using sdk = installSdk();
  * // … exercise idalloc …
  * const metrics = await sdk.collect();
