@@ -110,6 +110,8 @@ export interface BackendDriver<D = unknown> {
   readonly scheme: string;
   /** How `--store` is written for it, for help and errors. */
   readonly syntax: string;
+  /** A `--store` value that selects it, for examples and tests: `kv:./ids.kv`. */
+  readonly exampleStore: string;
   /** How `--prefix` is written for it, and its default, for help. */
   readonly prefixSyntax: string;
   /** The backend's own CLI options, accepted only with its stores (see {@linkcode StoreOption}). */

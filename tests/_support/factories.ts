@@ -5,7 +5,7 @@
  * @module
  */
 import { loadHarnesses } from "../../src/backends/testing.ts";
-import type { BackendFactory } from "./fixture.ts";
+import type { BackendFactory, BackendTraits } from "./fixture.ts";
 
 const harnesses = await loadHarnesses();
 
@@ -16,6 +16,8 @@ export const factories: readonly BackendFactory[] = harnesses.map((h) => h.fixtu
 export interface BackendSelection {
   /** Only these backend kinds (default: every one). */
   readonly only?: readonly string[];
+  /** Only backends whose store has these traits (e.g. counters to corrupt). */
+  readonly applies?: (traits: BackendTraits) => boolean;
   /**
    * Backend kinds where the scenario applies but its fix is still to come: registered as ignored,
    * with the reason in the name, so that they stay visible.
@@ -48,6 +50,7 @@ export function testEachBackend(
 ): void {
   for (const factory of factories) {
     if (selection.only && !selection.only.includes(factory.kind)) continue;
+    if (selection.applies && !selection.applies(factory.traits)) continue;
     const pending = selection.pending?.[factory.kind];
     Deno.test({
       name: `${factory.kind}: ${name}${pending ? ` (pending: ${pending})` : ""}`,

@@ -106,10 +106,42 @@ export interface StoreFixture extends AsyncDisposable {
   deleteReference(key: string, node: string): Promise<void>;
 }
 
+/**
+ * How a backend's store behaves where the shared suites' expectations differ by backend. The
+ * suites read these instead of testing the kind, so a new backend states its own.
+ */
+export interface BackendTraits {
+  /**
+   * Whether the store keeps counters (Deno KV's `gen` and touch entries), which
+   * {@linkcode StoreFixture.corruptCounter} can damage.
+   */
+  readonly counters: boolean;
+  /** The shortest lease the backend grants, in ms (etcd: whole seconds, at least 2). */
+  readonly minLeaseTtlMs: number;
+  /**
+   * Whether a dead node's references stay in the store until GC sweeps them (Deno KV), rather
+   * than going with its lease (etcd).
+   */
+  readonly deadReferencesStay: boolean;
+  /**
+   * Damage kinds beyond the core ones that {@linkcode StoreFixture.plantCorruptEntries} makes
+   * the doctor report.
+   */
+  readonly plantedDamageKinds: readonly string[];
+  /**
+   * Entries of {@linkcode StoreFixture.plantCorruptEntries}'s damage that removing the other
+   * findings repairs first, so that their own listed removal is then refused (Deno KV: `gen`,
+   * repaired by the change-feed entry a removal writes).
+   */
+  readonly repairedByRemoval: readonly string[];
+}
+
 /** Makes fixtures of one backend kind. */
 export interface BackendFactory {
   /** Backend kind, used in test names. */
   readonly kind: string;
+  /** How the backend's store behaves where the shared suites' expectations differ. */
+  readonly traits: BackendTraits;
   /** Undefined when the backend can run here; otherwise why not (e.g. no etcd on PATH). */
   readonly unavailable?: string;
   /** A fresh isolated namespace. */

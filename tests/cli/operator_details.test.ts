@@ -190,7 +190,7 @@ testEachBackend("cli: a second release says the same thing on every backend", as
   await untilDead(fx.spec().cli, "n2");
   // Deno KV still has the dead reference (until GC sweeps it); etcd dropped it with the lease.
   const first = await cli([...args, "release", "relk;"]);
-  assert.equal(first.code, f.kind === "etcd" ? 3 : 0, first.stderr);
+  assert.equal(first.code, f.traits.deadReferencesStay ? 0 : 3, first.stderr);
   const second = await cli([...args, "release", "relk;"]);
   assert.equal(second.code, 3, second.stderr);
   // Exactly this line on both backends (etcd used to say "key relk; has no ID").

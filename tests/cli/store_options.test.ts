@@ -103,7 +103,7 @@ Deno.test("kv: etcd's password from the environment is not an error (it serves e
 
 Deno.test("drivers: what --store and a backend's options describe fits the driver's schema", () => {
   for (const driver of BACKENDS) {
-    const spec = driver.kind === "etcd" ? "etcd://127.0.0.1:2379,10.0.0.2:2379" : "kv:./ids.kv";
+    const spec = driver.exampleStore;
     const selected = backendOfStore(spec);
     assert.equal(selected?.driver, driver, spec);
     const values = Object.fromEntries(

@@ -18,8 +18,7 @@ testEachBackendAndMode(
   "a node stalled past its lease stops answering the ID it lost",
   async (factory) => {
     await using fx = await factory.create();
-    // etcd grants leases of whole seconds, at least 2.
-    const leaseTtlMs = factory.kind === "etcd" ? 2_000 : 1_000;
+    const leaseTtlMs = factory.traits.minLeaseTtlMs;
     await using child = new StallChild(fx.spec(), "node-a", K, 10, leaseTtlMs);
     const held = await child.next((l) => l.event === "held");
     const x = held.id!;

@@ -10,6 +10,7 @@ import {
 } from "../../mod.ts";
 import type { StoreFixture } from "../_support/fixture.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
+import { BACKENDS } from "../../src/backends/registry.ts";
 import { assertStoreInvariants, eventually, openNode } from "./_helpers.ts";
 
 /** The fixture's store as a {@linkcode StoreDoctor}, through a backend of its own. */
@@ -44,7 +45,7 @@ testEachBackendAndMode(
     await eventually(() => a.cachedId("later;") === later.id, "a's feed learns b's key");
     await assertStoreInvariants(fx);
   },
-  { only: ["deno-kv"] },
+  { applies: (traits) => traits.counters },
 );
 
 testEachBackendAndMode(
@@ -66,7 +67,7 @@ testEachBackendAndMode(
     assert.deepEqual(stats.deletedIds, [first.id], "GC still collects it");
     await assertStoreInvariants(fx);
   },
-  { only: ["deno-kv"] },
+  { applies: (traits) => traits.counters },
 );
 
 testEachBackendAndMode(
@@ -133,10 +134,8 @@ testEachBackendAndMode(
     ) {
       assert.ok(kinds.has(kind), `${kind} reported: ${[...kinds]}`);
     }
-    if (fx.kind === "deno-kv") {
-      for (const kind of ["counter-wrong-type", "index-undecodable", "log-undecodable"] as const) {
-        assert.ok(kinds.has(kind), `${kind} reported: ${[...kinds]}`);
-      }
+    for (const kind of f.traits.plantedDamageKinds) {
+      assert.ok(kinds.has(kind), `${kind} reported: ${[...kinds]}`);
     }
     assert.ok(!found.some((x) => x.id === held.id), "nothing of a healthy key is reported");
     const oversized = found.find((x) => x.kind === "master-oversized" && x.id === 5)!;
@@ -147,7 +146,7 @@ testEachBackendAndMode(
     assert.ok((await fx.masters()).has(5) || (await findings(doctor)).some((x) => x.id === 5));
     // Forged and foreign tokens are refused.
     await assert.rejects(doctor.removeDamage({ token: "nonsense" }), InvalidOptionsError);
-    const foreign = fx.kind === "etcd" ? "deno-kv:e30" : "etcd:e30";
+    const foreign = `${BACKENDS.find((b) => b.kind !== fx.kind)!.kind}:e30`;
     await assert.rejects(doctor.removeDamage({ token: foreign }), InvalidOptionsError);
     // A fresh listing, removed entry by entry, leaves a clean store with its live key intact.
     const kept: string[] = [];
@@ -156,7 +155,7 @@ testEachBackendAndMode(
     }
     // Deno KV: removing a master writes its change-feed entry, which repairs `gen` first; the
     // repaired counter is no longer the listed entry, so its removal is refused.
-    assert.deepEqual(kept, fx.kind === "deno-kv" ? ['["idalloc", "test", "gen"]'] : []);
+    assert.deepEqual(kept, f.traits.repairedByRemoval);
     assert.deepEqual(await findings(doctor), []);
     assert.equal((await fx.masters()).get(held.id), "held;");
     assert.equal((await a.allocate("after;")).isNew, true);

@@ -134,6 +134,7 @@ export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   title: "etcd",
   scheme: "etcd://",
   syntax: "etcd://host:port[,host:port…]",
+  exampleStore: "etcd://127.0.0.1:2379,10.0.0.2:2379",
   prefixSyntax: 'a key prefix (default "cilium/state/identities/v1")',
   options: ETCD_OPTIONS,
   description: etcdStoreDescription,

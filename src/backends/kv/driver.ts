@@ -185,6 +185,7 @@ export const kvDriver: BackendDriver<KvStoreDescription> = {
   title: "Deno KV",
   scheme: "kv:",
   syntax: "kv:<file> (or kv:<KV Connect URL>)",
+  exampleStore: "kv:./ids.kv",
   prefixSyntax: 'a/b or a JSON array (default "idalloc")',
   options: KV_OPTIONS,
   description: kvStoreDescription,

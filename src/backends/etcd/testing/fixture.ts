@@ -223,6 +223,15 @@ class EtcdStoreFixture implements StoreFixture {
 /** The etcd factory of the conformance suite. */
 export const etcdFactory: BackendFactory = {
   kind: "etcd",
+  traits: {
+    counters: false,
+    // etcd grants leases of whole seconds, at least 2.
+    minLeaseTtlMs: 2_000,
+    // etcd deletes a lease's keys with it.
+    deadReferencesStay: false,
+    plantedDamageKinds: [],
+    repairedByRemoval: [],
+  },
   get unavailable(): string | undefined {
     return etcdUnavailable();
   },

@@ -64,6 +64,14 @@ export const openFromSpec: OpenFromSpec = async (
 export const kvFactory: BackendFactory = {
   kind: "deno-kv",
   unavailable: undefined,
+  traits: {
+    counters: true,
+    minLeaseTtlMs: 1_000,
+    // A dead node's references stay until GC sweeps them: liveness is read from lease records.
+    deadReferencesStay: true,
+    plantedDamageKinds: ["counter-wrong-type", "index-undecodable", "log-undecodable"],
+    repairedByRemoval: ['["idalloc", "test", "gen"]'],
+  },
   create: (options) => KvStoreFixture.create(options),
   openFromSpec,
 };
