@@ -211,15 +211,15 @@ const BOUNDS = {
   share: `${OVERHEAD[BACKEND_KINDS[0]].share * 100}%`,
   least: [
     ...BACKEND_KINDS.map((k) => `${minSeconds(k)} (${k})`),
-    `${BACKEND_KINDS.length * Math.max(...BACKEND_KINDS.map(minSeconds))} (both)`,
+    `${BACKEND_KINDS.length * Math.max(...BACKEND_KINDS.map(minSeconds))} (all)`,
   ].join(", "),
   growth: GROWTH_CYCLES_PER_SECOND.toLocaleString("en-US"),
 };
 
 const USAGE = `deno task nemesis [options]
 
-  --backend ${[...BACKEND_KINDS, "both"].join("|")}
-                           store(s) to run against, one after the other (default both: every one)
+  --backend ${[...BACKEND_KINDS, "all"].join("|")}
+                           store(s) to run against, one after the other (default all: every one)
   --seconds N              about how long the whole run takes, every backend together
                            (default ${DEFAULT_SECONDS}): starting the store and the workers, the fault
                            phase, settling, probing, draining and the checks. Each backend gets
@@ -369,13 +369,13 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     console.log(USAGE);
     return undefined;
   }
-  const backend = values.backend ?? "both";
-  if (backend !== "both" && !BACKEND_KINDS.includes(backend)) {
+  const backend = values.backend ?? "all";
+  if (backend !== "all" && !BACKEND_KINDS.includes(backend)) {
     throw new NemesisUsageError(
-      `--backend takes ${either([...BACKEND_KINDS, "both"])}, not '${backend}'`,
+      `--backend takes ${either([...BACKEND_KINDS, "all"])}, not '${backend}'`,
     );
   }
-  const backends: readonly string[] = backend === "both" ? BACKEND_KINDS : [backend];
+  const backends: readonly string[] = backend === "all" ? BACKEND_KINDS : [backend];
   const totalSeconds = values.seconds === undefined
     ? DEFAULT_SECONDS
     : wholeNumber("seconds", values.seconds, 1, MAX_SECONDS, "a whole number of seconds");
@@ -390,7 +390,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     const rest = backends.map((b) => `${OVERHEAD[b].fixed} s (${b})`).join(" or ");
     throw new NemesisUsageError(
       `--seconds ${totalSeconds} is too short for ${
-        backend === "both" ? "both backends" : backend
+        backend === "all" ? "every backend" : backend
       }: it needs at least ${least} (a backend's run spends about ${rest} starting, settling ` +
         `and checking, around at least ${MIN_FAULT_SECONDS} s of faults)`,
     );

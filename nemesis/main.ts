@@ -6,7 +6,7 @@
  * itself failed.
  *
  * ```sh
- * deno task nemesis --backend both --seconds 180
+ * deno task nemesis --backend all --seconds 180
  * deno task nemesis --backend deno-kv --seconds 60
  * deno task nemesis --backend etcd --seconds 3600 --seed 4242   # a release check
  * deno task nemesis --faults -stall --seed 17                   # everything but stalls

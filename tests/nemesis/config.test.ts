@@ -16,6 +16,7 @@ import {
 } from "../../nemesis/config.ts";
 import { GARBAGE_KINDS } from "../../nemesis/stores/store.ts";
 import { runCommand } from "../_support/commands.ts";
+import { BACKENDS } from "../../src/backends/registry.ts";
 
 Deno.test("nemesis faults: 'all', and removals that start from everything", () => {
   assert.deepEqual([...parseFaults("all").faults], [...FAULT_KINDS]);
@@ -53,10 +54,10 @@ Deno.test("nemesis --seconds bounds the whole run: each backend's share holds it
   assert.ok(run.faultSeconds + OVERHEAD["deno-kv"].fixed <= 20, `${run.faultSeconds} s of faults`);
   assert.equal(optionsForRun(kv, run).seconds, run.faultSeconds, "runBackend's fault phase");
   assert.equal(kv.growthOps, 0, "no growth run unless asked for");
-  const both = parseOptions([])!;
-  assert.equal(both.totalSeconds, 60);
-  assert.deepEqual(both.runs.map((r) => [r.backend, r.seconds]), [["deno-kv", 30], ["etcd", 30]]);
-  for (const r of both.runs) {
+  const all = parseOptions([])!;
+  assert.equal(all.totalSeconds, 60);
+  assert.deepEqual(all.runs.map((r) => [r.backend, r.seconds]), [["deno-kv", 30], ["etcd", 30]]);
+  for (const r of all.runs) {
     assert.ok(r.faultSeconds >= MIN_FAULT_SECONDS);
     assert.ok(r.faultSeconds + OVERHEAD[r.backend].fixed <= r.seconds, JSON.stringify(r));
     assert.equal(faultSeconds(r.backend, minSeconds(r.backend)), MIN_FAULT_SECONDS);
@@ -67,12 +68,16 @@ Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", a
   const ci = await Deno.readTextFile(`${ROOT}.ci/run`);
   const lines = [...ci.matchAll(/task nemesis (.*)$/gm)].map((m) => m[1]);
   assert.ok(lines.length >= 2, "CI runs the nemesis");
+  // CI loops over the registry's kinds: each line runs once per backend.
   for (const line of lines) {
-    const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").split(/\s+/);
-    const o = parseOptions(args)!;
-    // The default workload's runs carry a growth run; the key-side runs do not.
-    assert.equal(o.growthOps, o.workload === "keyside" ? 0 : 20_000, line);
-    assert.ok(o.runs.every((r) => r.seconds === 90 && r.faultSeconds >= 60), line);
+    for (const kind of BACKENDS.map((b) => b.kind)) {
+      const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").replace('"$kind"', kind).split(/\s+/);
+      const o = parseOptions(args)!;
+      assert.deepEqual(o.runs.map((r) => r.backend), [kind], line);
+      // The default workload's runs carry a growth run; the key-side runs do not.
+      assert.equal(o.growthOps, o.workload === "keyside" ? 0 : 20_000, line);
+      assert.ok(o.runs.every((r) => r.seconds === 90 && r.faultSeconds >= 60), line);
+    }
   }
 });
 
@@ -103,10 +108,10 @@ Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain
       ["--backend", "deno-kv", "--seconds", "12"],
       /^--seconds 12 is too short for deno-kv: it needs at least \d+ /,
     ],
-    [["--seconds", "30"], /^--seconds 30 is too short for both backends/],
-    [["--backend", "redis"], /^--backend takes deno-kv, etcd or both, not 'redis'$/],
+    [["--seconds", "30"], /^--seconds 30 is too short for every backend/],
+    [["--backend", "redis"], /^--backend takes deno-kv, etcd or all, not 'redis'$/],
     // One name per backend: the old short name is gone.
-    [["--backend", "kv"], /^--backend takes deno-kv, etcd or both, not 'kv'$/],
+    [["--backend", "kv"], /^--backend takes deno-kv, etcd or all, not 'kv'$/],
     [["--nodes", "2"], /^--nodes 2: 3 or more nodes in all \(Cilium's included\)$/],
     [["--growth", "-1"], /^--growth needs a value|^--growth takes/],
     [["--bogus"], /^unknown option --bogus \(see --help\)$/],
