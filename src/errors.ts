@@ -277,3 +277,8 @@ export class LiveEntryError extends IdallocError {
     this.holders = [...holders];
   }
 }
+
+/** The message of a thrown value, whatever was thrown (an `Error` or anything else). */
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

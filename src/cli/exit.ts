@@ -6,6 +6,7 @@
  */
 import type { DriverFailure } from "../backends/driver.ts";
 import { BACKENDS } from "../backends/registry.ts";
+import { errorMessage } from "../errors.ts";
 
 /** The exit codes of the `idalloc` CLI. */
 export interface ExitCodes {
@@ -120,7 +121,7 @@ function nameOf(err: unknown): string | undefined {
 }
 
 function messageOf(err: unknown): string {
-  const text = err instanceof Error ? err.message : String(err);
+  const text = errorMessage(err);
   // One line: the first line of a multi-line message (zod's pretty errors) with the rest folded.
   return text.split("\n").map((l) => l.trim()).filter((l) => l !== "").join("; ");
 }

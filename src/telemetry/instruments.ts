@@ -40,6 +40,7 @@ import {
 import denoJson from "../../deno.json" with { type: "json" };
 import { idallocLogger } from "../log.ts";
 import { METRICS } from "./catalog.ts";
+import { errorMessage } from "../errors.ts";
 
 const log = idallocLogger("telemetry");
 
@@ -257,7 +258,7 @@ export function endSpan(span: Span, outcome: string, err?: unknown): void {
     span.setAttribute("error.type", errorType(err));
     span.setStatus({
       code: SpanStatusCode.ERROR,
-      message: err instanceof Error ? err.message : String(err),
+      message: errorMessage(err),
     });
   }
   span.end();

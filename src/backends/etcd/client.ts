@@ -36,7 +36,7 @@ import {
   type MaintenanceClient,
   type WatchClient,
 } from "../../deps/etcd3.ts";
-import { ClosedError, IdallocError, StoreUnavailableError } from "../../errors.ts";
+import { ClosedError, errorMessage, IdallocError, StoreUnavailableError } from "../../errors.ts";
 import { abortable, sleep } from "../../abort.ts";
 import { StoreAccessDeniedError } from "./errors.ts";
 import { endpointWords, summarize, typedFailure } from "./failure.ts";
@@ -66,9 +66,9 @@ export class ResponseTooLarge extends Error {
 
   /** @param cause the client's error */
   constructor(cause: unknown) {
-    super(`etcd response too large: ${describe(cause)}`, { cause });
+    super(`etcd response too large: ${errorMessage(cause)}`, { cause });
     this.name = "ResponseTooLarge";
-    const m = /larger than max \((\d+) vs\.? (\d+)\)/i.exec(describe(cause));
+    const m = /larger than max \((\d+) vs\.? (\d+)\)/i.exec(errorMessage(cause));
     this.size = m ? Number(m[1]) : undefined;
     this.max = m ? Number(m[2]) : undefined;
   }
@@ -239,10 +239,6 @@ export function transient(err: unknown): boolean {
     .test(err.message);
 }
 
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /** UTF-8 bytes of a key or value, as the etcd3 client wants them. */
 export function bytes(s: string): Buffer {
   return Buffer.from(s, "utf8");
@@ -379,7 +375,7 @@ export class EtcdClient {
 
   /** Records a background failure (watch, keepalive) for `status()`. */
   noteError(what: string, err: unknown): void {
-    this.#lastError = `${what}: ${describe(err)}`;
+    this.#lastError = `${what}: ${errorMessage(err)}`;
     // Any stream failure may have left a reconnect timer behind (see close()).
     this.#troubleAt = Date.now();
     if (transient(err)) this.#healthy = false;
@@ -448,22 +444,22 @@ export class EtcdClient {
         this.#troubleAt = Date.now();
         if (signal?.aborted) throw signal.reason;
         if (this.#closed) throw new ClosedError("etcd backend", { cause: err });
-        if (err instanceof EtcdLeaseInvalidError || /lease not found/i.test(describe(err))) {
+        if (err instanceof EtcdLeaseInvalidError || /lease not found/i.test(errorMessage(err))) {
           throw new LeaseNotFound(err);
         }
         if (tooLarge(err)) throw new ResponseTooLarge(err);
         if (accessDenied(err)) {
-          this.#lastError = `${what}: ${describe(err)}`;
+          this.#lastError = `${what}: ${errorMessage(err)}`;
           // The step (`what`) stays in `lastError`; the message names what etcd refused.
           throw new StoreAccessDeniedError(`${this.#where} refused access: ${summarize(err)}`, {
             cause: err,
           });
         }
         if (!(err instanceof MemberSkipped) || reported === undefined) reported = err;
-        this.#lastError = `${what}: ${describe(reported)}`;
+        this.#lastError = `${what}: ${errorMessage(reported)}`;
         if (!transient(err)) {
           throw typedFailure(err, this.#endpoints, this.#tls) ??
-            new IdallocError(`etcd ${what} failed: ${describe(err)}`, { cause: err });
+            new IdallocError(`etcd ${what} failed: ${errorMessage(err)}`, { cause: err });
         }
         this.#healthy = false;
         if (Date.now() + pause >= deadline || stopRetrying?.(reported, Date.now() - began)) {

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { InvalidOptionsError } from "../../errors.ts";
+import { errorMessage, InvalidOptionsError } from "../../errors.ts";
 import type { BackendDriver, DriverFailure, DriverOpenOptions, OpenedBackend } from "../driver.ts";
 import {
   describeEtcdStore,
@@ -14,10 +14,6 @@ import {
   type EtcdStoreDescription,
   etcdStoreDescription,
 } from "./store_description.ts";
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
 
 /**
  * The PEM text of the file `--<flag>` names, or `undefined` when it names none. A certificate is
@@ -30,7 +26,7 @@ async function readPem(flag: string, path: string | undefined): Promise<string |
   try {
     text = await Deno.readTextFile(path);
   } catch (err) {
-    throw new InvalidOptionsError(`cannot read ${flag} file ${path}: ${errorText(err)}`, {
+    throw new InvalidOptionsError(`cannot read ${flag} file ${path}: ${errorMessage(err)}`, {
       cause: err,
     });
   }

@@ -25,6 +25,7 @@ import {
   StoreTlsError,
   type TlsProblem,
 } from "./errors.ts";
+import { errorMessage } from "../../errors.ts";
 
 /**
  * What kind of connection failure `err` is, if one: nothing listening, a name that does not
@@ -32,13 +33,9 @@ import {
  */
 export type ConnectionFailure = "refused" | "unresolved" | "timeout" | "tls" | "not-etcd" | "reset";
 
-function textOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /** Classifies a client error as a connection failure, or `undefined` for anything else. */
 export function connectionFailureOf(err: unknown): ConnectionFailure | undefined {
-  const text = textOf(err);
+  const text = errorMessage(err);
   if (/ECONNREFUSED|connection refused/i.test(text)) return "refused";
   if (/name resolution failed|ENOTFOUND|EAI_AGAIN|getaddrinfo|DNS resolution/i.test(text)) {
     return "unresolved";
@@ -75,7 +72,7 @@ const WORDS: Readonly<Record<ConnectionFailure, string>> = {
 export function summarize(err: unknown): string {
   const kind = connectionFailureOf(err);
   if (kind !== undefined) return WORDS[kind];
-  return textOf(err)
+  return errorMessage(err)
     .replace(/^\d+ [A-Z_]+: /, "")
     .replace(/\s*Resolution note:.*$/s, "")
     .replace(/^etcdserver: /, "")
@@ -84,7 +81,7 @@ export function summarize(err: unknown): string {
 
 /** What went wrong with TLS, from the TLS stack's message (Node's and rustls' words). */
 export function tlsProblemOf(err: unknown): TlsProblem {
-  const text = textOf(err);
+  const text = errorMessage(err);
   if (/servername.*must not be an IP address/i.test(text)) return "ip-server-name";
   if (/ALTNAME_INVALID|does not match certificate's altnames|NotValidForName/i.test(text)) {
     return "name-mismatch";
@@ -114,7 +111,7 @@ export function certificateProblem(pem: string): string | undefined {
       new X509Certificate(block);
     } catch (err) {
       const which = blocks.length > 1 ? `certificate ${i + 1} of ${blocks.length}` : "it";
-      return `${which} does not parse (${textOf(err)})`;
+      return `${which} does not parse (${errorMessage(err)})`;
     }
   }
   return undefined;
@@ -122,12 +119,12 @@ export function certificateProblem(pem: string): string | undefined {
 
 /** The host name grpc-js failed to resolve (`… for target dns:HOST:PORT`), if it says. */
 function unresolvedHost(err: unknown): string | undefined {
-  return /for target (?:dns:)?(?:\/\/\/)?\[?([^\]\s:]+)\]?(?::\d+)?/i.exec(textOf(err))?.[1];
+  return /for target (?:dns:)?(?:\/\/\/)?\[?([^\]\s:]+)\]?(?::\d+)?/i.exec(errorMessage(err))?.[1];
 }
 
 /** The certificate's names from Node's altname message (`… in the cert's altnames: IP …`). */
 function certificateNames(err: unknown): string | undefined {
-  return /cert's altnames: (.*?)\.?\s*(?:Resolution note|$)/is.exec(textOf(err))?.[1]?.trim();
+  return /cert's altnames: (.*?)\.?\s*(?:Resolution note|$)/is.exec(errorMessage(err))?.[1]?.trim();
 }
 
 /** Where the failure happened, for messages: `etcd at http://a:2379, http://b:2379`. */
@@ -146,7 +143,7 @@ export function typedFailure(
   tls: { readonly serverName?: string } | undefined,
 ): IdallocError | undefined {
   const where = endpointWords(endpoints);
-  const text = textOf(err);
+  const text = errorMessage(err);
   if (/authentication is not enabled/i.test(text)) {
     return new AuthNotEnabledError(
       `${where} has authentication turned off, but a user name and password were given`,
@@ -268,7 +265,7 @@ function tlsError(
 }
 
 function summarizeTls(err: unknown): string {
-  return textOf(err)
+  return errorMessage(err)
     .replace(/^\d+ [A-Z_]+: /, "")
     .replace(/^No connection established\. Last error: /, "")
     .replace(/\s*Resolution note:.*$/s, "")

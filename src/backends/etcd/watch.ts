@@ -26,6 +26,7 @@ import type { EtcdContext } from "./context.ts";
 import { type MasterEntry, parseMaster } from "./gc.ts";
 import { rangePages, RevisionCompacted } from "./paging.ts";
 import { prefixRange, text } from "./txn.ts";
+import { errorMessage } from "../../errors.ts";
 
 const log = idallocLogger("etcd");
 
@@ -225,7 +226,7 @@ export async function* watchMasters(
       client.telemetry.reconnect(err);
       log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
         rev: String(revision),
-        err: err instanceof Error ? err.message : String(err),
+        err: errorMessage(err),
       });
       try {
         await sleep(pause, signal);

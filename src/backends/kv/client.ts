@@ -6,7 +6,12 @@
  * @module
  */
 import { abortable, sleep } from "../../abort.ts";
-import { CorruptEntryError, IdallocError, StoreUnavailableError } from "../../errors.ts";
+import {
+  CorruptEntryError,
+  errorMessage,
+  IdallocError,
+  StoreUnavailableError,
+} from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { KvContext } from "./context.ts";
 import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
@@ -280,9 +285,4 @@ async function guard<T>(
 
 function isBusy(err: unknown): boolean {
   return /database is (locked|busy)/i.test(errorMessage(err));
-}
-
-/** The message of an unknown thrown value. */
-export function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { InvalidOptionsError, StoreUnavailableError } from "../../errors.ts";
+import { errorMessage, InvalidOptionsError, StoreUnavailableError } from "../../errors.ts";
 import type { BackendDriver, DriverOpenOptions, OpenedBackend } from "../driver.ts";
 import {
   describeKvStore,
@@ -18,10 +18,6 @@ import {
   type KvStoreDescription,
   kvStoreDescription,
 } from "./store_description.ts";
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
 
 /** The first 16 bytes of every SQLite database file. */
 const SQLITE_HEADER = "SQLite format 3\0";
@@ -69,7 +65,7 @@ async function tablesOf(path: string): Promise<string[]> {
       db.close();
     }
   } catch (err) {
-    throw new StoreUnavailableError(`cannot read Deno KV store ${path}: ${errorText(err)}`, {
+    throw new StoreUnavailableError(`cannot read Deno KV store ${path}: ${errorMessage(err)}`, {
       cause: err,
     });
   }
@@ -87,7 +83,7 @@ async function exists(path: string): Promise<"file" | "directory" | "none"> {
     return info.isDirectory ? "directory" : "file";
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) return "none";
-    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorText(err)}`, {
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorMessage(err)}`, {
       cause: err,
     });
   }
@@ -126,7 +122,7 @@ async function openKv(path: string): Promise<Deno.Kv> {
   try {
     return await Deno.openKv(path);
   } catch (err) {
-    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorText(err)}`, {
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorMessage(err)}`, {
       cause: err,
     });
   }
@@ -161,7 +157,7 @@ async function open(d: KvStoreDescription, options: DriverOpenOptions): Promise<
     kv.close();
     if (err instanceof InvalidOptionsError) throw err;
     if (options.signal.aborted) throw err;
-    throw new StoreUnavailableError(`cannot read Deno KV store ${d.path}: ${errorText(err)}`, {
+    throw new StoreUnavailableError(`cannot read Deno KV store ${d.path}: ${errorMessage(err)}`, {
       cause: err,
     });
   }

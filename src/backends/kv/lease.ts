@@ -10,9 +10,9 @@
  *
  * @module
  */
-import { StoreUnavailableError } from "../../errors.ts";
+import { errorMessage, StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { commit, errorMessage, type KvStats, nonce } from "./client.ts";
+import { commit, type KvStats, nonce } from "./client.ts";
 import type { KvContext } from "./context.ts";
 
 const log = idallocLogger("kv", "lease");

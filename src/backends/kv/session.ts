@@ -17,14 +17,14 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { errorMessage, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
 import { ensure } from "./ensure.ts";
 import { watchMasters } from "./watch.ts";
 import { gcDelete, gcList } from "./gc.ts";
-import { errorMessage, get, type KvStats, newStats } from "./client.ts";
+import { get, type KvStats, newStats } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { decode } from "./schema.ts";
