@@ -79,8 +79,3 @@ export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettin
     validator: options.validator,
   };
 }
-
-/** ORs `mask` into `id` (IDs may exceed 32 bits, so not with `|`). */
-export function applyMask(id: number, mask: number): number {
-  return mask === 0 ? id : Number(BigInt(id) | BigInt(mask));
-}
