@@ -11,6 +11,7 @@ import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";
 import { ClosedError, InvalidIdError, InvalidOptionsError } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
+import { TaskGroup } from "../task_group.ts";
 import { parseOptions } from "../validate.ts";
 import { ChangeHub } from "./changes.ts";
 import { LabelError } from "./errors.ts";
@@ -186,8 +187,8 @@ export class IdentityAllocator implements AsyncDisposable {
   readonly #held = new Map<number, Labels>();
   /** Remotes being opened or synced, so that `close()` can stop them too. */
   readonly #pendingRemotes = new Set<RemoteCluster>();
-  readonly #closing = new AbortController();
-  readonly #pump: Promise<void>;
+  /** The main allocator's event pump runs in it; closing aborts its signal. */
+  readonly #tasks = new TaskGroup("identity allocator");
   /** `idalloc.identities` while open. */
   readonly #counts: IdentityCounts;
   #closed: Promise<void> | undefined;
@@ -212,7 +213,7 @@ export class IdentityAllocator implements AsyncDisposable {
     };
     this.#local = new LocalIdentityCache({ scope: IdentityScope.Local, onChange });
     this.#remoteNode = new LocalIdentityCache({ scope: IdentityScope.RemoteNode, onChange });
-    this.#pump = this.#pumpMain();
+    this.#tasks.spawn(this.#pumpMain());
     const reservedCount = [...reserved].length;
     this.#counts = new IdentityCounts(identityOf(main.backend), () => ({
       reserved: reservedCount,
@@ -267,7 +268,7 @@ export class IdentityAllocator implements AsyncDisposable {
 
   async #pumpMain(): Promise<void> {
     try {
-      const signal = this.#closing.signal;
+      const signal = this.#tasks.signal;
       for await (const event of this.#main.watch({ signal })) {
         if (event.type === "upsert") this.#hub.add(event.id, event.key);
         else if (event.type === "delete") this.#hub.delete(event.id);
@@ -276,7 +277,7 @@ export class IdentityAllocator implements AsyncDisposable {
         }
       }
     } catch (err) {
-      if (!this.#closing.signal.aborted) log.error("identity watch failed: {err}", { err });
+      if (!this.#tasks.closed) log.error("identity watch failed: {err}", { err });
     }
   }
 
@@ -296,9 +297,7 @@ export class IdentityAllocator implements AsyncDisposable {
   }
 
   #signal(options?: CallOptions): AbortSignal {
-    return options?.signal
-      ? AbortSignal.any([options.signal, this.#closing.signal])
-      : this.#closing.signal;
+    return this.#tasks.bound(options?.signal);
   }
 
   /**
@@ -630,8 +629,8 @@ export class IdentityAllocator implements AsyncDisposable {
    * stream. Does not delete this node's references (they lapse with its lease). Idempotent.
    */
   close(): Promise<void> {
-    this.#closed ??= (async () => {
-      this.#closing.abort(new ClosedError("identity allocator"));
+    // The pump ends once the main allocator closes its watch; the group then waits for it.
+    this.#closed ??= this.#tasks.close(async () => {
       this.#counts.close();
       const remotes = [...this.#remotes.values(), ...this.#pendingRemotes];
       this.#remotes.clear();
@@ -639,8 +638,7 @@ export class IdentityAllocator implements AsyncDisposable {
       this.#hub.close();
       await Promise.allSettled(remotes.map((r) => r.close()));
       await this.#main.close();
-      await this.#pump;
-    })();
+    });
     return this.#closed;
   }
 

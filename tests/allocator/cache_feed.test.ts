@@ -131,6 +131,7 @@ Deno.test("CacheFeed: held keys are reported to the owner, who may keep a delete
 Deno.test("CacheFeed: closing fails every wait for the initial list", async () => {
   const session = new SessionDouble();
   // A watch that never lists: the feed never syncs.
+  // deno-lint-ignore require-yield -- a watch that yields nothing is the point
   session.watch = async function* (signal: AbortSignal) {
     await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
   };
