@@ -6,7 +6,7 @@
 import { z } from "../deps/zod.ts";
 import { InvalidOptionsError } from "../errors.ts";
 import { parseOptions } from "../validate.ts";
-import type { Backoff } from "./backoff.ts";
+import type { SameShape, SettingsOf } from "../option_shape.ts";
 import { type AllocatorOptions, type CacheValidator, type KeyCodec, stringCodec } from "./types.ts";
 
 const safeInt = z.number().int().refine(Number.isSafeInteger, "must be a safe integer");
@@ -39,24 +39,24 @@ const optionsSchema = z.object({
   path: ["max"],
 });
 
-/** Options after validation, with every default filled in. */
-export interface AllocatorSettings<K> {
-  readonly min: number;
-  readonly max: number;
-  readonly prefixMask: number;
-  readonly codec: KeyCodec<K>;
-  readonly masterKeyProtection: boolean;
-  readonly leaseTtlMs: number;
-  readonly syncIntervalMs: number;
-  readonly maxAttempts: number;
-  readonly lockWaitMs: number;
-  readonly backoff: Backoff;
-  readonly gcIntervalMs?: number;
-  readonly gcGraceMs: number;
-  readonly gcRateLimit: { intervalMs: number; burst: number };
-  readonly validator?: CacheValidator;
-  readonly readOnly: boolean;
-}
+/**
+ * Options after validation, with every default filled in: the schema's output (each option is
+ * declared once, in the schema), with the caller's functions typed as given.
+ */
+export type AllocatorSettings<K> =
+  & Omit<SettingsOf<typeof optionsSchema>, "codec" | "validator" | "gcGraceMs">
+  & {
+    readonly codec: KeyCodec<K>;
+    readonly validator?: CacheValidator;
+    readonly gcGraceMs: number;
+  };
+
+// The documented public interface must accept exactly what the schema does (functions aside,
+// which zod checks only as functions): this line stops compiling when the two drift apart.
+const _documentedAsValidated: SameShape<
+  Omit<AllocatorOptions, "codec" | "validator">,
+  Omit<z.input<typeof optionsSchema>, "codec" | "validator">
+> = true;
 
 /** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
 export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettings<K> {

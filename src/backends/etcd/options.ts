@@ -1,7 +1,7 @@
 /**
  * Options of the etcd backend: public types, and their validation (zod, internal). Each option
  * is declared once, in the schema; the documented {@linkcode EtcdBackendOptions} is checked against
- * it at compile time (see `../shared/options.ts`).
+ * it at compile time (see `src/option_shape.ts`).
  *
  * @example
  * ```ts
@@ -14,7 +14,7 @@
  */
 import { z } from "../../deps/zod.ts";
 import { parseOptions } from "../../validate.ts";
-import type { SameShape, SettingsOf } from "../shared/options.ts";
+import type { SameShape, SettingsOf } from "../../option_shape.ts";
 
 /** Cilium's identity base path (`kvstore.BaseKeyPrefix` + `state/identities/v1`). */
 export const CILIUM_IDENTITIES_PREFIX = "cilium/state/identities/v1";

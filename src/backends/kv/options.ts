@@ -1,7 +1,7 @@
 /**
  * Options of the Deno KV backend and their validation. Each option is declared once, in the
  * schema; the documented {@linkcode DenoKvBackendOptions} is checked against it at compile time
- * (see `../shared/options.ts`).
+ * (see `src/option_shape.ts`).
  *
  * @module
  */
@@ -10,7 +10,7 @@ import { InvalidOptionsError } from "../../errors.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";
 import { prefixFits } from "./layout.ts";
 import { parseOptions } from "../../validate.ts";
-import type { SameShape, SettingsOf } from "../shared/options.ts";
+import type { SameShape, SettingsOf } from "../../option_shape.ts";
 
 /** Options of {@linkcode DenoKvBackend}. */
 export interface DenoKvBackendOptions {

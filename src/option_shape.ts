@@ -1,5 +1,5 @@
 /**
- * Each backend option is declared once, in its zod schema: the resolved settings are the schema's
+ * Each option (the allocator's, each backend's) is declared once, in its zod schema: the resolved settings are the schema's
  * output ({@linkcode SettingsOf}), and the documented public options interface (kept for its
  * JSDoc, which the schema cannot carry into `deno doc`) is checked at compile time to be exactly
  * what the schema accepts ({@linkcode SameShape}), so adding, dropping or retyping an option in
@@ -9,7 +9,7 @@
  * ```ts
  * import assert from "node:assert/strict";
  * import { z } from "zod";
- * import type { SameShape, SettingsOf } from "./options.ts";
+ * import type { SameShape, SettingsOf } from "./option_shape.ts";
  *
  * const schema = z.object({ node: z.string(), ttlMs: z.number().default(1000) }).strict();
  * interface Options {
@@ -25,7 +25,7 @@
  *
  * @module
  */
-import type { z } from "../../deps/zod.ts";
+import type { z } from "./deps/zod.ts";
 
 /**
  * `T` read-only all the way down (functions as they are): options are never changed after
@@ -37,7 +37,7 @@ export type DeepReadonly<T> = T extends (...args: never[]) => unknown ? T
   : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
   : T;
 
-/** The settings a backend's options schema resolves to: its output, read-only. */
+/** The settings an options schema resolves to: its output, read-only. */
 export type SettingsOf<S extends z.ZodType> = DeepReadonly<z.output<S>>;
 
 /** Whether `A` and `B` are the same type (not merely assignable one way). */
