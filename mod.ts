@@ -9,6 +9,7 @@
  *
  * @example Three lines to a cluster-wide ID
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
  *
  * using kv = await Deno.openKv(":memory:");
@@ -16,9 +17,10 @@
  * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
  *
  * const { id, isNew, firstUse } = await alloc.allocate("app=web;");
- * console.log({ id, isNew, firstUse });
+ * assert.ok(id >= 256 && id <= 65535);
+ * assert.deepEqual([isNew, firstUse], [true, true]);
  * const { lastUse } = await alloc.release("app=web;");
- * console.log({ lastUse });
+ * assert.equal(lastUse, true);
  * ```
  *
  * @module

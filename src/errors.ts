@@ -5,6 +5,7 @@
  *
  * @example Telling errors apart
  * ```ts
+ * import assert from "node:assert/strict";
  * import { IdallocError, PoolExhaustedError } from "@idalloc/idalloc";
  *
  * function explain(err: unknown): string {
@@ -12,7 +13,7 @@
  *   if (err instanceof IdallocError) return `${err.name}: ${err.message}`;
  *   throw err;
  * }
- * console.log(explain(new PoolExhaustedError(1, 5)));
+ * assert.equal(explain(new PoolExhaustedError(1, 5)), "no free ID left");
  * ```
  *
  * @module

@@ -6,16 +6,15 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { z } from "zod";
  * import { parseOptions } from "./validate.ts";
  *
  * const schema = z.object({ pollIntervalMs: z.number().int().positive() }).strict();
- * try {
- *   parseOptions(schema, { pollIntervallMs: 5 }, "Deno KV backend options");
- * } catch (err) {
- *   // invalid Deno KV backend options: 'pollIntervallMs' is not an option (did you mean 'pollIntervalMs'?)
- *   console.log((err as Error).message);
- * }
+ * assert.throws(() => parseOptions(schema, { pollIntervallMs: 5 }, "Deno KV backend options"), {
+ *   name: "InvalidOptionsError",
+ *   message: /'pollIntervallMs' is not an option \(did you mean 'pollIntervalMs'\?\)/,
+ * });
  * ```
  *
  * @module

@@ -11,6 +11,7 @@
  *
  * @example Live references of one key, and the keys whose references disagree
  * ```ts
+ * import assert from "node:assert/strict";
  * import { DenoKvBackend } from "@idalloc/idalloc";
  * import { splitKeys } from "./admin.ts";
  *
@@ -19,7 +20,8 @@
  * const signal = AbortSignal.timeout(5_000);
  * const refs = [];
  * for await (const ref of admin.references(signal)) refs.push(ref);
- * console.log(await admin.namespaceExists(signal), splitKeys(refs)); // false []
+ * assert.equal(await admin.namespaceExists(signal), false);
+ * assert.deepEqual(splitKeys(refs), []);
  * ```
  *
  * @module

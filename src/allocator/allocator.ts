@@ -387,7 +387,7 @@ export class Allocator<K = string> implements AsyncDisposable {
   async getById(id: number, options?: CallOptions): Promise<K | undefined> {
     this.#checkOpen();
     if (!Number.isSafeInteger(id) || id <= 0) {
-      throw new InvalidIdError(`ID must be a positive safe integer, got ${id}`);
+      throw new InvalidIdError(`ID ${id} is not a positive safe integer`);
     }
     const cached = this.#cache.entry(id);
     if (cached) return cached.value;

@@ -17,10 +17,12 @@
  *
  * @example A backend is handed to the allocator, which opens and closes the session
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Allocator, DenoKvBackend } from "@idalloc/idalloc";
  * using kv = await Deno.openKv(":memory:");
  * const backend = new DenoKvBackend(kv, { prefix: ["ids"], node: "a" });
  * await using alloc = await Allocator.open(backend, { max: 1000 });
+ * assert.equal(alloc.backend, backend);
  * ```
  *
  * @module

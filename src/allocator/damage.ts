@@ -11,17 +11,20 @@
  *
  * @example List the damage of a store and remove it
  * ```ts
+ * import assert from "node:assert/strict";
  * import { DenoKvBackend, isStoreDoctor } from "@idalloc/idalloc";
  *
  * using kv = await Deno.openKv(":memory:");
  * await kv.set(["ids", "id", 7], "garbage");
  * const backend = new DenoKvBackend(kv, { prefix: ["ids"], node: "doctor" });
- * if (isStoreDoctor(backend)) {
- *   for await (const finding of backend.findDamage({ range: { min: 1, max: 1000 } })) {
- *     console.log(finding.kind, finding.entry, finding.reason);
- *     await backend.removeDamage(finding);
- *   }
+ * assert.ok(isStoreDoctor(backend));
+ * const kinds: string[] = [];
+ * for await (const finding of backend.findDamage({ range: { min: 1, max: 1000 } })) {
+ *   kinds.push(finding.kind);
+ *   assert.equal(await backend.removeDamage(finding), true);
  * }
+ * assert.deepEqual(kinds, ["master-undecodable"]);
+ * assert.equal((await kv.get(["ids", "id", 7])).value, null);
  * ```
  *
  * @module

@@ -13,15 +13,17 @@
  *
  * @example A lapse makes every held key suspect until a re-check that started after it
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Fence } from "./fence.ts";
  * const fence = new Fence();
  * fence.raiseAll("lease lapsed");
  * const gen = fence.generation;
- * console.log(fence.isSuspect("k")); // true
+ * assert.equal(fence.isSuspect("k"), true);
  * fence.verified("k", gen);
- * console.log(fence.isSuspect("k")); // false (the rest stay suspect until the pass completes)
+ * assert.equal(fence.isSuspect("k"), false);
+ * assert.equal(fence.isSuspect("other"), true); // the rest stay suspect until the pass completes
  * fence.passCompleted(gen);
- * console.log(fence.active); // false
+ * assert.equal(fence.active, false);
  * ```
  *
  * @module

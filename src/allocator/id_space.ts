@@ -78,7 +78,7 @@ export class IdSpace {
     if (!Number.isSafeInteger(id) || !this.contains(id)) {
       const { min, max } = this.stored;
       throw new InvalidIdError(
-        `store returned ID ${id} for key '${key}', outside this allocator's range [${min}, ${max}]`,
+        `ID ${id} the store returned for key '${key}' is outside this allocator's range [${min}, ${max}]`,
       );
     }
     return id;

@@ -5,7 +5,7 @@
  *
  * @example
  * ```ts ignore
- * // Needs the repository's harness modules, which are not published.
+ * // ignored: needs the repository's harness modules, which are not published
  * const etcd = await loadHarness("etcd");
  * if (etcd.unavailable() === undefined) await using fx = await etcd.fixture.create();
  * ```

@@ -180,10 +180,10 @@ export function integerOption(flag: string, text: string, min = 0): number {
 export function parseIdArgument(text: string): number {
   const trimmed = text.trim();
   if (!/^\d+$/.test(trimmed)) {
-    throw new InvalidIdError(`an ID is a positive whole number, got '${text}'`);
+    throw new InvalidIdError(`ID '${text}' is not a positive whole number`);
   }
   const id = Number(trimmed);
-  if (id === 0) throw new InvalidIdError("an ID is a positive whole number, got 0");
+  if (id === 0) throw new InvalidIdError("ID 0 is not a positive whole number");
   if (!Number.isSafeInteger(id)) {
     throw new InvalidIdError(
       `ID ${trimmed} is too large: IDs go up to ${Number.MAX_SAFE_INTEGER}`,

@@ -21,14 +21,18 @@
  *
  * @example Run a command in-process and capture its output
  * ```ts
+ * import assert from "node:assert/strict";
  * import { main } from "@idalloc/idalloc/cli";
  *
+ * const dir = await Deno.makeTempDir();
  * let out = "";
- * const code = await main(["--store", "kv:./ids.kv", "allocate", "app=web;", "--json"], {
+ * const code = await main(["--store", `kv:${dir}/ids.kv`, "allocate", "app=web;", "--json"], {
  *   stdout: { write: (text) => void (out += text) },
  *   stderr: { write: () => {} },
  * });
- * console.log(code, JSON.parse(out).id);
+ * assert.equal(code, 0);
+ * assert.equal(typeof JSON.parse(out).id, "number");
+ * await Deno.remove(dir, { recursive: true });
  * ```
  *
  * @module

@@ -315,7 +315,11 @@ export class IdentityAllocator implements AsyncDisposable {
     const local = this.#allocateLocal(labels, options);
     if (local) return local;
     const { id, isNew } = await this.#main.allocate(labels, { signal: this.#signal(options) });
-    if (id > MAX_NUMERIC_IDENTITY) throw new InvalidIdError(`${id}: numeric identity too large`);
+    if (id > MAX_NUMERIC_IDENTITY) {
+      throw new InvalidIdError(
+        `ID ${id} is too large for a numeric identity (at most ${MAX_NUMERIC_IDENTITY})`,
+      );
+    }
     const identity: Identity = Object.freeze({ id, labels });
     this.#held.set(id, labels);
     // Like Cilium's owner update: consumers hear of a new identity now, not after the watch echo.

@@ -5,12 +5,13 @@
  *
  * @example Parse, print and round-trip through the kvstore format
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Labels } from "@idalloc/idalloc/identity";
  *
  * const labels = Labels.parse(["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]);
  * const stored = labels.toKvstoreString();
- * console.log(stored); // k8s:app=web;k8s:io.kubernetes.pod.namespace=prod;
- * console.log(Labels.fromKvstoreString(stored).equals(labels)); // true
+ * assert.equal(stored, "k8s:app=web;k8s:io.kubernetes.pod.namespace=prod;");
+ * assert.ok(Labels.fromKvstoreString(stored).equals(labels));
  * ```
  *
  * @module

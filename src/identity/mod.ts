@@ -10,6 +10,7 @@
  *
  * @example Allocate, look up and release identities on an embedded Deno KV store
  * ```ts
+ * import assert from "node:assert/strict";
  * import { DenoKvBackend } from "@idalloc/idalloc";
  * import { IdentityAllocator, Labels } from "@idalloc/idalloc/identity";
  *
@@ -19,27 +20,45 @@
  *
  * const labels = Labels.parse(["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]);
  * const { identity, isNew } = await identities.allocate(labels);
- * console.log(identity.id, isNew); // 4773 true
- * console.log(identities.lookup(labels)?.id === identity.id); // true
- * console.log(identities.lookupById(1)?.labels.toString()); // reserved:host
- * console.log(await identities.release(identity)); // true: this node's last use
+ * assert.ok(isNew && identity.id >= 256 && identity.id <= 65535);
+ * assert.equal(identities.lookup(labels)?.id, identity.id);
+ * assert.equal(identities.lookupById(1)?.labels.toString(), "reserved:host");
+ * assert.equal(await identities.release(identity), true); // this node's last use
  * ```
  *
  * @example Follow changes and another cluster's identities
  * ```ts
- * import type { Backend } from "@idalloc/idalloc";
- * import type { IdentityAllocator } from "@idalloc/idalloc/identity";
- * declare const identities: IdentityAllocator; // opened as above
- * declare const remoteBackend: Backend; // the remote cluster's store, read only
+ * import assert from "node:assert/strict";
+ * import { DenoKvBackend } from "@idalloc/idalloc";
+ * import { IdentityAllocator, Labels } from "@idalloc/idalloc/identity";
  *
+ * // Two clusters, each with its own store (here two in-memory Deno KV stores).
+ * using kv1 = await Deno.openKv(":memory:");
+ * using kv2 = await Deno.openKv(":memory:");
+ * const prefix = ["identities"];
+ * await using cluster2 = await IdentityAllocator.open(
+ *   new DenoKvBackend(kv2, { prefix, node: "10.0.2.1" }),
+ *   { clusterId: 2 },
+ * );
+ * // A remote cluster's identities must carry its name as their cluster label.
+ * const db = Labels.parse(["k8s:app=db", "k8s:io.cilium.k8s.policy.cluster=cluster-2"]);
+ * const { identity: remote } = await cluster2.allocate(db);
+ *
+ * await using identities = await IdentityAllocator.open(
+ *   new DenoKvBackend(kv1, { prefix, node: "10.0.1.1" }),
+ *   { clusterId: 1 },
+ * );
  * const controller = new AbortController();
- * await identities.watchRemote("cluster-2", remoteBackend, {
+ * // The remote cluster's store, read only: its identities join this node's view.
+ * await identities.watchRemote("cluster-2", new DenoKvBackend(kv2, { prefix, node: "10.0.1.1" }), {
  *   clusterId: 2,
  *   signal: controller.signal,
  * });
- * for await (const { added, deleted } of identities.changes({ signal: controller.signal })) {
- *   console.log([...added.keys()], [...deleted]);
+ * assert.ok(identities.lookupById(remote.id)?.labels.equals(db));
+ * for await (const { added } of identities.changes({ signal: controller.signal })) {
+ *   if (added.has(remote.id)) break; // the replay names it too
  * }
+ * controller.abort();
  * ```
  *
  * @module

@@ -7,11 +7,12 @@
  *
  * @example The allocation range of a cluster
  * ```ts
+ * import assert from "node:assert/strict";
  * import { allocationRange, clusterIdOf } from "@idalloc/idalloc/identity";
  *
- * console.log(allocationRange(0)); // { min: 256, max: 65535 }
- * console.log(allocationRange(5)); // { min: 327680, max: 393215 }
- * console.log(clusterIdOf(327681)); // 5
+ * assert.deepEqual(allocationRange(0), { min: 256, max: 65535 });
+ * assert.deepEqual(allocationRange(5), { min: 327680, max: 393215 });
+ * assert.equal(clusterIdOf(327681), 5);
  * ```
  *
  * @module

@@ -4,11 +4,12 @@
  *
  * @example Reserved lookups
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Labels, ReservedIdentities } from "@idalloc/idalloc/identity";
  *
  * const reserved = new ReservedIdentities({ fixedIdentities: { 129: "kvstore" } });
- * console.log(reserved.lookupByLabels(Labels.parse(["reserved:host"]))?.id); // 1
- * console.log(reserved.lookupByLabels(Labels.parse(["io.cilium.fixed-identity=kvstore"]))?.id); // 129
+ * assert.equal(reserved.lookupByLabels(Labels.parse(["reserved:host"]))?.id, 1);
+ * assert.equal(reserved.lookupByLabels(Labels.parse(["io.cilium.fixed-identity=kvstore"]))?.id, 129);
  * ```
  *
  * @module

@@ -3,10 +3,11 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { IdentityScope, Labels, scopeForLabels } from "@idalloc/idalloc/identity";
  *
- * console.log(scopeForLabels(Labels.parse(["cidr:10.0.0.0/8"])) === IdentityScope.Local); // true
- * console.log(scopeForLabels(Labels.parse(["k8s:app=web"])) === IdentityScope.Global); // true
+ * assert.equal(scopeForLabels(Labels.parse(["cidr:10.0.0.0/8"])), IdentityScope.Local);
+ * assert.equal(scopeForLabels(Labels.parse(["k8s:app=web"])), IdentityScope.Global);
  * ```
  *
  * @module

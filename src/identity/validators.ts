@@ -5,12 +5,12 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { clusterIdValidator } from "@idalloc/idalloc/identity";
  *
  * const validate = clusterIdValidator(5);
- * console.log(validate({ type: "upsert", id: 327680 })); // undefined (accepted)
- * console.log(validate({ type: "upsert", id: 1 }));
- * // ID 1 does not belong to the allocation range of cluster ID 5
+ * assert.equal(validate({ type: "upsert", id: 327680 }), undefined); // accepted
+ * assert.match(validate({ type: "upsert", id: 1 }) ?? "", /ID 1 .*cluster ID 5/);
  * ```
  *
  * @module

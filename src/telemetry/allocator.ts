@@ -10,13 +10,15 @@
  *
  * @example Wrapping a call that goes to the store
  * ```ts
+ * import assert from "node:assert/strict";
  * import { AllocatorTelemetry } from "./allocator.ts";
  * const telemetry = new AllocatorTelemetry({ backend: "deno-kv", prefix: "demo", node: "a" });
- * const result = await telemetry.allocation(async (trips) => {
+ * const result = await telemetry.allocation((trips) => {
  *   trips.count++; // one store round trip
- *   return { id: 7, isNew: true, firstUse: true };
+ *   return Promise.resolve({ id: 7, isNew: true, firstUse: true });
  * });
- * console.log(result.id, telemetry.counts()); // 7 { new: 1, existing: 0, cached: 0, failed: 0 }
+ * assert.equal(result.id, 7);
+ * assert.deepEqual(telemetry.counts(), { new: 1, existing: 0, cached: 0, failed: 0 });
  * ```
  *
  * @module

@@ -8,8 +8,10 @@
  *
  * @example The names of the counters
  * ```ts
+ * import assert from "node:assert/strict";
  * import { METRICS } from "./catalog.ts";
- * console.log(METRICS.filter((m) => m.kind === "counter").map((m) => m.name).includes("idalloc.releases")); // true
+ * const counters = METRICS.filter((m) => m.kind === "counter").map((m) => m.name);
+ * assert.ok(counters.includes("idalloc.releases"));
  * ```
  *
  * @module

@@ -4,12 +4,16 @@
  *
  * @example A source that reports fixed counts
  * ```ts
+ * import assert from "node:assert/strict";
  * import { IdentityCounts } from "./identity.ts";
- * const counts = new IdentityCounts({ backend: "deno-kv", prefix: "demo", node: "a" }, () => ({
- *   reserved: 20, global: 3, local: 1, remoteNode: 0, remoteClusters: [{ name: "c2", count: 4 }],
- * }));
+ * let reads = 0;
+ * const counts = new IdentityCounts({ backend: "deno-kv", prefix: "demo", node: "a" }, () => {
+ *   reads++; // read only when a metric reader collects: nothing is counted ahead
+ *   return { reserved: 20, global: 3, local: 1, remoteNode: 0, remoteClusters: [{ name: "c2", count: 4 }] };
+ * });
  * counts.open();
  * counts.close();
+ * assert.equal(reads, 0); // no SDK installed, so nothing collected
  * ```
  *
  * @module

@@ -8,10 +8,11 @@
  *
  * @example Timing one round trip
  * ```ts
+ * import assert from "node:assert/strict";
  * import { StoreTelemetry } from "./store.ts";
  * const telemetry = new StoreTelemetry("deno-kv", "idalloc/demo", "node-a");
  * const value = await telemetry.round("read", undefined, () => Promise.resolve(42));
- * console.log(value); // 42
+ * assert.equal(value, 42);
  * ```
  *
  * @module

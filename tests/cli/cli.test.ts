@@ -99,8 +99,8 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
   const cases: Array<[string[], number, RegExp]> = [
     [[...store.args, "get", "app=nope;"], 3, /key app=nope; has no ID/],
     [[...store.args, "get-id", "99999"], 3, /ID 99999 is not allocated/],
-    [[...store.args, "get-id", "abc"], 1, /an ID is a positive whole number, got 'abc'/],
-    [[...store.args, "get-id", "0"], 1, /an ID is a positive whole number, got 0/],
+    [[...store.args, "get-id", "abc"], 1, /ID 'abc' is not a positive whole number/],
+    [[...store.args, "get-id", "0"], 1, /ID 0 is not a positive whole number/],
     [
       [...store.args, "get-id", "99999999999999999999"],
       1,

@@ -21,6 +21,7 @@
  *
  * @example One acquisition through a session (the allocator normally does this)
  * ```ts ignore
+ * // ignored: needs a session's context on a running etcd (tests/backends/etcd/acquire.test.ts)
  * const { id, created } = await acquire(ctx, {
  *   key: "k8s:app=web;",
  *   pickCandidate: (exclude) => (exclude.has(300) ? undefined : 300),
@@ -134,8 +135,8 @@ export function agreedId(
   const [id] = ids;
   if (id !== undefined && range !== undefined && (id < range.min || id > range.max)) {
     throw new InvalidIdError(
-      `key '${key}' is held in the store under ID ${id}, outside this allocator's range ` +
-        `[${range.min}, ${range.max}]`,
+      `ID ${id} of key '${key}' in the store is outside this allocator's range ` +
+        `[${range.min}, ${range.max}]; the key gets no other ID`,
     );
   }
   return id;

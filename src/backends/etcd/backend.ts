@@ -5,9 +5,15 @@
  * ```ts
  * import { EtcdBackend } from "./backend.ts";
  *
- * await using backend = await EtcdBackend.connect({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
- * backend.checkKey("k8s:app=web;");
- * console.log(backend.requestStats());
+ * // Needs a running etcd: a function here, so that the doc tests type-check it without calling it.
+ * async function requestsSoFar(): Promise<ReturnType<EtcdBackend["requestStats"]>> {
+ *   await using backend = await EtcdBackend.connect({
+ *     endpoints: ["http://127.0.0.1:2379"],
+ *     node: "n1",
+ *   });
+ *   backend.checkKey("k8s:app=web;");
+ *   return backend.requestStats();
+ * }
  * ```
  *
  * @module

@@ -13,6 +13,7 @@
  *
  * @example Two acquisitions issued together cost one request when one is already in flight
  * ```ts ignore
+ * // ignored: needs a client of a running etcd (tests/backends/etcd/batch.test.ts runs it)
  * const batcher = new TxnBatcher(client, closingSignal);
  * const [a, b] = await Promise.all([
  *   batcher.run("acquire", txnA, signal),

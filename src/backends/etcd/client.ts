@@ -9,11 +9,18 @@
  * import { resolveEtcdOptions } from "./options.ts";
  * import { RequestLimiter } from "./request_limiter.ts";
  *
- * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
- * const signal = AbortSignal.timeout(5_000);
- * const client = new EtcdClient(settings, new RequestLimiter(settings.qps));
- * const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
- * await client.close();
+ * // Needs a running etcd: a function here, so that the doc tests type-check it without calling it.
+ * async function countA(): Promise<string> {
+ *   const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
+ *   const signal = AbortSignal.timeout(5_000);
+ *   const client = new EtcdClient(settings, new RequestLimiter(settings.qps));
+ *   try {
+ *     const res = await client.call("get", signal, (o) => client.raw.kv.range({ key: bytes("a") }, o));
+ *     return res.count;
+ *   } finally {
+ *     await client.close();
+ *   }
+ * }
  * ```
  *
  * @module

@@ -3,6 +3,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a connected client and lease manager (built by `EtcdBackend.openSession`)
  * const ctx: EtcdContext = { client, layout: new EtcdLayout("cilium/state/identities/v1"), node, leases };
  * ```
  *

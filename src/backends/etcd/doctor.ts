@@ -17,6 +17,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a client of a running etcd (tests/backends/etcd/garbage.test.ts runs it)
  * for await (const f of findDamage(client, layout, { range: { min: 256, max: 65535 } })) {
  *   if (f.kind === "reference-without-lease") await removeDamage(client, layout, f, signal);
  * }

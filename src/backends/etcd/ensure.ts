@@ -9,6 +9,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a session's context on a running etcd (tests/conformance/key_side.test.ts)
  * const [report] = await ensure(ctx, [{ key: "k8s:app=web;", id: 300 }], signal);
  * // { key: "k8s:app=web;", id: 300, master: "ok", reference: "recreated" }
  * ```

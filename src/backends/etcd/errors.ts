@@ -17,10 +17,13 @@
  *
  * @example Telling a refused login from a store that is down
  * ```ts
+ * import assert from "node:assert/strict";
  * import { StoreAccessDeniedError } from "./errors.ts";
  *
  * const err: unknown = new StoreAccessDeniedError("etcd connect refused: authentication failed");
- * if (err instanceof StoreAccessDeniedError) console.log(`${err.name}, retryable: ${err.retryable}`);
+ * assert.ok(err instanceof StoreAccessDeniedError);
+ * assert.equal(err.name, "StoreAccessDeniedError");
+ * assert.equal(err.retryable, false); // credentials the store denies stay denied
  * ```
  *
  * @module

@@ -7,9 +7,10 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { summarize } from "./failure.ts";
  * const raw = new Error("14 UNAVAILABLE: No connection established. Last error: Error: connect ECONNREFUSED 127.0.0.1:1. Resolution note:");
- * console.log(summarize(raw)); // connection refused
+ * assert.equal(summarize(raw), "connection refused");
  * ```
  *
  * @module

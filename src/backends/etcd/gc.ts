@@ -18,6 +18,7 @@
  *
  * @example Two-round marking over the candidates (the allocator's GC does this)
  * ```ts ignore
+ * // ignored: needs a session's context on a running etcd (tests/backends/etcd/gc.test.ts runs it)
  * for await (const c of gcList(ctx, { min: 256, max: 65535 }, signal)) {
  *   if (!c.inUse && marked.get(c.id) === c.version) await gcDelete(ctx, c, signal);
  * }

@@ -4,11 +4,15 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { EtcdLayout, prefixMatchesKey } from "./layout.ts";
  * const layout = new EtcdLayout("cilium/state/identities/v1");
- * console.log(layout.refKey("unspec:a=b//c;", "10.0.0.1"));
- * // cilium/state/identities/v1/value/unspec:a=b/c;/10.0.0.1 (cleaned as Go does)
- * console.log(prefixMatchesKey(layout.refPrefix("a;"), layout.refKey("a;/b;", "n1"))); // false
+ * // Cleaned as Go does.
+ * assert.equal(
+ *   layout.refKey("unspec:a=b//c;", "10.0.0.1"),
+ *   "cilium/state/identities/v1/value/unspec:a=b/c;/10.0.0.1",
+ * );
+ * assert.equal(prefixMatchesKey(layout.refPrefix("a;"), layout.refKey("a;/b;", "n1")), false);
  * ```
  *
  * {@linkcode keyProblem} tells which keys the layout can hold, for `checkKey` (before a write) and

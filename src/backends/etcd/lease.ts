@@ -10,6 +10,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a client of a running etcd (tests/backends/etcd/lease.test.ts runs it)
  * const leases = new LeaseManager(client, 60, () => resyncEverything());
  * await leases.start(signal);
  * const lease = await leases.leaseFor("cilium/state/identities/v1/value/k;/n1", signal);

@@ -16,14 +16,17 @@
  * import { Allocator } from "@idalloc/idalloc";
  * import { EtcdBackend } from "@idalloc/idalloc/etcd";
  *
- * await using backend = await EtcdBackend.connect({
- *   endpoints: ["http://127.0.0.1:2379"],
- *   prefix: "cilium/state/identities/v1",
- *   node: "10.0.0.1",
- * });
- * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
- * const { id } = await alloc.allocate("k8s:app=web;");
- * console.log(id);
+ * // Needs a running etcd: a function here, so that the doc tests type-check it without calling it.
+ * async function webIdentity(): Promise<number> {
+ *   await using backend = await EtcdBackend.connect({
+ *     endpoints: ["http://127.0.0.1:2379"],
+ *     prefix: "cilium/state/identities/v1",
+ *     node: "10.0.0.1",
+ *   });
+ *   await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
+ *   const { id } = await alloc.allocate("k8s:app=web;");
+ *   return id;
+ * }
  * ```
  *
  * @module

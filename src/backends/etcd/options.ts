@@ -5,9 +5,10 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { resolveEtcdOptions } from "./options.ts";
  * const settings = resolveEtcdOptions({ endpoints: ["http://127.0.0.1:2379"], node: "10.0.0.1" });
- * console.log(settings.prefix); // cilium/state/identities/v1
+ * assert.equal(settings.prefix, "cilium/state/identities/v1");
  * ```
  *
  * @module

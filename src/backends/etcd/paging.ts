@@ -17,11 +17,15 @@
  * import { rangePages } from "./paging.ts";
  * import { EtcdLayout } from "./layout.ts";
  * import { prefixRange } from "./txn.ts";
- * declare const client: EtcdClient, signal: AbortSignal;
- * const { masterRange } = new EtcdLayout("cilium/state/identities/v1");
  *
- * for await (const page of rangePages(client, "list masters", prefixRange(masterRange), signal)) {
- *   console.log(page.revision, page.kvs.length);
+ * // Needs a client of a running etcd: a function here, so that it is type-checked.
+ * async function countMasters(client: EtcdClient, signal: AbortSignal): Promise<number> {
+ *   const { masterRange } = new EtcdLayout("cilium/state/identities/v1");
+ *   let masters = 0;
+ *   for await (const page of rangePages(client, "list masters", prefixRange(masterRange), signal)) {
+ *     masters += page.kvs.length; // every page is read at the first page's revision
+ *   }
+ *   return masters;
  * }
  * ```
  *

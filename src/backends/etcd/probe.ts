@@ -7,6 +7,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a server listening at the address (tests/backends/etcd/connect_errors.test.ts)
  * const verdict = await probePlainEndpoint("http://127.0.0.1:8080", 500); // "http1"
  * ```
  *

@@ -4,10 +4,11 @@
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * import { RequestLimiter } from "./request_limiter.ts";
  * const limiter = new RequestLimiter(20);
  * await limiter.take();
- * console.log(limiter.stats()); // { qps: 20, taken: 1, delayed: 0, waitedMs: 0 }
+ * assert.deepEqual(limiter.stats(), { qps: 20, taken: 1, delayed: 0, waitedMs: 0 });
  * ```
  *
  * @module

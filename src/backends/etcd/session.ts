@@ -4,6 +4,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a running etcd (tests/conformance/session.test.ts runs the session contract)
  * const session = await backend.openSession({ leaseTtlMs: 60_000, readOnly: false, onLeaseReplaced });
  * console.log(session.status());
  * await session.close();

@@ -13,6 +13,7 @@
  *
  * @example Join ID 300 of key K only if K's references agree, in one round trip
  * ```ts ignore
+ * // ignored: needs a client of a running etcd (tests/backends/etcd/acquire.test.ts runs such txns)
  * const range = prefixRange(layout.refPrefix(key) + "/");
  * await kv.txn({
  *   compare: [valueIs(layout.masterKey(300), key)],

@@ -7,10 +7,15 @@
  * ```ts
  * import type { EtcdContext } from "./context.ts";
  * import { watchMasters } from "./watch.ts";
- * declare const ctx: EtcdContext, signal: AbortSignal;
  *
- * for await (const ev of watchMasters(ctx, signal)) {
- *   if (ev.type === "synced") console.log("initial list complete");
+ * // Needs a session's context on a running etcd: a function here, so that it is type-checked.
+ * async function listed(ctx: EtcdContext, signal: AbortSignal): Promise<number> {
+ *   let masters = 0;
+ *   for await (const ev of watchMasters(ctx, signal)) {
+ *     if (ev.type === "synced") return masters; // the initial list is complete
+ *     if (ev.type === "upsert") masters++;
+ *   }
+ *   return masters;
  * }
  * ```
  *

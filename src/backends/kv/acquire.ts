@@ -257,9 +257,9 @@ async function settleByReferences(
   const [id] = ids;
   if (!usable(req, id)) {
     throw new InvalidIdError(
-      `key '${key}' is held under ID ${id}, outside the range` +
+      `ID ${id} of key '${key}' in the store is outside this allocator's range` +
         (req.range ? ` [${req.range.min}, ${req.range.max}]` : "") +
-        `; refusing to give it another ID`,
+        `; the key gets no other ID`,
     );
   }
   const [master] = await getMany(ctx, stats, [ctx.layout.id(id)], signal);

@@ -32,12 +32,18 @@ import { DenoKvSession } from "./session.ts";
  *
  * @example One backend per node, the Kv owned by the caller
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Allocator } from "@idalloc/idalloc";
  * import { DenoKvBackend } from "@idalloc/idalloc/kv";
  *
- * using kv = await Deno.openKv("./ids.kv");
- * const backend = new DenoKvBackend(kv, { prefix: ["idalloc", "demo"], node: "node-a" });
- * await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
+ * const dir = await Deno.makeTempDir();
+ * {
+ *   using kv = await Deno.openKv(`${dir}/ids.kv`); // the caller owns the Kv
+ *   const backend = new DenoKvBackend(kv, { prefix: ["idalloc", "demo"], node: "node-a" });
+ *   await using alloc = await Allocator.open(backend, { min: 256, max: 65535 });
+ *   assert.equal(alloc.backend.kind, "deno-kv");
+ * }
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export class DenoKvBackend implements Backend, StoreDoctor {

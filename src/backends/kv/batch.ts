@@ -14,6 +14,7 @@
  *
  * @example Two new keys committed together when a commit is already in flight
  * ```ts ignore
+ * // ignored: needs a session's internal context (tests/backends/kv/batch.test.ts runs it)
  * const batcher = new CommitBatcher(ctx, stats, closing);
  * const [a, b] = await Promise.all([batcher.commit(planA, signal), batcher.commit(planB, signal)]);
  * ```

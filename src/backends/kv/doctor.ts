@@ -17,6 +17,7 @@
  *
  * @example
  * ```ts ignore
+ * // ignored: needs a session's internal context (tests/backends/kv/garbage.test.ts runs it)
  * for await (const f of findDamage(ctx, stats, { range: { min: 1, max: 1000 } })) {
  *   if (f.kind === "counter-wrong-type") await removeDamage(ctx, stats, f, signal);
  * }

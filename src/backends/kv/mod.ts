@@ -20,6 +20,7 @@
  *
  * @example Two nodes on one KV file
  * ```ts
+ * import assert from "node:assert/strict";
  * import { Allocator } from "@idalloc/idalloc";
  * import { DenoKvBackend } from "@idalloc/idalloc/kv";
  *
@@ -34,7 +35,8 @@
  * );
  * const first = await a.allocate("app=web;");
  * const second = await b.allocate("app=web;");
- * console.log(first.id === second.id, first.isNew, second.isNew); // true true false
+ * assert.equal(second.id, first.id);
+ * assert.deepEqual([first.isNew, second.isNew], [true, false]);
  * ```
  *
  * @module

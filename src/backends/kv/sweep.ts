@@ -29,11 +29,18 @@
  * import type { KvContext } from "./context.ts";
  * import type { LeaseRecord, Reference } from "./liveness.ts";
  * import { sweepLeases, sweepRefs } from "./sweep.ts";
- * declare const ctx: KvContext, stats: KvStats, signal: AbortSignal;
- * declare const deadRefsOfInUseKeys: Reference[], leases: Map<string, LeaseRecord>;
  *
- * const left = await sweepRefs(ctx, stats, deadRefsOfInUseKeys, leases, signal);
- * await sweepLeases(ctx, stats, new Set(left.map((r) => r.node)), signal);
+ * // Needs a session's context and a GC pass's findings: a function here, so that it is type-checked.
+ * async function sweep(
+ *   ctx: KvContext,
+ *   stats: KvStats,
+ *   deadRefsOfInUseKeys: Reference[],
+ *   leases: Map<string, LeaseRecord>,
+ *   signal: AbortSignal,
+ * ): Promise<void> {
+ *   const left = await sweepRefs(ctx, stats, deadRefsOfInUseKeys, leases, signal);
+ *   await sweepLeases(ctx, stats, new Set(left.map((r) => r.node)), signal);
+ * }
  * ```
  *
  * @module

@@ -11,6 +11,7 @@
  *
  * @example A backend's batcher
  * ```ts
+ * import assert from "node:assert/strict";
  * import { GroupCommit, settle } from "./group_commit.ts";
  *
  * const group = new GroupCommit<string, string>({
@@ -21,7 +22,7 @@
  *     for (const m of batch) settle(m, () => m.resolve(`wrote ${m.payload}`));
  *   },
  * });
- * console.log(await group.submit("a", AbortSignal.timeout(1000))); // wrote a
+ * assert.equal(await group.submit("a", AbortSignal.timeout(1000)), "wrote a");
  * ```
  *
  * @module

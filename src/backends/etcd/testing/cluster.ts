@@ -8,7 +8,7 @@
  *
  * @example
  * ```ts ignore
- * // Starts three etcd processes; tests/backends/etcd/cluster.test.ts runs this for real.
+ * // ignored: starts three etcd processes; tests/backends/etcd/cluster.test.ts runs this for real.
  * await using etcd = await startEtcd({ members: 3 });
  * console.log(etcd.endpoints, await etcd.leader());
  * ```

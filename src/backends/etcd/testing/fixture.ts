@@ -4,7 +4,7 @@
  *
  * @example
  * ```ts ignore
- * // Starts a private etcd; the shared suites run it (tests/conformance/).
+ * // ignored: starts a private etcd; the shared suites run it (tests/conformance/).
  * await using fx = await etcdFactory.create();
  * const backend = await fx.backend("node-a");
  * console.log(await fx.masters());

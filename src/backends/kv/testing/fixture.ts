@@ -8,7 +8,7 @@
  *
  * @example
  * ```ts ignore
- * // Writes a temporary KV file; the shared suites run it (tests/conformance/).
+ * // ignored: writes a temporary KV file; the shared suites run it (tests/conformance/).
  * await using store = await kvFactory.create();
  * const backend = await store.backend("node-a", { fast: true });
  * ```
