@@ -10,6 +10,7 @@ import { Allocator } from "../allocator/allocator.ts";
 import type { Backend } from "../allocator/backend.ts";
 import type { BackoffOptions, CallOptions, GcRateLimit, GcStats } from "../allocator/types.ts";
 import { ClosedError, InvalidIdError, InvalidOptionsError } from "../errors.ts";
+import { abortable } from "../abort.ts";
 import { idallocLogger } from "../log.ts";
 import { TaskGroup } from "../task_group.ts";
 import { parseOptions } from "../validate.ts";
@@ -144,15 +145,6 @@ const remoteSchema = z.object({
   name: labelValue,
   clusterId: z.number().int().min(0),
 });
-
-function waitOrAbort(promise: Promise<void>, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<void>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
 
 /**
  * Security identities for label sets, the same on every node of a cluster:
@@ -531,7 +523,7 @@ export class IdentityAllocator implements AsyncDisposable {
     );
     this.#pendingRemotes.add(remote);
     try {
-      await waitOrAbort(remote.synced, signal);
+      await abortable(remote.synced, signal);
     } catch (err) {
       remote.halt();
       // Withdraw what the aborted remote published, except what the registered one still has.
