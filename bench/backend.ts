@@ -48,4 +48,9 @@ export interface BenchHooks {
   ): Promise<Backend & AsyncDisposable>;
   /** The raw ceiling's writer on the store `where` names, on one client. */
   raw(where: unknown): Promise<RawWriter>;
+  /**
+   * The address a real Cilium node (`../shared/cilium-node/`) reaches the store `where` names
+   * at, for the side-by-side figures; absent for a backend Cilium cannot use.
+   */
+  ciliumPeer?(where: unknown): string;
 }

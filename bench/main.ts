@@ -16,6 +16,7 @@
 import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
+import { benchScale } from "./scale.ts";
 import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
 import { loadHarnesses } from "../src/backends/testing.ts";
@@ -38,6 +39,8 @@ ${
   ${"inprocess".padEnd(column)} warm in-process rates on Deno KV, cached re-allocations
   ${"identity".padEnd(column)} the identity layer
   ${"telemetry".padEnd(column)} what OpenTelemetry costs, with no provider and with an SDK
+  ${"scale".padEnd(column)} a node starting into 10,000 and 60,000 identities, per backend, beside
+  ${"".padEnd(column)} Cilium's node where ../shared/cilium-node is built (not run by default)
 
 A backend that cannot run here (etcd without etcd on PATH) is skipped with a note.
 
@@ -67,9 +70,11 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   inprocess: () => benchAllocatorKv(),
   identity: () => benchIdentity(),
   telemetry: () => benchTelemetry(),
+  scale: () => benchScale(),
 };
 
-const chosen = args.length > 0 ? args : Object.keys(groups);
+// `scale` fills stores with 60,000 identities: only when asked for.
+const chosen = args.length > 0 ? args : Object.keys(groups).filter((g) => g !== "scale");
 const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];

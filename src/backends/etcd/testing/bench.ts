@@ -73,4 +73,5 @@ export const etcdBench: BenchHooks = {
   },
   open,
   raw,
+  ciliumPeer: (where) => endpoints(where)[0],
 };

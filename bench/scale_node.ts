@@ -1,0 +1,66 @@
+/**
+ * One fresh node of the scale benchmark (spawned by `bench/scale.ts`): opens the store a JSON spec
+ * names and prints one JSON line per phase.
+ *
+ * - `sync`: the time from opening (connect included) until the initial list is in the cache;
+ * - `gc`: the same, then one GC pass over the range (`{ ms, deleted }`);
+ * - `catchup`: after the initial sync it prints `{ synced: true }`, then waits until the cache
+ *   holds `expect` identities and prints the wall-clock time it got there (`{ at }`).
+ *
+ * Peak RSS is measured from outside (`/usr/bin/time -v`), for the whole process.
+ *
+ * deno run -A bench/scale_node.ts '<spec json>'
+ *
+ * @module
+ */
+import { Allocator } from "../mod.ts";
+import { IdentityAllocator } from "../src/identity/mod.ts";
+import { loadHarness } from "../src/backends/testing.ts";
+
+/** What `scale.ts` asks a node to do. */
+export interface ScaleNodeSpec {
+  readonly kind: string;
+  readonly where: unknown;
+  readonly prefix: string;
+  readonly node: string;
+  /** The identity layer, or the plain allocator with string keys. */
+  readonly layer: "identity" | "plain";
+  readonly task: "sync" | "gc" | "catchup";
+  /** `catchup`: the number of identities to wait for. */
+  readonly expect?: number;
+}
+
+const spec = JSON.parse(Deno.args[0]) as ScaleNodeSpec;
+const { bench } = await loadHarness(spec.kind);
+const print = (line: Record<string, unknown>) => console.log(JSON.stringify(line));
+const started = performance.now();
+await using backend = await bench.open(spec.where, spec.prefix, spec.node);
+const range = { min: 256, max: 65535 };
+if (spec.layer === "identity") {
+  await using identities = await IdentityAllocator.open(backend, { clusterId: 0 });
+  await identities.waitForInitialSync();
+  print({ ms: performance.now() - started });
+  if (spec.task === "catchup") {
+    // Counted from the change stream (its replay, then live batches): global IDs only.
+    const global = new Set<number>();
+    const stop = new AbortController();
+    const stream = identities.changes({ signal: stop.signal });
+    print({ synced: true });
+    for await (const { added, deleted } of stream) {
+      for (const id of added.keys()) if (id >= range.min && id <= range.max) global.add(id);
+      for (const id of deleted) global.delete(id);
+      if (global.size >= spec.expect!) break;
+    }
+    print({ at: Date.now(), cached: global.size });
+    stop.abort();
+  }
+} else {
+  await using alloc = await Allocator.open(backend, { ...range, readOnly: spec.task !== "gc" });
+  await alloc.waitForInitialSync();
+  print({ ms: performance.now() - started, cached: alloc.status().cachedIds });
+  if (spec.task === "gc") {
+    const t = performance.now();
+    const stats = await alloc.runGc();
+    print({ gcMs: performance.now() - t, deleted: stats.deletedIds.length });
+  }
+}
