@@ -48,8 +48,11 @@ class Subscription {
 /** Fans identity changes out to any number of batched subscribers. */
 export class ChangeHub {
   readonly #subscriptions = new Set<Subscription>();
-  /** What was last announced per ID: a repeat of it is no change. */
-  readonly #announced = new Map<number, string>();
+  /**
+   * What was last announced per ID: a repeat of it is no change. The labels themselves, not
+   * their text: the cache holds the same objects, so this costs no copy per identity.
+   */
+  readonly #announced = new Map<number, Labels>();
   #closed = false;
 
   /** Number of live subscribers. */
@@ -63,9 +66,8 @@ export class ChangeHub {
    * subscribers must hear of it once.
    */
   add(id: number, labels: Labels): void {
-    const text = labels.toString();
-    if (this.#announced.get(id) === text) return;
-    this.#announced.set(id, text);
+    if (this.#announced.get(id)?.equals(labels)) return;
+    this.#announced.set(id, labels);
     for (const sub of this.#subscriptions) sub.add(id, labels);
   }
 
