@@ -5,7 +5,9 @@
  * and 60,000: the initial sync of the identity layer and of the plain allocator (time from opening,
  * peak RSS of the whole process), the memory per cached identity (peak RSS at 60,000 less at 2,000,
  * per identity), one GC pass over the 60,000 masters (all in use), and catch-up (a running node's
- * time until its cache has 10,000 identities that the filler creates, from 50,000 to 60,000).
+ * time until its cache has 10,000 identities that the filler creates, from 50,000 to 60,000), and
+ * churn (a node with all of them cached allocates and releases 1,000 label sets of its own 20,000
+ * times; its RSS should stay flat).
  *
  * Where a backend's harness names a Cilium peer (etcd) and `../shared/cilium-node/`'s node is built
  * on this machine (`$CILIUM_WORK/bin`, default `~/.cache/cilium-node/bin`), Cilium's figures are
@@ -23,6 +25,8 @@ const RUNS = 3;
 const SIZES = [10_000, 60_000];
 const BASE = 2_000;
 const CATCH_UP = 10_000;
+/** Allocate/release cycles of the churn row. */
+const CHURN_CYCLES = 20_000;
 /** How long Cilium's catch-up node is given for its initial sync (it does not say when). */
 const CILIUM_SYNC_WAIT_MS = 6_000;
 const NODE = new URL("./scale_node.ts", import.meta.url).pathname;
@@ -91,7 +95,12 @@ function oursNode(
   expect?: number,
 ) {
   const spec = { kind, where, prefix: PREFIX, node: `fresh-${layer}-${task}`, layer, task, expect };
-  return [Deno.execPath(), ["run", "-A", "--unstable-kv", NODE, JSON.stringify(spec)]] as const;
+  // Churn samples what is retained: it collects garbage before each sample.
+  const flags = task === "churn" ? ["--v8-flags=--expose-gc"] : [];
+  return [
+    Deno.execPath(),
+    ["run", "-A", "--unstable-kv", ...flags, NODE, JSON.stringify(spec)],
+  ] as const;
 }
 
 interface Figure {
@@ -328,6 +337,19 @@ async function scaleOf(
         : ""
     }`,
   );
+  // Churn beside the full space: a node with every identity cached allocates and releases
+  // label sets of its own; its RSS should stay flat.
+  {
+    const [cmd, args] = oursNode(kind, store.where, "identity", "churn", CHURN_CYCLES);
+    const m = await measure(cmd, [...args]);
+    const { rssMiB, heapMiB } = m.lines[1] as unknown as { rssMiB: number[]; heapMiB: number[] };
+    const span = (xs: number[]) => `${fmt(xs[1])} → ${fmt(xs[xs.length - 1])} MiB`;
+    row(
+      `churn at ${fmt(held)} cached: ${fmt(CHURN_CYCLES)} allocate/release cycles over 1,000 keys`,
+      `after full collections, over the last 90%: RSS ${span(rssMiB)}, heap ${span(heapMiB)} ` +
+        `(after sync: RSS ${fmt(rssMiB[0])}, heap ${fmt(heapMiB[0])} MiB)`,
+    );
+  }
   row(`fill rate (new identities at 64 in flight)`, fillRates.map((r) => `${fmt(r)}/s`).join(", "));
   return rows;
 }

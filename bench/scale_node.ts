@@ -5,7 +5,10 @@
  * - `sync`: the time from opening (connect included) until the initial list is in the cache;
  * - `gc`: the same, then one GC pass over the range (`{ ms, deleted }`);
  * - `catchup`: after the initial sync it prints `{ synced: true }`, then waits until the cache
- *   holds `expect` identities and prints the wall-clock time it got there (`{ at }`).
+ *   holds `expect` identities and prints the wall-clock time it got there (`{ at }`);
+ * - `churn`: after the initial sync, `cycles` allocate/release cycles over 1,000 label sets of its
+ *   own (16 in flight), sampling its RSS and heap every tenth of the way, each after a full
+ *   collection when run with `--v8-flags=--expose-gc` (`{ rssMiB: [...], heapMiB: [...] }`).
  *
  * Peak RSS is measured from outside (`/usr/bin/time -v`), for the whole process.
  *
@@ -14,7 +17,7 @@
  * @module
  */
 import { Allocator } from "../mod.ts";
-import { IdentityAllocator } from "../src/identity/mod.ts";
+import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import { loadHarness } from "../src/backends/testing.ts";
 
 /** What `scale.ts` asks a node to do. */
@@ -25,8 +28,8 @@ export interface ScaleNodeSpec {
   readonly node: string;
   /** The identity layer, or the plain allocator with string keys. */
   readonly layer: "identity" | "plain";
-  readonly task: "sync" | "gc" | "catchup";
-  /** `catchup`: the number of identities to wait for. */
+  readonly task: "sync" | "gc" | "catchup" | "churn";
+  /** `catchup`: the number of identities to wait for; `churn`: the cycles to run. */
   readonly expect?: number;
 }
 
@@ -53,6 +56,31 @@ if (spec.layer === "identity") {
     }
     print({ at: Date.now(), cached: global.size });
     stop.abort();
+  }
+  if (spec.task === "churn") {
+    const cycles = spec.expect!;
+    // A full collection before each sample (the parent runs this task with `--expose-gc`): what
+    // is retained, not how far V8 lets its heap grow before collecting.
+    const gc = (globalThis as { gc?: () => void }).gc;
+    const heap: number[] = [];
+    const rss = () => {
+      gc?.();
+      const m = Deno.memoryUsage();
+      heap.push(Math.round(m.heapUsed / 1024 / 1024));
+      return m.rss / 1024 / 1024;
+    };
+    const samples = [rss()];
+    let next = 0;
+    await Promise.all(Array.from({ length: 16 }, async () => {
+      while (next < cycles) {
+        const i = next++;
+        const labels = Labels.parse([`k8s:app=churn-${i % 1_000}`]);
+        const { identity } = await identities.allocate(labels);
+        await identities.release(identity);
+        if ((i + 1) % Math.max(1, Math.floor(cycles / 10)) === 0) samples.push(rss());
+      }
+    }));
+    print({ rssMiB: samples.map((x) => Math.round(x)), heapMiB: heap });
   }
 } else {
   await using alloc = await Allocator.open(backend, { ...range, readOnly: spec.task !== "gc" });
