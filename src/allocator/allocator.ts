@@ -24,7 +24,7 @@
  * @module
  */
 import type { Backend, BackendSession } from "./backend.ts";
-import { sleep } from "../abort.ts";
+import { abortable, sleep } from "../abort.ts";
 import { Acquirer } from "./acquire.ts";
 import { IdCache } from "./cache.ts";
 import { CacheFeed } from "./cache_feed.ts";
@@ -36,6 +36,7 @@ import { KeyedMutex } from "./keyed_mutex.ts";
 import { LocalKeys } from "./local_keys.ts";
 import { type AllocatorSettings, resolveOptions } from "./options.ts";
 import { Recheck } from "./recheck.ts";
+import { ReleasesBehind } from "./release_behind.ts";
 import type {
   AllocateResult,
   AllocatorEvent,
@@ -62,6 +63,9 @@ import {
 } from "../telemetry/allocator.ts";
 
 const log = idallocLogger("allocator");
+
+/** How long `close()` lets queued reference deletions land before it closes the session. */
+const CLOSE_FLUSH_MS = 5_000;
 
 /** Counters of an allocator, for status pages and tests. */
 export interface AllocatorStatus {
@@ -110,6 +114,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #acquirer: Acquirer<K>;
   readonly #recheck: Recheck<K>;
   readonly #gc: GarbageCollector;
+  /** Deletions of released references still to land (`releaseInBackground`). */
+  readonly #behind: ReleasesBehind;
   /** Metrics and spans (see `src/telemetry/`). */
   readonly #telemetry: AllocatorTelemetry;
   #closed: Promise<void> | undefined;
@@ -164,6 +170,10 @@ export class Allocator<K = string> implements AsyncDisposable {
       backoff: settings.backoff,
       masterKeyProtection: settings.masterKeyProtection,
       readOnly: settings.readOnly,
+    });
+    this.#behind = new ReleasesBehind({
+      release: (key, id) => session.release(key, id, this.#tasks.signal),
+      failed: (key, id, err) => this.#releaseFailed(key, id, err),
     });
     this.#gc = new GarbageCollector(
       session,
@@ -312,6 +322,9 @@ export class Allocator<K = string> implements AsyncDisposable {
         again.refcnt++;
         return { id: again.id, isNew: false, firstUse: false };
       }
+      // A deletion of this node's reference still queued must not run after the acquisition
+      // found that reference; one in flight must land first.
+      await this.#behind.settle(k);
       const result = await this.#acquirer.acquire(k, signal, undefined, trips);
       this.#local.add(k, result.id);
       this.#recheck.heldAgain(k);
@@ -323,6 +336,9 @@ export class Allocator<K = string> implements AsyncDisposable {
    * Drops one local reference to `key`. On the last local use the node's reference is removed from
    * the store (`lastUse: true`); the ID's master stays until GC. Throws {@linkcode KeyNotHeldError}
    * for a key this allocator does not hold.
+   *
+   * With `releaseInBackground`, the last release returns before the reference's deletion lands:
+   * see {@linkcode Allocator.flush}.
    */
   release(key: K, options?: CallOptions): Promise<ReleaseResult> {
     return this.#telemetry.release((note) => this.#release(key, options, note));
@@ -342,16 +358,36 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (!entry) throw new KeyNotHeldError(k);
     if (!this.#local.release(k)) return { lastUse: false };
     this.#fence.forget(k);
+    if (this.#settings.releaseInBackground) {
+      this.#behind.schedule(k, entry.id);
+      return { lastUse: true };
+    }
     try {
       await this.#session.release(k, entry.id, signal);
     } catch (err) {
-      // The local hold is gone either way; the sync keeps trying to delete the reference so it
-      // cannot pin the ID forever.
-      this.#recheck.releaseFailed(k, entry.id);
+      this.#releaseFailed(k, entry.id, err);
       note.deferred = true;
-      log.warning("could not delete reference of {key}; will retry: {err}", { key: k, err });
     }
     return { lastUse: true };
+  }
+
+  #releaseFailed(key: string, id: number, err: unknown): void {
+    // The local hold is gone either way; the sync keeps trying to delete the reference so it
+    // cannot pin the ID forever.
+    this.#recheck.releaseFailed(key, id);
+    log.warning("could not delete reference of {key}; will retry: {err}", { key, err });
+  }
+
+  /**
+   * Waits until the deletion of every reference released so far has reached the store, or failed
+   * and been left to the sync (which retries it). Only `releaseInBackground` defers deletions;
+   * without it this returns at once. Call it where the store must show a release, e.g. before
+   * another node's GC is expected to collect the ID.
+   */
+  async flush(options?: CallOptions): Promise<void> {
+    this.#checkOpen();
+    const signal = this.#tasks.bound(options?.signal);
+    await abortable(this.#behind.flush(), signal);
   }
 
   /**
@@ -503,16 +539,19 @@ export class Allocator<K = string> implements AsyncDisposable {
   }
 
   /**
-   * Stops the watch, the sync and GC timers and the lease renewal, ends every `watch()` stream and
-   * closes the backend session. Does not delete this node's references (they lapse with the lease).
-   * Idempotent.
+   * Lets released references' deletions land (`releaseInBackground`; at most 5 s), then stops the watch, the sync and GC timers and the lease
+   * renewal, ends every `watch()` stream and closes the backend session. Does not delete the
+   * references of keys still held (they lapse with the lease). Idempotent.
    */
   close(): Promise<void> {
-    this.#closed ??= this.#tasks.close(() => {
-      this.#telemetry.close();
-      this.#recheck.stop();
-      this.#feed.close(new ClosedError("allocator"));
-    }, () => this.#session.close());
+    this.#closed ??= (async () => {
+      await abortable(this.#behind.flush(), AbortSignal.timeout(CLOSE_FLUSH_MS)).catch(() => {});
+      await this.#tasks.close(() => {
+        this.#telemetry.close();
+        this.#recheck.stop();
+        this.#feed.close(new ClosedError("allocator"));
+      }, () => this.#session.close());
+    })();
     return this.#closed;
   }
 

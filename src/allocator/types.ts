@@ -92,6 +92,14 @@ export interface AllocatorOptions<K = string> {
   readonly validator?: CacheValidator;
   /** Open without a lease: only lookups and watches; `allocate`/`release` throw. @default {false} */
   readonly readOnly?: boolean;
+  /**
+   * Write-behind release: a key's last `release` returns once this node's bookkeeping is done and
+   * the reference's deletion lands in the background (concurrent ones share a request). Acquiring
+   * the key again first cancels a deletion not yet sent, or waits for one in flight;
+   * {@linkcode Allocator.flush} waits for all of them; `close()` lets them land first. Until one
+   * lands, the reference keeps the ID from GC. @default {false}
+   */
+  readonly releaseInBackground?: boolean;
 }
 
 /** Options that every async call accepts. */
