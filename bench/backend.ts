@@ -9,12 +9,15 @@ import type { Backend } from "../src/allocator/backend.ts";
 /** One cell of the side-by-side table: a scenario, its size and the backend options it runs with. */
 export interface BenchCell {
   readonly name: string;
-  readonly scenario: "raw" | "new" | "join" | "release" | "race";
+  readonly scenario: "raw" | "new" | "join" | "release" | "realloc" | "race";
   /** Operations (keys). */
   readonly count: number;
   /** Calls in flight. */
   readonly width: number;
-  /** Backend options of the measured node (e.g. `groupCommit: false`). */
+  /**
+   * Options of the measured node: the backend's (e.g. `groupCommit: false`), and the allocator's
+   * `releaseInBackground`.
+   */
   readonly options?: Record<string, unknown>;
   /** The raw cell this one is compared to. */
   readonly versus?: string;

@@ -18,6 +18,7 @@
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import { loadHarnesses } from "../src/backends/testing.ts";
 import type { BenchHooks } from "./backend.ts";
+import { ciliumBuild } from "./cilium.ts";
 import { type BenchRow, fmt } from "./_table.ts";
 
 const PREFIX = "cilium/state/identities/v1";
@@ -42,16 +43,8 @@ function labelsOf(i: number): string[] {
 
 /** Cilium's allocator node, if built here: v1.13.10's (the issue's peer), else v1.16's. */
 async function ciliumBinary(): Promise<string | undefined> {
-  const dir = Deno.env.get("CILIUM_WORK") ?? `${Deno.env.get("HOME")}/.cache/cilium-node`;
-  for (const name of ["interop", "interop116"]) {
-    try {
-      await Deno.stat(`${dir}/bin/${name}`);
-      return `${dir}/bin/${name}`;
-    } catch {
-      // not built
-    }
-  }
-  return undefined;
+  const build = await ciliumBuild();
+  return "why" in build ? undefined : build.nodes[0].bin;
 }
 
 interface Measured {

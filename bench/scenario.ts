@@ -1,12 +1,16 @@
 /**
- * One measurement in a cold process (spawned by `bench/compare.ts`): opens the store a JSON spec
- * names, runs one scenario and prints one JSON line `{ ops, seconds, rate, p50, p99, firstRate }`
- * (latencies in ms; `firstRate` is the rate of the first 1,000 operations, warm-up included).
+ * One measurement in a process of its own (spawned by `bench/compare.ts`): opens the store a JSON
+ * spec names, runs an untimed warm-up of the same operation on other keys (`warm`, default 300:
+ * JIT, connections, leases), then the timed scenario, and prints one JSON line
+ * `{ ops, seconds, rate, p50, p99, firstRate }` (latencies in ms; `firstRate` is the rate of the
+ * first 1,000 timed operations).
  *
  * Scenarios: `raw` (one create-if-absent commit per key on the same client: the ceiling of a
  * protocol that commits each key on its own), `new` (new-key allocations), `join` (a second node
- * acquires keys a first one created), `release` (final releases of held keys), `race` (allocate
- * the shared key set as one of several racing processes; prints the IDs too).
+ * acquires keys a first one created), `release` (final releases of held keys; with the option
+ * `releaseInBackground` the time runs until `flush()` has landed every deletion), `realloc`
+ * (cached re-allocations of held keys), `race` (allocate the shared key set as one of several
+ * racing processes, in a shuffled order when `order` is set; prints the IDs too).
  *
  * deno run -A bench/scenario.ts '<spec json>'
  *
@@ -34,6 +38,10 @@ export interface ScenarioSpec {
   readonly startAt?: number;
   /** `race`: this racer's node name. */
   readonly node?: string;
+  /** Untimed operations of the same kind on other keys before the timed ones (default 300). */
+  readonly warm?: number;
+  /** Seed of a shuffled key order (`race`); in key order when absent. */
+  readonly order?: number;
 }
 
 /** What a child prints. */
@@ -46,10 +54,42 @@ export interface ScenarioResult {
   readonly firstRate: number;
   /** `race`: key → ID as this racer saw them. */
   readonly ids?: Record<string, number>;
+  /** `release`: releases per second until every deletion had landed (`flush()` included). */
+  readonly landed?: number;
 }
 
 const PREFIX = "bench";
 const KEY = (i: number) => `k8s:bench=${i};`;
+const WARM_KEY = (i: number, node = "") => `k8s:warm${node}=${i};`;
+const WARM = 300;
+/** Keys per round of the `realloc` scenario. */
+const REALLOC_KEYS = 1_000;
+
+/** `0 … count-1` in an order shuffled by `seed` (the same seed, the same order). */
+function shuffled(count: number, seed: number): number[] {
+  const order = Array.from({ length: count }, (_, i) => i);
+  let state = seed >>> 0 || 1;
+  for (let i = count - 1; i > 0; i--) {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    const j = (state >>> 0) % (i + 1);
+    [order[i], order[j]] = [order[j], order[i]];
+  }
+  return order;
+}
+
+/** Runs `op(i)` for i in [0, count) with `width` in flight, untimed. */
+async function untimed(
+  count: number,
+  width: number,
+  op: (i: number) => Promise<unknown>,
+): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < count) await op(next++);
+  }));
+}
 
 /** Runs `op(i)` for i in [0, count) with `width` in flight; per-op latencies and timings. */
 async function measure(
@@ -85,7 +125,8 @@ async function measure(
 }
 
 async function openBackend(spec: ScenarioSpec, node: string): Promise<Backend & AsyncDisposable> {
-  return await (await hooks(spec)).open(spec.where, PREFIX, node, spec.options);
+  const { releaseInBackground: _, ...backendOptions } = spec.options ?? {};
+  return await (await hooks(spec)).open(spec.where, PREFIX, node, backendOptions);
 }
 
 async function hooks(spec: ScenarioSpec): Promise<BenchHooks> {
@@ -96,46 +137,69 @@ const ALLOCATOR = { min: 1, max: 1_000_000, leaseTtlMs: 60_000, maxAttempts: 64 
 
 async function run(spec: ScenarioSpec): Promise<ScenarioResult> {
   const { count, width } = spec;
-  if (spec.scenario === "raw") return await raw(spec);
+  const warm = spec.warm ?? WARM;
+  if (spec.scenario === "raw") return await raw(spec, warm);
   if (spec.scenario === "race") {
-    await using backend = await openBackend(spec, spec.node ?? "racer");
+    const node = spec.node ?? "racer";
+    await using backend = await openBackend(spec, node);
     await using alloc = await Allocator.open(backend, ALLOCATOR);
     await alloc.waitForInitialSync();
+    await untimed(warm, Math.min(width, 16), (i) => alloc.allocate(WARM_KEY(i, node)));
     await new Promise((r) => setTimeout(r, Math.max(0, (spec.startAt ?? 0) - Date.now())));
+    const order = spec.order === undefined ? undefined : shuffled(count, spec.order);
     const ids: Record<string, number> = {};
     const result = await measure(count, width, async (i) => {
-      ids[KEY(i)] = (await alloc.allocate(KEY(i))).id;
+      const key = KEY(order ? order[i] : i);
+      ids[key] = (await alloc.allocate(key)).id;
     });
     return { ...result, ids };
   }
   await using backend = await openBackend(spec, "node-a");
-  await using alloc = await Allocator.open(backend, ALLOCATOR);
+  await using alloc = await Allocator.open(backend, { ...ALLOCATOR, ...allocatorOptions(spec) });
   await alloc.waitForInitialSync();
-  if (spec.scenario === "new") return await measure(count, width, (i) => alloc.allocate(KEY(i)));
+  const fill = (n: number, key: (i: number) => string) =>
+    untimed(n, 64, (i) => alloc.allocate(key(i)));
+  if (spec.scenario === "new") {
+    await untimed(warm, width, (i) => alloc.allocate(WARM_KEY(i)));
+    return await measure(count, width, (i) => alloc.allocate(KEY(i)));
+  }
+  if (spec.scenario === "realloc") {
+    await fill(REALLOC_KEYS, KEY);
+    await untimed(warm * 100, width, (i) => alloc.allocate(KEY(i % REALLOC_KEYS)));
+    return await measure(count, width, (i) => alloc.allocate(KEY(i % REALLOC_KEYS)));
+  }
   if (spec.scenario === "release") {
-    for (let i = 0; i < count; i += 64) {
-      await Promise.all(
-        Array.from({ length: Math.min(64, count - i) }, (_, j) => alloc.allocate(KEY(i + j))),
-      );
-    }
-    return await measure(count, width, (i) => alloc.release(KEY(i)));
+    await fill(warm, WARM_KEY);
+    await fill(count, KEY);
+    await untimed(warm, width, (i) => alloc.release(WARM_KEY(i)));
+    await alloc.flush();
+    // The caller's wait, and with write-behind releases the time until every deletion landed.
+    const t = performance.now();
+    const result = await measure(count, width, (i) => alloc.release(KEY(i)));
+    await alloc.flush();
+    const seconds = (performance.now() - t) / 1000;
+    return { ...result, landed: count / seconds };
   }
   // join: node A creates the keys (untimed); node B, whose cache learns them, joins each.
-  for (let i = 0; i < count; i += 64) {
-    await Promise.all(
-      Array.from({ length: Math.min(64, count - i) }, (_, j) => alloc.allocate(KEY(i + j))),
-    );
-  }
+  await fill(warm, WARM_KEY);
+  await fill(count, KEY);
   await using other = await openBackend(spec, "node-b");
   await using joiner = await Allocator.open(other, ALLOCATOR);
   await joiner.waitForInitialSync();
   while (joiner.cachedId(KEY(count - 1)) === undefined) await new Promise((r) => setTimeout(r, 5));
+  await untimed(warm, width, (i) => joiner.allocate(WARM_KEY(i)));
   return await measure(count, width, (i) => joiner.allocate(KEY(i)));
 }
 
+/** Allocator options among a cell's options (the rest are the backend's). */
+function allocatorOptions(spec: ScenarioSpec): Record<string, unknown> {
+  return spec.options?.releaseInBackground ? { releaseInBackground: true } : {};
+}
+
 /** The ceiling: one create-if-absent commit per key on the same client, shaped like a new key. */
-async function raw(spec: ScenarioSpec): Promise<ScenarioResult> {
+async function raw(spec: ScenarioSpec, warm: number): Promise<ScenarioResult> {
   await using writer = await (await hooks(spec)).raw(spec.where);
+  await untimed(warm, spec.width, (i) => writer.write(spec.count + i, WARM_KEY(i)));
   return await measure(spec.count, spec.width, (i) => writer.write(i, KEY(i)));
 }
 

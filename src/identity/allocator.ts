@@ -71,6 +71,11 @@ export interface IdentityAllocatorOptions {
   readonly maxAttempts?: number;
   /** Backoff between attempts. */
   readonly backoff?: BackoffOptions;
+  /**
+   * Write-behind release of global identities (see `AllocatorOptions.releaseInBackground` and
+   * {@linkcode IdentityAllocator.flush}). @default {false}
+   */
+  readonly releaseInBackground?: boolean;
 }
 
 /** Options of {@linkcode IdentityAllocator.allocate}. */
@@ -139,6 +144,7 @@ const optionsSchema = z.object({
   gcRateLimit: z.object({}).loose().optional(),
   maxAttempts: z.number().optional(),
   backoff: z.object({}).loose().optional(),
+  releaseInBackground: z.boolean().optional(),
 }).strict();
 
 const remoteSchema = z.object({
@@ -254,6 +260,7 @@ export class IdentityAllocator implements AsyncDisposable {
       gcRateLimit: settings.gcRateLimit,
       maxAttempts: settings.maxAttempts,
       backoff: settings.backoff,
+      releaseInBackground: settings.releaseInBackground,
     }, callOptions);
     return new IdentityAllocator(settings, range, reserved, main, new ChangeHub());
   }
@@ -366,6 +373,15 @@ export class IdentityAllocator implements AsyncDisposable {
     });
     if (lastUse) this.#held.delete(identity.id);
     return lastUse;
+  }
+
+  /**
+   * Waits until the deletion of every global identity's reference released so far has reached the
+   * store, or failed and been left to the sync (with `releaseInBackground`; else at once).
+   */
+  async flush(options: CallOptions = {}): Promise<void> {
+    this.#checkOpen();
+    await this.#main.flush({ signal: this.#signal(options) });
   }
 
   /**

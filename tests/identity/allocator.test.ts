@@ -319,3 +319,26 @@ testEachBackend(
     assert.ok(owner.batches.slice(last).every((b) => !b.deleted.has(identity.id)));
   },
 );
+
+testEachBackend(
+  "releaseInBackground: a released identity's reference lands by flush",
+  async (f) => {
+    await using fx = await f.create();
+    await using identities = await open(fx, "10.0.0.1", { releaseInBackground: true });
+    const held = [lbls1, lbls2, lbls3];
+    const ids = [];
+    for (const labels of held) ids.push((await identities.allocate(labels)).identity);
+    const refsOf = async () =>
+      (await fx.references()).filter((r) => r.node === "10.0.0.1" && r.live);
+    assert.equal((await refsOf()).length, 3);
+    for (const identity of ids) assert.equal(await identities.release(identity), true);
+    await identities.flush();
+    assert.deepEqual(await refsOf(), [], "every reference deleted");
+    // Allocated again: the same IDs (the masters stay until GC), and references again.
+    for (const [i, labels] of held.entries()) {
+      assert.equal((await identities.allocate(labels)).identity.id, ids[i].id);
+    }
+    await identities.flush();
+    assert.equal((await refsOf()).length, 3);
+  },
+);
