@@ -54,4 +54,8 @@ export {
   type StoreDoctor,
   type ValidRanges,
 } from "./src/allocator/damage.ts";
-export { DenoKvBackend, type DenoKvBackendOptions } from "./src/backends/kv/mod.ts";
+export {
+  DenoKvBackend,
+  type DenoKvBackendOptions,
+  type KvU64Class,
+} from "./src/backends/kv/mod.ts";

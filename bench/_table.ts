@@ -30,3 +30,9 @@ export async function rate(
 export function fmt(n: number): string {
   return Math.round(n).toLocaleString("en-US");
 }
+
+/** The median of `xs` (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}

@@ -17,7 +17,7 @@
  * @module
  */
 import { loadHarness } from "../src/backends/testing.ts";
-import { type BenchRow, fmt } from "./_table.ts";
+import { type BenchRow, fmt, median } from "./_table.ts";
 import type { BenchCell, BenchHooks } from "./backend.ts";
 import type { ScenarioResult, ScenarioSpec } from "./scenario.ts";
 import {
@@ -116,11 +116,6 @@ async function child(spec: ScenarioSpec): Promise<ScenarioResult> {
     throw new Error(`bench child failed: ${new TextDecoder().decode(out.stderr)}`);
   }
   return JSON.parse(text.split("\n").at(-1)!);
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 /** The two shapes of the race. */

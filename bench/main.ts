@@ -10,12 +10,15 @@
  * - `inprocess` (`allocator_kv.ts`): warm in-process rates on Deno KV, cached re-allocations.
  * - `identity` (`identity.ts`): the identity layer.
  * - `telemetry` (`telemetry.ts`): what OpenTelemetry costs, with no provider and with an SDK.
+ * - `scale` (`scale.ts`, only when named): a node starting into a full identity space.
+ * - `runtimes` (`runtimes.ts`, only when named): the Node.js example on Deno, Node.js and Bun.
  *
  * @module
  */
 import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
+import { benchRuntimes } from "./runtimes.ts";
 import { benchScale } from "./scale.ts";
 import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
@@ -41,6 +44,8 @@ ${
   ${"telemetry".padEnd(column)} what OpenTelemetry costs, with no provider and with an SDK
   ${"scale".padEnd(column)} a node starting into 10,000 and 60,000 identities, per backend, beside
   ${"".padEnd(column)} Cilium's node where ../shared/cilium-node is built (not run by default)
+  ${"runtimes".padEnd(column)} examples/node on Deno, Node.js and Bun side by side (IDALLOC_NODE,
+  ${"".padEnd(column)} IDALLOC_BUN or PATH; not run by default)
 
 A backend that cannot run here (etcd without etcd on PATH) is skipped with a note.
 
@@ -71,10 +76,13 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   identity: () => benchIdentity(),
   telemetry: () => benchTelemetry(),
   scale: () => benchScale(),
+  runtimes: () => benchRuntimes(runs),
 };
 
-// `scale` fills stores with 60,000 identities: only when asked for.
-const chosen = args.length > 0 ? args : Object.keys(groups).filter((g) => g !== "scale");
+// `scale` fills stores with 60,000 identities, `runtimes` needs Node.js and Bun: only when asked for.
+const chosen = args.length > 0
+  ? args
+  : Object.keys(groups).filter((g) => g !== "scale" && g !== "runtimes");
 const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];

@@ -19,7 +19,7 @@ import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import { loadHarnesses } from "../src/backends/testing.ts";
 import type { BenchHooks } from "./backend.ts";
 import { ciliumBuild } from "./cilium.ts";
-import { type BenchRow, fmt } from "./_table.ts";
+import { type BenchRow, fmt, median } from "./_table.ts";
 
 const PREFIX = "cilium/state/identities/v1";
 const RUNS = 3;
@@ -70,11 +70,6 @@ async function measure(cmd: string, args: string[]): Promise<Measured> {
   const lines = new TextDecoder().decode(out.stdout).split("\n").filter((l) => l.startsWith("{"))
     .map((l) => JSON.parse(l));
   return { lines, rssMiB: rss ? Number(rss[1]) / 1024 : NaN, wallMs };
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
 }
 
 /** A peer's figures (Cilium), or why there are none. */

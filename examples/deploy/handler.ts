@@ -52,14 +52,15 @@ function parseId(text: string): number {
 
 /** An error answer. */
 class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly headers: Record<string, string> = {},
-  ) {
+  readonly status: number;
+  readonly code: string;
+  readonly headers: Record<string, string>;
+  constructor(status: number, code: string, message: string, headers: Record<string, string> = {}) {
     super(message);
     this.name = "HttpError";
+    this.status = status;
+    this.code = code;
+    this.headers = headers;
   }
 }
 

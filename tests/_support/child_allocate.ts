@@ -4,11 +4,12 @@
  *
  * deno run -A tests/_support/child_allocate.ts '<spec json>' <node> <max> <keyCount> [hold]
  */
+import process from "node:process";
 import { Allocator } from "../../mod.ts";
 import { openBackendFromSpec } from "./open_backend.ts";
 import type { StoreSpec } from "./fixture.ts";
 
-const [specJson, node, max, count, mode] = Deno.args;
+const [specJson, node, max, count, mode] = process.argv.slice(2);
 const spec = JSON.parse(specJson) as StoreSpec;
 await using opened = await openBackendFromSpec(spec, node, { fast: true });
 await using alloc = await Allocator.open(opened.backend, {

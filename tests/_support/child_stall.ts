@@ -6,11 +6,12 @@
  *
  * deno run -A tests/_support/child_stall.ts '<spec json>' <node> <key> <max> <leaseTtlMs>
  */
+import process from "node:process";
 import { Allocator } from "../../mod.ts";
 import { openBackendFromSpec } from "./open_backend.ts";
 import type { StoreSpec } from "./fixture.ts";
 
-const [specJson, node, key, max, leaseTtlMs] = Deno.args;
+const [specJson, node, key, max, leaseTtlMs] = process.argv.slice(2);
 const spec = JSON.parse(specJson) as StoreSpec;
 const out = (line: Record<string, unknown>) => console.log(JSON.stringify(line));
 
@@ -61,7 +62,7 @@ const sampling = (async () => {
 })();
 
 // Runs until the test closes stdin.
-await new Response(Deno.stdin.readable).arrayBuffer();
+for await (const _ of process.stdin) { /* discard */ }
 const status = alloc.status();
 out({ event: "status", fence: status.fence, healthy: status.healthy });
 stop.abort();

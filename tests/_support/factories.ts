@@ -6,6 +6,7 @@
  */
 import { loadHarnesses } from "../../src/backends/testing.ts";
 import type { BackendFactory, BackendTraits } from "./fixture.ts";
+import { test } from "./test.ts";
 
 const harnesses = await loadHarnesses();
 
@@ -31,31 +32,31 @@ export interface BackendSelection {
  */
 export function testEachBackendAndMode(
   name: string,
-  fn: (factory: BackendFactory, t: Deno.TestContext) => Promise<void>,
+  fn: (factory: BackendFactory) => Promise<void>,
   selection: BackendSelection = {},
 ): void {
   testEachBackend(name, fn, selection);
-  testEachBackend(`${name} [group commit off]`, (factory, t) =>
+  testEachBackend(`${name} [group commit off]`, (factory) =>
     fn({
       ...factory,
       create: (options) => factory.create({ ...options, groupCommit: false }),
-    }, t), selection);
+    }), selection);
 }
 
 /** Registers `fn` once per backend as `"<kind>: <name>"`; a backend that can't run here is skipped. */
 export function testEachBackend(
   name: string,
-  fn: (factory: BackendFactory, t: Deno.TestContext) => Promise<void>,
+  fn: (factory: BackendFactory) => Promise<void>,
   selection: BackendSelection = {},
 ): void {
   for (const factory of factories) {
     if (selection.only && !selection.only.includes(factory.kind)) continue;
     if (selection.applies && !selection.applies(factory.traits)) continue;
     const pending = selection.pending?.[factory.kind];
-    Deno.test({
+    test({
       name: `${factory.kind}: ${name}${pending ? ` (pending: ${pending})` : ""}`,
       ignore: factory.unavailable !== undefined || pending !== undefined,
-      fn: (t) => fn(factory, t),
+      fn: () => fn(factory),
     });
   }
 }

@@ -144,7 +144,7 @@ Deno.test("errors are one line with a documented exit code, never a stack trace"
     [[...store.args, "identity", "allocate", "k8s:a;b"], 1, /;/],
     [[...store.args, "identity", "allocate", "k8s:a", "--cluster-id", "x"], 1, /--cluster-id must/],
     [
-      ["--store", `etcd://127.0.0.1:${freePort()}`, "get", "k"],
+      ["--store", `etcd://127.0.0.1:${await freePort()}`, "get", "k"],
       2,
       /^idalloc: store unavailable: etcd at http:\/\/127\.0\.0\.1:\d+ refused the connection: /m,
     ],

@@ -43,7 +43,7 @@ Deno.test("etcd: an unresolvable host and a closed port are 'store unavailable' 
   const dns = await failing("nonexistent.invalid:2379", 2);
   assert.equal(dns.json.name, "StoreHostNotFoundError");
   assert.match(dns.human, /cannot resolve the host name nonexistent\.invalid/);
-  const port = freePort();
+  const port = await freePort();
   const refused = await failing(`127.0.0.1:${port}`, 2);
   assert.equal(refused.json.name, "StoreConnectionRefusedError");
   assert.match(refused.human, /refused the connection.*check that etcd runs there/);

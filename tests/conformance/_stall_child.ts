@@ -3,6 +3,7 @@
  * it with signals, and ends it by closing its stdin.
  */
 import type { StoreSpec } from "../_support/fixture.ts";
+import { ScriptProcess } from "../_support/script_process.ts";
 
 const CHILD = new URL("../_support/child_stall.ts", import.meta.url).pathname;
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -33,37 +34,22 @@ export interface StallLine {
 
 /** The stall child process (see the module doc). */
 export class StallChild implements AsyncDisposable {
-  /** Every line printed so far. */
-  readonly lines: StallLine[] = [];
-  readonly #process: Deno.ChildProcess;
-  readonly #reading: Promise<void>;
-  readonly #stderr: Promise<string>;
-  #waiters = new Set<() => void>();
-  #ended = false;
+  readonly #process: ScriptProcess;
+  readonly #parsed: StallLine[] = [];
 
   constructor(spec: StoreSpec, node: string, key: string, max: number, leaseTtlMs: number) {
-    this.#process = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", CHILD, JSON.stringify(spec), node, key, String(max), String(leaseTtlMs)],
-      cwd: ROOT,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    this.#stderr = new Response(this.#process.stderr).text();
-    this.#reading = this.#read();
+    this.#process = new ScriptProcess(
+      CHILD,
+      [JSON.stringify(spec), node, key, String(max), String(leaseTtlMs)],
+      { cwd: ROOT, stdin: true },
+    );
   }
 
-  async #read(): Promise<void> {
-    let buffer = "";
-    for await (const chunk of this.#process.stdout.pipeThrough(new TextDecoderStream())) {
-      buffer += chunk;
-      const parts = buffer.split("\n");
-      buffer = parts.pop()!;
-      for (const part of parts) if (part.trim()) this.lines.push(JSON.parse(part));
-      for (const wake of [...this.#waiters]) wake();
-    }
-    this.#ended = true;
-    for (const wake of [...this.#waiters]) wake();
+  /** Every line printed so far. */
+  get lines(): readonly StallLine[] {
+    const raw = this.#process.lines;
+    for (let i = this.#parsed.length; i < raw.length; i++) this.#parsed.push(JSON.parse(raw[i]));
+    return this.#parsed;
   }
 
   /** The first line (in order) matching `match`, waiting up to `timeoutMs` for it. */
@@ -72,28 +58,15 @@ export class StallChild implements AsyncDisposable {
     for (;;) {
       const found = this.lines.find(match);
       if (found) return found;
-      if (this.#ended || Date.now() > end) {
+      if (this.#process.ended || Date.now() > end) {
         throw new Error(
           `no matching line from the stall child (${this.lines.length} lines): ` +
-            (await this.#stderrNow()) + "\n" +
+            (this.#process.ended ? this.#process.stderr : "(still running)") + "\n" +
             this.lines.slice(-8).map((l) => JSON.stringify(l)).join("\n"),
         );
       }
-      await new Promise<void>((resolve) => {
-        const wake = () => {
-          clearTimeout(timer);
-          this.#waiters.delete(wake);
-          resolve();
-        };
-        const timer = setTimeout(wake, 100);
-        this.#waiters.add(wake);
-      });
+      await this.#process.changed(100);
     }
-  }
-
-  async #stderrNow(): Promise<string> {
-    if (!this.#ended) return "(still running)";
-    return await this.#stderr;
   }
 
   /** SIGSTOP: the process freezes, timers and all. */
@@ -108,19 +81,12 @@ export class StallChild implements AsyncDisposable {
 
   /** Closes stdin and waits for the child's final status line and exit. */
   async finish(): Promise<StallLine> {
-    await this.#process.stdin.close();
-    const status = await this.#process.status;
-    await this.#reading;
-    if (!status.success) throw new Error(`stall child failed: ${await this.#stderr}`);
+    this.#process.closeStdin();
+    await this.#process.success("stall child");
     return this.next((l) => l.event === "status", 0);
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
-    try {
-      this.#process.kill("SIGKILL");
-    } catch { /* already gone */ }
-    await this.#process.status;
-    await this.#reading.catch(() => {});
-    await this.#stderr.catch(() => {});
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.#process[Symbol.asyncDispose]();
   }
 }

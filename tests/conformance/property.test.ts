@@ -3,6 +3,7 @@
 // read directly and the store invariants are checked (`assertStoreInvariants`), plus: every key a
 // live node holds has its master.
 import assert from "node:assert/strict";
+import process from "node:process";
 import type { Allocator } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, openNode } from "./_helpers.ts";
@@ -19,7 +20,7 @@ interface Node {
 }
 
 testEachBackendAndMode("property: random interleavings keep every invariant", async (f) => {
-  const seed = Number(Deno.env.get("IDALLOC_PROPERTY_SEED") ?? Date.now() % 1_000_000);
+  const seed = Number(process.env.IDALLOC_PROPERTY_SEED ?? Date.now() % 1_000_000);
   const random = prng(seed);
   const pick = picker(random);
   await using fx = await f.create();

@@ -262,7 +262,7 @@ Deno.test("deploy: a second isolate references every claimed identity; a release
 
 Deno.test("deploy: `deno task deploy:dev` serves on loopback and stops on SIGTERM", () =>
   withDir(async (dir) => {
-    const port = freePort();
+    const port = await freePort();
     const child = new Deno.Command(Deno.execPath(), {
       args: ["task", "-q", "deploy:dev"],
       cwd: ROOT,

@@ -143,7 +143,7 @@ Deno.test("etcd: a bad ETCD_ENDPOINTS or an etcd that is not there is one line, 
     /ETCD_ENDPOINTS takes comma-separated client URLs .* or host:port: .*'endpoints\.0'/,
   );
   // Nothing listens on a free port: refused, in plain words, with the endpoint.
-  const port = freePort();
+  const port = await freePort();
   assertMistake(
     await task("etcd", [], { ETCD_ENDPOINTS: `127.0.0.1:${port}` }),
     "etcd",

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { Labels } from "../../src/identity/mod.ts";
 import { ChangeHub } from "../../src/identity/changes.ts";
 import type { IdentityChange } from "../../src/identity/types.ts";
+import { test } from "../_support/test.ts";
 
 const foo = Labels.parse(["unspec:id=foo"]);
 const range = (from: number, to: number) =>
@@ -25,7 +26,7 @@ async function drain(
   }
 }
 
-Deno.test("TestEventWatcherBatching", async () => {
+test("TestEventWatcherBatching", async () => {
   const hub = new ChangeHub();
   const controller = new AbortController();
   const stream = hub.subscribe([], controller.signal)[Symbol.asyncIterator]();
@@ -59,7 +60,7 @@ Deno.test("TestEventWatcherBatching", async () => {
   assert.equal(hub.subscribers, 0);
 });
 
-Deno.test("a delete then an add in one batch leaves only the add", async () => {
+test("a delete then an add in one batch leaves only the add", async () => {
   const hub = new ChangeHub();
   const stream = hub.subscribe([[7, foo]], undefined)[Symbol.asyncIterator]();
   const first = await stream.next();
@@ -73,7 +74,7 @@ Deno.test("a delete then an add in one batch leaves only the add", async () => {
   assert.equal((await stream.next()).done, true);
 });
 
-Deno.test("producers never wait: a slow subscriber gets one folded batch", async () => {
+test("producers never wait: a slow subscriber gets one folded batch", async () => {
   const hub = new ChangeHub();
   const fast = hub.subscribe([], undefined)[Symbol.asyncIterator]();
   const slow = hub.subscribe([], undefined)[Symbol.asyncIterator]();
@@ -90,7 +91,7 @@ Deno.test("producers never wait: a slow subscriber gets one folded batch", async
   assert.equal((await slow.next()).done, true);
 });
 
-Deno.test("abort ends a waiting stream at once, without a pending batch", async () => {
+test("abort ends a waiting stream at once, without a pending batch", async () => {
   const hub = new ChangeHub();
   const controller = new AbortController();
   const stream = hub.subscribe([], controller.signal)[Symbol.asyncIterator]();

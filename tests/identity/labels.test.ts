@@ -7,8 +7,9 @@ import {
   labelsCodec,
   splitLabel,
 } from "../../src/identity/mod.ts";
+import { test } from "../_support/test.ts";
 
-Deno.test("splitLabel follows Cilium's ParseLabel rules", () => {
+test("splitLabel follows Cilium's ParseLabel rules", () => {
   const cases: Array<[string, string, string, string]> = [
     ["k8s:app=web", "k8s", "app", "web"],
     ["k8s:app", "k8s", "app", ""],
@@ -33,7 +34,7 @@ Deno.test("splitLabel follows Cilium's ParseLabel rules", () => {
   }
 });
 
-Deno.test("Label prints as Cilium's String and FormatForKVStore", () => {
+test("Label prints as Cilium's String and FormatForKVStore", () => {
   const l = Label.parse("k8s:app=web");
   assert.equal(l.toString(), "k8s:app=web");
   assert.equal(l.toKvstoreString(), "k8s:app=web;");
@@ -43,7 +44,7 @@ Deno.test("Label prints as Cilium's String and FormatForKVStore", () => {
   assert.equal(Label.parse("$host").toString(), "reserved:host");
 });
 
-Deno.test("Label matching honours the any source", () => {
+test("Label matching honours the any source", () => {
   const k8s = Label.parse("k8s:app=web");
   assert.ok(Label.parse("any:app=web").matches(k8s));
   assert.ok(!k8s.matches(Label.parse("any:app=web")));
@@ -51,7 +52,7 @@ Deno.test("Label matching honours the any source", () => {
   assert.ok(Labels.parse(["k8s:app=web"]).has(Label.parse("any:app=web")));
 });
 
-Deno.test("kvstore string is sorted by key and byte-exact (Cilium example)", () => {
+test("kvstore string is sorted by key and byte-exact (Cilium example)", () => {
   const labels = Labels.parse([
     "k8s:zgroup=testDS",
     "k8s:io.kubernetes.pod.namespace=default",
@@ -70,7 +71,7 @@ Deno.test("kvstore string is sorted by key and byte-exact (Cilium example)", () 
   );
 });
 
-Deno.test("kvstore and label string forms round-trip, incl. '=', '/', ':' and empty values", () => {
+test("kvstore and label string forms round-trip, incl. '=', '/', ':' and empty values", () => {
   const sets = [
     ["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"],
     ["unspec:blah=%%//!!", "unspec:id=foo", "unspec:user=anna"],
@@ -96,7 +97,7 @@ Deno.test("kvstore and label string forms round-trip, incl. '=', '/', ':' and em
   assert.equal(Labels.parse(["cidr:1.2.3.4/32"]).toKvstoreString(), "cidr:1.2.3.4/32=;");
 });
 
-Deno.test("what cannot round-trip is a LabelError", () => {
+test("what cannot round-trip is a LabelError", () => {
   const bad = [
     () => Labels.parse(["k8s:app=web;evil"]),
     () => new Label("k8s", "a;b", "v"),
@@ -118,7 +119,7 @@ Deno.test("what cannot round-trip is a LabelError", () => {
   }
 });
 
-Deno.test("Labels.parse skips empty keys and refuses two values of one key", () => {
+test("Labels.parse skips empty keys and refuses two values of one key", () => {
   const labels = Labels.parse(["k8s:app=a", "k8s:app=a", "", "k8s:=x"]);
   assert.equal(labels.size, 1, "the same label twice counts once");
   assert.equal(labels.get("app")?.toString(), "k8s:app=a");
@@ -136,7 +137,7 @@ Deno.test("Labels.parse skips empty keys and refuses two values of one key", () 
   assert.equal(merged.get("app")?.toString(), "container:app=b");
 });
 
-Deno.test("compareUtf8 matches UTF-8 byte order", () => {
+test("compareUtf8 matches UTF-8 byte order", () => {
   const words = ["b", "a", "\uffff", "😀", "ab", "", "\ue000", "z"];
   const byBytes = [...words].sort((x, y) => {
     const a = new TextEncoder().encode(x);
@@ -149,7 +150,7 @@ Deno.test("compareUtf8 matches UTF-8 byte order", () => {
   assert.notDeepEqual([...words].sort(), byBytes);
 });
 
-Deno.test("Labels helpers: with, toJSON, equals", () => {
+test("Labels helpers: with, toJSON, equals", () => {
   const base = Labels.parse(["k8s:app=web"]);
   const more = base.with(Label.parse("k8s:io.cilium.k8s.policy.cluster=c1"));
   assert.equal(base.size, 1);
@@ -160,7 +161,7 @@ Deno.test("Labels helpers: with, toJSON, equals", () => {
   assert.ok(Labels.parse(["k8s:app=web"]).equals(base));
 });
 
-Deno.test("codec decode is lazy yet equal to eager parsing", () => {
+test("codec decode is lazy yet equal to eager parsing", () => {
   const labels = Labels.parse(["k8s:b=2", "cidr:1.2.3.4/32", "k8s:a=x=y"]);
   const decoded = labelsCodec.decode(labels.toKvstoreString());
   assert.equal(decoded.size, 3);
@@ -171,7 +172,7 @@ Deno.test("codec decode is lazy yet equal to eager parsing", () => {
   assert.equal(labelsCodec.decode("").size, 0);
 });
 
-Deno.test("codec accepts exactly the strings that round-trip (randomized)", () => {
+test("codec accepts exactly the strings that round-trip (randomized)", () => {
   const alphabet = ["a", "b", ":", "=", ";", "$", "k8s:", "reserved:", "/"];
   let seed = 7;
   const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;

@@ -2,11 +2,12 @@ import assert from "node:assert/strict";
 import { PoolExhaustedError } from "../../src/errors.ts";
 import { Labels } from "../../src/identity/mod.ts";
 import { LocalIdentityCache, type LocalIdentityEvent } from "../../src/identity/local.ts";
+import { test } from "../_support/test.ts";
 
 const S = 0x42000000;
 const cidr = (i: number | string) => Labels.parse([`cidr:1.1.1.${i}/32`]);
 
-Deno.test("TestBumpNextNumericIdentity: 1..5 then wraps to 1", () => {
+test("TestBumpNextNumericIdentity: 1..5 then wraps to 1", () => {
   const cache = new LocalIdentityCache({ scope: S, min: 1, max: 5 });
   const seen: number[] = [];
   for (let i = 0; i < 6; i++) {
@@ -17,7 +18,7 @@ Deno.test("TestBumpNextNumericIdentity: 1..5 then wraps to 1", () => {
   assert.deepEqual(seen, [1, 2, 3, 4, 5, 1]);
 });
 
-Deno.test("TestLocalIdentityCache: sequence, refcounts, exhaustion, wrap to the freed slot", () => {
+test("TestLocalIdentityCache: sequence, refcounts, exhaustion, wrap to the freed slot", () => {
   const cache = new LocalIdentityCache({ scope: S, min: 1, max: 5 });
   const labels = [1, 2, 3, 4, 5].map((i) => Labels.parse([`cidr:${i}`]));
   const first = labels.map((l) => cache.lookupOrCreate(l));
@@ -53,7 +54,7 @@ Deno.test("TestLocalIdentityCache: sequence, refcounts, exhaustion, wrap to the 
   assert.equal(foo.identity.id, S + 3);
 });
 
-Deno.test("TestOldNID: requested, withheld and out-of-scope old IDs", () => {
+test("TestOldNID: requested, withheld and out-of-scope old IDs", () => {
   const cache = new LocalIdentityCache({ scope: S, min: 1, max: 10 });
   const alloc = (i: number, old: number) => cache.lookupOrCreate(cidr(i), old).identity.id;
   assert.equal(alloc(1, S), S); // 1. the scope itself is accepted (quirk)
@@ -72,7 +73,7 @@ Deno.test("TestOldNID: requested, withheld and out-of-scope old IDs", () => {
   assert.ok(withheld.includes(last), `got ${last.toString(16)}`);
 });
 
-Deno.test("local cache reports creations and last releases when notifying", () => {
+test("local cache reports creations and last releases when notifying", () => {
   const events: LocalIdentityEvent[] = [];
   const cache = new LocalIdentityCache({ scope: 0x01000000, onChange: (e) => events.push(e) });
   const { identity } = cache.lookupOrCreate(cidr(1));

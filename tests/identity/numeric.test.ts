@@ -11,15 +11,16 @@ import {
   scopeForLabels,
   scopeOf,
 } from "../../src/identity/mod.ts";
+import { test } from "../_support/test.ts";
 
-Deno.test("cluster ranges: 0 → [256, 65535], c → [c<<16, ((c+1)<<16)−1]", () => {
+test("cluster ranges: 0 → [256, 65535], c → [c<<16, ((c+1)<<16)−1]", () => {
   assert.deepEqual(allocationRange(0), { min: 256, max: 65535 });
   assert.deepEqual(allocationRange(1), { min: 65536, max: 131071 });
   assert.deepEqual(allocationRange(5), { min: 327680, max: 393215 });
   assert.deepEqual(allocationRange(255), { min: 255 << 16, max: 256 * 65536 - 1 });
 });
 
-Deno.test("511 connected clusters shift by 15", () => {
+test("511 connected clusters shift by 15", () => {
   assert.equal(clusterIdShift(255), 16);
   assert.equal(clusterIdShift(511), 15);
   assert.deepEqual(allocationRange(0, 511), { min: 256, max: 32767 });
@@ -30,7 +31,7 @@ Deno.test("511 connected clusters shift by 15", () => {
   assert.equal(clusterIdOf(1000), 0);
 });
 
-Deno.test("cluster IDs outside [0, max] are refused", () => {
+test("cluster IDs outside [0, max] are refused", () => {
   assert.throws(() => allocationRange(256), InvalidOptionsError);
   assert.throws(() => allocationRange(-1), InvalidOptionsError);
   assert.throws(() => allocationRange(1.5), InvalidOptionsError);
@@ -39,7 +40,7 @@ Deno.test("cluster IDs outside [0, max] are refused", () => {
   assert.throws(() => allocationRange(1, 1023 as any), InvalidOptionsError);
 });
 
-Deno.test("scope bits", () => {
+test("scope bits", () => {
   assert.equal(scopeOf(0x01000032), IdentityScope.Local);
   assert.equal(scopeOf(0x02000001), IdentityScope.RemoteNode);
   assert.equal(scopeOf(0xff000001), 0xff000000);
@@ -48,7 +49,7 @@ Deno.test("scope bits", () => {
   assert.ok(!hasLocalScope(0x02000032));
 });
 
-Deno.test("ScopeForLabels: remote-node, local (cidr/fqdn/reserved only), global", () => {
+test("ScopeForLabels: remote-node, local (cidr/fqdn/reserved only), global", () => {
   const scope = (l: string[]) => scopeForLabels(Labels.parse(l));
   assert.equal(scope(["cidr:1.2.3.4/32"]), IdentityScope.Local);
   assert.equal(

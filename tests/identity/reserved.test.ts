@@ -6,6 +6,7 @@ import {
   ReservedIdentity,
   WellKnownIdentity,
 } from "../../src/identity/mod.ts";
+import { test } from "../_support/test.ts";
 
 const ns = "io.kubernetes.pod.namespace";
 const sa = "io.cilium.k8s.policy.serviceaccount";
@@ -23,7 +24,7 @@ function kvstoreLabels(clusterName: string): string[] {
   ];
 }
 
-Deno.test("reserved IDs 1–10 have Cilium's numbers and labels", () => {
+test("reserved IDs 1–10 have Cilium's numbers and labels", () => {
   const r = new ReservedIdentities();
   const names: Array<[string, number]> = [
     ["host", 1],
@@ -52,7 +53,7 @@ Deno.test("reserved IDs 1–10 have Cilium's numbers and labels", () => {
   assert.equal(ReservedIdentity.Health, 4);
 });
 
-Deno.test("TestAllocateIdentityReserved: host, world, health, init, unmanaged", () => {
+test("TestAllocateIdentityReserved: host, world, health, init, unmanaged", () => {
   const r = new ReservedIdentities();
   const expect: Array<[string, number]> = [
     ["reserved:host", 1],
@@ -66,7 +67,7 @@ Deno.test("TestAllocateIdentityReserved: host, world, health, init, unmanaged", 
   }
 });
 
-Deno.test("TestLookupReservedIdentityByLabels", () => {
+test("TestLookupReservedIdentityByLabels", () => {
   const r = new ReservedIdentities({ fixedIdentities: { 129: "kvstore" } });
   // Fixed identity "kvstore" is user-defined: 129.
   const fixed = r.lookupByLabels(Labels.parse(["io.cilium.fixed-identity=kvstore"]));
@@ -89,7 +90,7 @@ Deno.test("TestLookupReservedIdentityByLabels", () => {
   assert.equal(r.lookupByLabels(Labels.parse(["reserved:kvstore"])), undefined);
 });
 
-Deno.test("remote-node and kube-apiserver combinations", () => {
+test("remote-node and kube-apiserver combinations", () => {
   const r = new ReservedIdentities();
   const id = (labels: string[]) => r.lookupByLabels(Labels.parse(labels))?.id;
   assert.equal(id(["reserved:remote-node"]), 6);
@@ -110,7 +111,7 @@ Deno.test("remote-node and kube-apiserver combinations", () => {
   assert.equal(scoped.lookupByLabels(Labels.parse(["reserved:host"]))?.id, 1);
 });
 
-Deno.test("well-known identities 100–115 depend on cluster name and namespace", () => {
+test("well-known identities 100–115 depend on cluster name and namespace", () => {
   const r = new ReservedIdentities({ clusterName: "c5" });
   const kvstore = Labels.parse(kvstoreLabels("c5"));
   assert.equal(r.lookupByLabels(kvstore)?.id, WellKnownIdentity.CiliumKVStore);
@@ -135,7 +136,7 @@ Deno.test("well-known identities 100–115 depend on cluster name and namespace"
   assert.ok(custom.lookupById(102)?.labels.get(ns)?.value === "kube-system");
 });
 
-Deno.test("fixed identities must be in 128–255 with unique names", () => {
+test("fixed identities must be in 128–255 with unique names", () => {
   const bads: Array<Record<number, string>> = [{ 127: "x" }, { 256: "x" }, { 130: "" }, {
     130: "host",
   }, {

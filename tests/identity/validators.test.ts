@@ -5,8 +5,9 @@ import {
   clusterIdValidator,
   clusterNameValidator,
 } from "../../src/identity/mod.ts";
+import { test } from "../_support/test.ts";
 
-Deno.test("TestClusterIDValidator: cluster 5 accepts [327680, 393215] only", () => {
+test("TestClusterIDValidator: cluster 5 accepts [327680, 393215] only", () => {
   const { min, max } = allocationRange(5);
   assert.equal(min, 327680);
   assert.equal(max, 393215);
@@ -28,7 +29,7 @@ Deno.test("TestClusterIDValidator: cluster 5 accepts [327680, 393215] only", () 
   );
 });
 
-Deno.test("TestClusterNameValidator: cluster label required with source k8s and the name", () => {
+test("TestClusterNameValidator: cluster label required with source k8s and the name", () => {
   const validate = clusterNameValidator("foo");
   const upsert = (key?: string) => validate({ type: "upsert", id: 100, key });
   assert.equal(
@@ -58,7 +59,7 @@ Deno.test("TestClusterNameValidator: cluster label required with source k8s and 
   assert.equal(validate({ type: "delete", id: 100 }), undefined);
 });
 
-Deno.test("allValidators: first rejection wins", () => {
+test("allValidators: first rejection wins", () => {
   const both = allValidators(clusterIdValidator(5), clusterNameValidator("foo"));
   assert.match(both({ type: "upsert", id: 1, key: "k8s:a=b;" })!, /allocation range/);
   assert.match(both({ type: "upsert", id: 327680, key: "k8s:a=b;" })!, /could not find/);

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { readFile } from "node:fs/promises";
 import { errorMessage, InvalidOptionsError } from "../../errors.ts";
 import type { BackendDriver, DriverFailure, DriverOpenOptions, OpenedBackend } from "../driver.ts";
 import {
@@ -24,7 +25,7 @@ async function readPem(flag: string, path: string | undefined): Promise<string |
   if (path === undefined) return undefined;
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await readFile(path, "utf8");
   } catch (err) {
     throw new InvalidOptionsError(`cannot read ${flag} file ${path}: ${errorMessage(err)}`, {
       cause: err,

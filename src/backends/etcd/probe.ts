@@ -13,6 +13,8 @@
  *
  * @module
  */
+import { connect as connectPlain, type Socket } from "node:net";
+import { connect as connectTls } from "node:tls";
 
 /**
  * What answers at an endpoint reached without TLS: an HTTP/1 server, a plain-text HTTP/2 server
@@ -34,69 +36,63 @@ const PREFACE = new Uint8Array([
   0,
 ]);
 
-/** `promise`, or `undefined` after `ms`; `onLate` closes what it would have returned. */
-async function within<T>(
-  promise: Promise<T>,
+/**
+ * Opens `socket`, waits for `settle` to call back (at most `ms`), then destroys the socket: the
+ * probe's one shape, on `node:net` and `node:tls` (which Deno, Node.js and Bun all have).
+ */
+function probeSocket<T>(
+  open: () => Socket,
   ms: number,
-  onLate: (value: T) => void,
-): Promise<T | undefined> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let late = false;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => {
-      late = true;
-      resolve(undefined);
-    }, ms);
+  fallback: T,
+  settle: (socket: Socket, done: (value: T) => void) => void,
+): Promise<T> {
+  return new Promise<T>((resolve) => {
+    let socket: Socket | undefined;
+    let finished = false;
+    const done = (value: T) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      socket?.destroy();
+      resolve(value);
+    };
+    const timer = setTimeout(() => done(fallback), ms);
+    try {
+      socket = open();
+    } catch {
+      done(fallback);
+      return;
+    }
+    socket.on("error", () => done(fallback));
+    socket.on("close", () => done(fallback));
+    settle(socket, done);
   });
-  promise.then((v) => late && onLate(v), () => {});
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function close(conn: Deno.Conn): void {
-  try {
-    conn.close();
-  } catch {
-    // already closed
-  }
 }
 
 /** The first bytes the server sends after HTTP/2's preface, or `undefined` (closed, silent). */
-async function firstReply(
-  hostname: string,
-  port: number,
-  ms: number,
-): Promise<Uint8Array | undefined> {
-  const conn = await within(Deno.connect({ hostname, port }), ms, close).catch(() => undefined);
-  if (conn === undefined) return undefined;
-  try {
-    await conn.write(PREFACE);
-    const buf = new Uint8Array(16);
-    const n = await within(conn.read(buf), ms, () => {});
-    return n ? buf.subarray(0, n) : undefined;
-  } catch {
-    return undefined;
-  } finally {
-    close(conn);
-  }
+function firstReply(host: string, port: number, ms: number): Promise<Uint8Array | undefined> {
+  return probeSocket<Uint8Array | undefined>(
+    () => connectPlain({ host, port }),
+    ms,
+    undefined,
+    (socket, done) => {
+      socket.once("connect", () => socket.write(PREFACE));
+      socket.once("data", (chunk: Uint8Array) => done(chunk.subarray(0, 16)));
+    },
+  );
 }
 
-/** Whether the server completes or fails a TLS handshake on a certificate (it speaks TLS). */
-async function speaksTls(hostname: string, port: number, ms: number): Promise<boolean> {
-  const conn = await within(Deno.connectTls({ hostname, port }), ms, close).catch(() => undefined);
-  if (conn === undefined) return false;
-  try {
-    await within(conn.handshake(), ms, () => {});
-    return true;
-  } catch (err) {
-    // The server sent a certificate we do not trust (a private CA): it speaks TLS all the same.
-    return /certificate|UnknownIssuer|NotValidForName|invalid peer/i.test(String(err));
-  } finally {
-    close(conn);
-  }
+/**
+ * Whether the server completes a TLS handshake. The certificate is not judged (a private CA's
+ * server speaks TLS all the same): nothing is sent over this connection.
+ */
+function speaksTls(host: string, port: number, ms: number): Promise<boolean> {
+  return probeSocket(
+    () => connectTls({ host, port, rejectUnauthorized: false }),
+    ms,
+    false,
+    (socket, done) => socket.once("secureConnect", () => done(true)),
+  );
 }
 
 /**

@@ -41,9 +41,11 @@ const RETRY_MAX_MS = 2000;
 
 /** The watch's start revision was compacted away: the caller must re-list. */
 class Compacted extends Error {
-  constructor(readonly compactRevision: string) {
+  readonly compactRevision: string;
+  constructor(compactRevision: string) {
     super(`watch revision compacted (compact revision ${compactRevision})`);
     this.name = "Compacted";
+    this.compactRevision = compactRevision;
   }
 }
 

@@ -169,11 +169,11 @@ export function pairMutations(ctx: KvContext, key: string, id: number): Deno.KvM
 /**
  * Rewrites `key`'s touch entry (a blind `set`: it never conflicts and never fails). Its value
  * only matters for its versionstamp (see `layout.ts`); it is made here, not once at module load,
- * because `Deno.KvU64` exists only with `--unstable-kv`, and importing `mod.ts` for etcd alone
- * must not need that flag.
+ * because `Deno.KvU64` exists only with `--unstable-kv` (and not at all on Node.js), and importing
+ * `mod.ts` for etcd alone must not need it.
  */
 export function touchMutation(ctx: KvContext, key: string): Deno.KvMutation {
-  return { type: "set", key: ctx.layout.touch(key), value: new Deno.KvU64(0n) };
+  return { type: "set", key: ctx.layout.touch(key), value: new ctx.KvU64(0n) };
 }
 
 /** After a failed commit: one snapshot read of the key index and master `id` picks the next plan. */

@@ -18,8 +18,14 @@ import { findDamage, removeDamage } from "./doctor.ts";
 import { type KvStats, newStats } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { KvLayout } from "./layout.ts";
-import { MASTER_VALUE_OVERHEAD, MAX_KEY_BYTES, MAX_VALUE_BYTES } from "./limits.ts";
-import { type DenoKvBackendOptions, resolveKvOptions } from "./options.ts";
+import {
+  MASTER_VALUE_OVERHEAD,
+  MAX_CHECKS,
+  MAX_KEY_BYTES,
+  MAX_VALUE_BYTES,
+  NPM_KV_MAX_CHECKS,
+} from "./limits.ts";
+import { type DenoKvBackendOptions, resolveKvOptions, resolveKvU64 } from "./options.ts";
 import { DenoKvSession } from "./session.ts";
 
 /**
@@ -64,9 +70,16 @@ export class DenoKvBackend implements Backend, StoreDoctor {
    */
   constructor(kv: Deno.Kv, options: DenoKvBackendOptions) {
     const settings = resolveKvOptions(kv, options);
+    const KvU64 = resolveKvU64(settings);
+    const denoKv = KvU64 === (globalThis as { Deno?: typeof Deno }).Deno?.KvU64;
     this.node = settings.node;
     this.#ctx = {
       kv,
+      KvU64,
+      // Deno's own KV, or a store opened by the @deno/kv package (Node.js), which differs: see
+      // `KvContext`.
+      wakeByWatch: denoKv,
+      maxChecks: denoKv ? MAX_CHECKS : NPM_KV_MAX_CHECKS,
       layout: new KvLayout(settings.prefix),
       settings,
       telemetry: new StoreTelemetry("deno-kv", formatKvPrefix(settings.prefix), settings.node),

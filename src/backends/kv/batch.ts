@@ -24,7 +24,8 @@
 import { commitLogged, type KvStats, type LogChange, loggedAtomic } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
-import { COMMIT_KEY_BUDGET, MAX_CHECKS, MAX_MUTATIONS } from "./limits.ts";
+import { COMMIT_KEY_BUDGET, MAX_MUTATIONS } from "./limits.ts";
+import { isKvU64 } from "./schema.ts";
 import { GroupCommit, type Member, settle } from "../shared/group_commit.ts";
 
 /** Payload a shared commit allows itself (the store's limit is 800 KiB). */
@@ -77,7 +78,7 @@ export class CommitBatcher {
     this.#group = new GroupCommit({
       enabled,
       // Checks, mutations, key bytes, payload bytes.
-      limits: [MAX_CHECKS, MAX_MUTATIONS, COMMIT_KEY_BUDGET, COMMIT_PAYLOAD_BUDGET],
+      limits: [ctx.maxChecks, MAX_MUTATIONS, COMMIT_KEY_BUDGET, COMMIT_PAYLOAD_BUDGET],
       // The shared `gen` sum.
       base: [0, 1, 0, 0],
       measure: sizeOf,
@@ -175,7 +176,7 @@ function sizeOf(plan: CommitPlan): { writes: Set<string>; weights: number[] } {
 
 /** A generous estimate of a value's serialized size. */
 function valueBytes(value: unknown): number {
-  if (value instanceof Deno.KvU64) return 16;
+  if (isKvU64(value)) return 16;
   try {
     return (JSON.stringify(value)?.length ?? 16) * 2 + 16;
   } catch {

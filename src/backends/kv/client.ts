@@ -15,7 +15,7 @@ import {
 import { idallocLogger } from "../../log.ts";
 import type { KvContext } from "./context.ts";
 import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
-import { formatKey } from "./schema.ts";
+import { formatKey, isKvU64 } from "./schema.ts";
 import type { StoreTelemetry } from "../../telemetry/store.ts";
 
 const log = idallocLogger("kv");
@@ -217,11 +217,11 @@ async function repairCounter(
   signal: AbortSignal,
 ): Promise<boolean> {
   const entry = await get(ctx, stats, key, signal);
-  if (entry.versionstamp === null || entry.value instanceof Deno.KvU64) return false;
+  if (entry.versionstamp === null || isKvU64(entry.value)) return false;
   log.warning("counter {key} holds a value of the wrong type; resetting it to 0", {
     key: formatKey(key),
   });
-  const op = ctx.kv.atomic().check(entry).set(key, new Deno.KvU64(0n));
+  const op = ctx.kv.atomic().check(entry).set(key, new ctx.KvU64(0n));
   return (await commit(stats, op, signal)).ok;
 }
 

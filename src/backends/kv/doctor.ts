@@ -43,7 +43,7 @@ import type { KvContext } from "./context.ts";
 import { KvAdmin } from "./admin.ts";
 import { LIST_BATCH, MAX_GET_MANY } from "./limits.ts";
 import { liveRefs, nodeIsLive, readLeases, readRefs } from "./liveness.ts";
-import { formatKey, peek } from "./schema.ts";
+import { formatKey, isKvU64, peek } from "./schema.ts";
 
 const log = idallocLogger("kv", "doctor");
 
@@ -159,13 +159,13 @@ export async function* findDamage(
 
   for await (const e of entries("touch")) {
     const key = layout.parseKeyOf(e.key, "touch");
-    if (key === undefined || !(e.value instanceof Deno.KvU64)) {
+    if (key === undefined || !isKvU64(e.value)) {
       const reason = "a touch entry must hold a Deno.KvU64";
       add({ finding: finding(e, "counter-wrong-type", reason, { key }), key });
     }
   }
   const gen = await get(ctx, stats, layout.gen(), signal);
-  if (gen.versionstamp !== null && !(gen.value instanceof Deno.KvU64)) {
+  if (gen.versionstamp !== null && !isKvU64(gen.value)) {
     const entry = gen as Deno.KvEntry<unknown>;
     add({ finding: finding(entry, "counter-wrong-type", "gen must hold a Deno.KvU64") });
   }

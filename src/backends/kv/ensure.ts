@@ -73,10 +73,11 @@ export async function ensure(
  */
 function commitGroups(ctx: KvContext, writes: readonly Plan[]): Plan[][] {
   const { layout, settings } = ctx;
+  // Two checks per held key (its key index and master).
   return batches(
     writes,
-    [COMMIT_KEY_BUDGET],
-    (p) => [5 * layout.largestKeyBytes(p.held.key, settings.node)],
+    [COMMIT_KEY_BUDGET, ctx.maxChecks],
+    (p) => [5 * layout.largestKeyBytes(p.held.key, settings.node), 2],
   );
 }
 

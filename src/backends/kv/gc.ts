@@ -23,15 +23,13 @@ import type { GcSkip } from "../../allocator/damage.ts";
 import { commit, commitLogged, get, getMany, type KvStats, list, loggedAtomic } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
-import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
+import { COMMIT_KEY_BUDGET, GC_FIXED_CHECKS, LIST_BATCH } from "./limits.ts";
 import { isLive, type LeaseRecord, readLeases, readRefs, type Reference } from "./liveness.ts";
 import { corrupt, decode, formatKey } from "./schema.ts";
 import { sweepLeases, sweepRefs } from "./sweep.ts";
 
 /** Masters judged per batch of reads in `gcList`. */
 const GC_LIST_CHUNK = 100;
-/** Dead references one guarded commit can delete besides the fixed checks. */
-const DEAD_REFS_PER_COMMIT = Math.floor((MAX_CHECKS - GC_FIXED_CHECKS) / 2);
 
 interface Master {
   readonly id: number;
@@ -202,7 +200,8 @@ function deadRefsPerCommit(ctx: KvContext, refs: readonly Reference[], key: stri
   );
   // The final commit also writes master, index, touch and a log entry.
   const byBytes = Math.floor((COMMIT_KEY_BUDGET - 4 * largest) / largest);
-  return Math.max(1, Math.min(DEAD_REFS_PER_COMMIT, byBytes));
+  const byChecks = Math.floor((ctx.maxChecks - GC_FIXED_CHECKS) / 2);
+  return Math.max(1, Math.min(byChecks, byBytes));
 }
 
 /** The GC version of a master and its key's touch counter. */

@@ -42,6 +42,6 @@
  * @module
  */
 export { DenoKvBackend } from "./backend.ts";
-export type { DenoKvBackendOptions } from "./options.ts";
+export type { DenoKvBackendOptions, KvU64Class } from "./options.ts";
 export type * from "../../allocator/backend.ts";
 export type * from "../../allocator/damage.ts";

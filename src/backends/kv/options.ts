@@ -9,6 +9,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import { MAX_KEY_BYTES } from "./limits.ts";
 import { prefixFits } from "./layout.ts";
+import { isKvU64Class } from "./schema.ts";
 import { parseOptions } from "../../validate.ts";
 import type { SameShape, SettingsOf } from "../../option_shape.ts";
 
@@ -45,7 +46,17 @@ export interface DenoKvBackendOptions {
   readonly groupCommit?: boolean;
   /** The clock, in ms since the epoch (injected by tests). @default {Date.now} */
   readonly now?: () => number;
+  /**
+   * The counter class of `kv`'s implementation. Under Deno it is `Deno.KvU64` (the default). On
+   * Node.js, where `kv` comes from the `@deno/kv` npm package's `openKv`, pass that package's
+   * `KvU64` export.
+   * @default {Deno.KvU64}
+   */
+  readonly kvU64?: KvU64Class;
 }
+
+/** A `KvU64` class: `Deno.KvU64`, or the one of the `@deno/kv` package. */
+export type KvU64Class = new (value: bigint) => Deno.KvU64;
 
 const positiveMs = z.number().int().positive();
 
@@ -59,6 +70,10 @@ const optionsSchema = z.object({
   groupCommit: z.boolean().default(true),
   now: z.custom<() => number>((v) => typeof v === "function", "must be a function")
     .default(() => Date.now),
+  kvU64: z.custom<KvU64Class>(
+    isKvU64Class,
+    "must be a KvU64 class (Deno.KvU64, or the KvU64 export of @deno/kv)",
+  ).optional(),
 }).strict().refine((o) => prefixFits(o.prefix, o.node), {
   message: `prefix and node leave no room for keys under the ${MAX_KEY_BYTES}-byte key limit`,
   path: ["prefix"],
@@ -82,4 +97,21 @@ export function resolveKvOptions(kv: unknown, options: unknown): KvSettings {
     throw new InvalidOptionsError("invalid Deno KV backend: 'kv' must be a Deno.Kv");
   }
   return parseOptions(optionsSchema, options, "Deno KV backend options");
+}
+
+/**
+ * The counter class the backend writes with: the `kvU64` option, else `Deno.KvU64`. Outside Deno
+ * there is no default: an `@deno/kv` store needs its own class, and a wrong one would be stored
+ * as a plain object that no later `sum` accepts.
+ */
+export function resolveKvU64(settings: KvSettings): KvU64Class {
+  const KvU64 = (settings.kvU64 as KvU64Class | undefined) ??
+    (globalThis as { Deno?: typeof Deno }).Deno?.KvU64;
+  if (KvU64 === undefined) {
+    throw new InvalidOptionsError(
+      "invalid Deno KV backend options: outside Deno, pass 'kvU64': the KvU64 export of the " +
+        "@deno/kv package that opened 'kv' (import { KvU64, openKv } from \"@deno/kv\")",
+    );
+  }
+  return KvU64;
 }

@@ -93,7 +93,22 @@ export function formatKey(key: Deno.KvKey): string {
   return `[${key.map(part).join(", ")}]`;
 }
 
+/**
+ * Whether `value` is a KV counter: a `Deno.KvU64`, or on Node.js one of the `@deno/kv` package's
+ * (another class, named `_KvU64` there), so no `instanceof`. Decoded user data is never a class
+ * instance (values are structured clones), so the name and the `bigint` field suffice.
+ */
+export function isKvU64(value: unknown): value is Deno.KvU64 {
+  return typeof value === "object" && value !== null && isKvU64Class(value.constructor) &&
+    typeof (value as { value?: unknown }).value === "bigint";
+}
+
+/** Whether `value` is a `KvU64` class (Deno's or `@deno/kv`'s, see {@linkcode isKvU64}). */
+export function isKvU64Class(value: unknown): boolean {
+  return typeof value === "function" && /^_?KvU64$/.test(value.name);
+}
+
 /** The counter's value if `entry` holds a `Deno.KvU64`, else `undefined`. */
 export function counterValue(entry: Deno.KvEntryMaybe<unknown>): bigint | undefined {
-  return entry.value instanceof Deno.KvU64 ? entry.value.value : undefined;
+  return isKvU64(entry.value) ? entry.value.value : undefined;
 }

@@ -49,7 +49,7 @@ import { idallocLogger } from "../../log.ts";
 import { commit, type KvStats, list } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { keyBytes } from "./layout.ts";
-import { COMMIT_KEY_BUDGET, LIST_BATCH, MAX_CHECKS } from "./limits.ts";
+import { COMMIT_KEY_BUDGET, LIST_BATCH } from "./limits.ts";
 import { batches } from "../shared/batching.ts";
 import { isExpired, type LeaseRecord, type Reference } from "./liveness.ts";
 import { corrupt, decode } from "./schema.ts";
@@ -58,7 +58,7 @@ const log = idallocLogger("kv", "gc");
 
 /**
  * Deletes `dead` references (judged dead on `leases`), each guarded by its own versionstamp and
- * its node's lease record's, in commits of at most {@linkcode MAX_CHECKS} checks. Returns the
+ * its node's lease record's, in commits of at most `ctx.maxChecks` checks. Returns the
  * references it could not delete (a commit whose checks failed).
  */
 export async function sweepRefs(
@@ -73,6 +73,7 @@ export async function sweepRefs(
   // Sorted by node, references of one node share its lease check within a commit.
   const sorted = [...dead].sort((a, b) => a.node < b.node ? -1 : a.node > b.node ? 1 : 0);
   const commits = commitBatches(
+    ctx,
     sorted,
     (r, batch) => batch.at(-1)?.node === r.node ? 1 : 2,
     (r) => keyBytes(layout.ref(r.key, r.node)),
@@ -128,7 +129,7 @@ export async function sweepLeases(
     }
   }
   let deleted = 0;
-  const commits = commitBatches(expired, () => 1, (e) => keyBytes(layout.lease(e.node)));
+  const commits = commitBatches(ctx, expired, () => 1, (e) => keyBytes(layout.lease(e.node)));
   for (const batch of commits) {
     const op = ctx.kv.atomic();
     for (const { node, versionstamp } of batch) {
@@ -146,18 +147,19 @@ export async function sweepLeases(
 }
 
 /**
- * Splits `items` into consecutive batches within one commit's limits: at most
- * {@linkcode MAX_CHECKS} checks (`checks` of an item given the batch so far) and
- * {@linkcode COMMIT_KEY_BUDGET} bytes of written keys (the store counts written keys only).
+ * Splits `items` into consecutive batches within one commit's limits: at most `ctx.maxChecks`
+ * checks (`checks` of an item given the batch so far) and {@linkcode COMMIT_KEY_BUDGET} bytes of
+ * written keys (the store counts written keys only).
  */
 function commitBatches<T>(
+  ctx: KvContext,
   items: readonly T[],
   checks: (item: T, batch: readonly T[]) => number,
   bytes: (item: T) => number,
 ): T[][] {
   return batches(
     items,
-    [MAX_CHECKS, COMMIT_KEY_BUDGET],
+    [ctx.maxChecks, COMMIT_KEY_BUDGET],
     (item, batch) => [checks(item, batch), bytes(item)],
   );
 }

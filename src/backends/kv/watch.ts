@@ -69,7 +69,7 @@ export async function* watchMasters(
 ): AsyncGenerator<BackendEvent> {
   const { settings } = ctx;
   const known = new Map<number, Known>();
-  const waker = new GenWaker(ctx.kv, ctx.layout.gen(), signal);
+  const waker = new GenWaker(ctx.wakeByWatch ? ctx.kv : undefined, ctx.layout.gen(), signal);
   hooks.track(waker.done);
   try {
     let cursor: Cursor | undefined;
@@ -243,7 +243,8 @@ function cursorOf(gen: Deno.KvEntryMaybe<unknown>, time: number): Cursor {
 /**
  * Wakes the feed when `gen` changes in this process (or on Deploy) through `kv.watch`, or after a
  * timeout. The watch stream is cancelled as soon as `signal` aborts, even while the generator is
- * suspended at a `yield`, so nothing stays open.
+ * suspended at a `yield`, so nothing stays open. Without a `kv` (see `KvContext.wakeByWatch`) it
+ * only times out: the feed polls.
  */
 class GenWaker {
   readonly done: Promise<void>;
@@ -254,7 +255,7 @@ class GenWaker {
   #consumed = Promise.withResolvers<void>();
   #closed = false;
 
-  constructor(kv: Deno.Kv, key: Deno.KvKey, signal: AbortSignal) {
+  constructor(kv: Deno.Kv | undefined, key: Deno.KvKey, signal: AbortSignal) {
     this.#signal = signal;
     const onAbort = () => {
       this.#reader?.cancel().catch(() => {});
@@ -265,8 +266,8 @@ class GenWaker {
     this.done = this.#pump(kv, key).finally(() => signal.removeEventListener("abort", onAbort));
   }
 
-  async #pump(kv: Deno.Kv, key: Deno.KvKey): Promise<void> {
-    if (this.#signal.aborted) return;
+  async #pump(kv: Deno.Kv | undefined, key: Deno.KvKey): Promise<void> {
+    if (this.#signal.aborted || kv === undefined) return;
     try {
       this.#reader = kv.watch([key]).getReader();
       while (!this.#signal.aborted && !this.#closed) {

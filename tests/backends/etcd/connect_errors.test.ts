@@ -71,7 +71,7 @@ Deno.test("connect: a host name that does not resolve → StoreHostNotFoundError
 });
 
 Deno.test("connect: a closed port → StoreConnectionRefusedError, fast", async () => {
-  const endpoint = `http://127.0.0.1:${freePort()}`;
+  const endpoint = `http://127.0.0.1:${await freePort()}`;
   const got = await failure({ endpoints: [endpoint] });
   check(got, StoreConnectionRefusedError, "StoreConnectionRefusedError", endpoint);
   assert.ok(got.err instanceof StoreUnavailableError && got.err.retryable);

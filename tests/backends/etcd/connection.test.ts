@@ -10,7 +10,7 @@ import { freePort, startEtcd } from "../../../src/backends/etcd/testing/cluster.
 import { deadline, etcdTest, eventually, namespace, openSession, picker } from "./_helpers.ts";
 
 etcdTest("connect: nothing listening → StoreUnavailableError within dialTimeoutMs", async () => {
-  const port = freePort();
+  const port = await freePort();
   // A refused connection has its own class, a retryable StoreUnavailableError
   // (connect_errors.test.ts covers every such failure).
   await assert.rejects(

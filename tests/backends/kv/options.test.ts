@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { InvalidKeyError, InvalidOptionsError } from "../../../src/errors.ts";
 import { DenoKvBackend } from "../../../src/backends/kv/mod.ts";
 import { partBytes } from "../../../src/backends/kv/layout.ts";
+import { isKvU64 } from "../../../src/backends/kv/schema.ts";
 import { KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 Deno.test("kv options: invalid options are an InvalidOptionsError", async () => {
@@ -19,6 +20,8 @@ Deno.test("kv options: invalid options are an InvalidOptionsError", async () => 
     { prefix: ["p"], node: "a", now: 5 },
     { prefix: ["p"], node: "a", logRetentionMs: 1_000 },
     { prefix: ["x".repeat(2_040)], node: "a" },
+    { prefix: ["p"], node: "a", kvU64: class NotACounter {} },
+    { prefix: ["p"], node: "a", kvU64: 0 },
     undefined,
   ];
   for (const options of bad) {
@@ -35,6 +38,28 @@ Deno.test("kv options: invalid options are an InvalidOptionsError", async () => 
   const ok = new DenoKvBackend(kv, { prefix: ["p", 1], node: "n".repeat(253) });
   assert.equal(ok.kind, "deno-kv");
   assert.equal(ok.node, "n".repeat(253));
+});
+
+Deno.test("kv options: kvU64 takes a KvU64 class; counters of either package are recognized", async () => {
+  using kv = await Deno.openKv(":memory:");
+  assert.equal(new DenoKvBackend(kv, { prefix: ["p"], node: "a", kvU64: Deno.KvU64 }).node, "a");
+  assert.equal(isKvU64(new Deno.KvU64(3n)), true);
+  // @deno/kv's class is named `_KvU64` (its build renames it): the same shape, another class.
+  class _KvU64 {
+    readonly value: bigint;
+    constructor(value: bigint) {
+      this.value = value;
+    }
+  }
+  assert.equal(isKvU64(new _KvU64(3n)), true);
+  assert.equal(
+    new DenoKvBackend(kv, { prefix: ["p"], node: "a", kvU64: _KvU64 as never }).node,
+    "a",
+  );
+  // What a store can hand back for garbage written over a counter is never one.
+  for (const garbage of [{ value: 3n }, 3n, "3", null, new Map([["value", 3n]])]) {
+    assert.equal(isKvU64(garbage), false, String(garbage));
+  }
 });
 
 /** The longest key (in ASCII characters) checkKey accepts for this prefix and node. */

@@ -3,8 +3,9 @@
  * short raft timings, stopped by PID.
  *
  * etcd is launched through a tiny shell wrapper that returns at once (so no child-process resource
- * stays open across tests and the sanitizers stay quiet) and leaves a watchdog behind that kills
- * etcd and removes the data dir if this Deno process dies without cleaning up.
+ * stays open across tests and Deno's sanitizers stay quiet) and leaves a watchdog behind that kills
+ * etcd and removes the data dir if this process dies without cleaning up. Only `node:` APIs: the
+ * conformance suite runs on Deno, Node.js and Bun.
  *
  * @example
  * ```ts ignore
@@ -15,12 +16,21 @@
  * @module
  */
 
+import { execFile } from "node:child_process";
+import { readFileSync, rmSync, statSync } from "node:fs";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { connect as connectTls, type ConnectionOptions } from "node:tls";
+
 /** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
 export const DEBIAN_ETCD = "/usr/bin/etcd";
 
 function isFile(path: string): boolean {
   try {
-    return Deno.statSync(path).isFile;
+    return statSync(path).isFile();
   } catch {
     return false;
   }
@@ -28,7 +38,7 @@ function isFile(path: string): boolean {
 
 /** The etcd binary: the first `etcd` on PATH, else Debian's path; `undefined` if neither. */
 export function findEtcd(): string | undefined {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
     if (dir !== "" && isFile(`${dir}/etcd`)) return `${dir}/etcd`;
   }
   return isFile(DEBIAN_ETCD) ? DEBIAN_ETCD : undefined;
@@ -43,7 +53,7 @@ let warned = false;
  */
 export function etcdUnavailable(): string | undefined {
   if (findEtcd() !== undefined) return undefined;
-  if (Deno.env.get("CI")) return undefined;
+  if (process.env.CI) return undefined;
   const why =
     "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd; apt-get install etcd-server)";
   if (!warned) {
@@ -117,7 +127,7 @@ interface Member {
  */
 function ephemeralRange(): [number, number] {
   try {
-    const [lo, hi] = Deno.readTextFileSync("/proc/sys/net/ipv4/ip_local_port_range").trim()
+    const [lo, hi] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim()
       .split(/\s+/).map(Number);
     if (Number.isSafeInteger(lo) && Number.isSafeInteger(hi)) return [lo, hi];
   } catch {
@@ -126,38 +136,39 @@ function ephemeralRange(): [number, number] {
   return [0, 0];
 }
 
-function bindable(port: number): number | undefined {
-  try {
-    const listener = Deno.listen({ hostname: "127.0.0.1", port });
-    const bound = (listener.addr as Deno.NetAddr).port;
-    listener.close();
-    return bound;
-  } catch {
-    return undefined;
-  }
+function bindable(port: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", () => resolve(undefined));
+    server.listen({ host: "127.0.0.1", port, exclusive: true }, () => {
+      const address = server.address();
+      const bound = typeof address === "object" && address !== null ? address.port : undefined;
+      server.close(() => resolve(bound));
+    });
+  });
 }
 
 /**
  * A free loopback TCP port, picked at random below the ephemeral range (so no outgoing
  * connection takes it before the server binds it), else the kernel's choice.
  */
-export function freePort(): number {
+export async function freePort(): Promise<number> {
   const [lo] = ephemeralRange();
   const floor = 10_000;
   if (lo - floor >= 1000) {
     for (let i = 0; i < 50; i++) {
-      const port = bindable(floor + Math.floor(Math.random() * (lo - floor)));
+      const port = await bindable(floor + Math.floor(Math.random() * (lo - floor)));
       if (port !== undefined) return port;
     }
   }
-  const port = bindable(0);
+  const port = await bindable(0);
   if (port === undefined) throw new Error("no free loopback port");
   return port;
 }
 
 function alive(pid: number): boolean {
   try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The state follows the parenthesised command name; a zombie has released its ports.
     const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
     return state !== "Z" && state !== "X";
@@ -182,39 +193,51 @@ async function gateway<T>(port: number, path: string, body: unknown, timeoutMs =
 }
 
 async function healthy(port: number, tls?: StartEtcdOptions["tls"]): Promise<boolean> {
-  // With client-certificate auth the plain /health probe cannot get in; the member's log-free
-  // readiness is then judged by a TLS handshake alone.
-  if (tls?.client) {
-    try {
-      const conn = await Deno.connectTls({
-        hostname: "127.0.0.1",
-        port,
-        caCerts: [await Deno.readTextFile(tls.ca)],
-        cert: await Deno.readTextFile(tls.client.cert),
-        key: await Deno.readTextFile(tls.client.key),
-      });
-      await conn.handshake();
-      conn.close();
-      return true;
-    } catch {
-      return false;
-    }
-  }
-  const client = tls
-    ? Deno.createHttpClient({ caCerts: [await Deno.readTextFile(tls.ca)] })
-    : undefined;
+  if (tls) return await healthyOverTls(port, tls);
   try {
-    const res = await fetch(`${tls ? "https" : "http"}://127.0.0.1:${port}/health`, {
+    const res = await fetch(`http://127.0.0.1:${port}/health`, {
       signal: AbortSignal.timeout(1000),
-      client,
     });
-    const body = await res.text();
-    return res.ok && body.includes('"true"');
+    return res.ok && (await res.text()).includes('"true"');
   } catch {
     return false;
-  } finally {
-    client?.close();
   }
+}
+
+/**
+ * `/health` over TLS, on a raw TLS socket (the runtimes' `fetch` differ in how they take a CA).
+ * With client-certificate auth the plain probe cannot get in; the member's readiness is then
+ * judged by the TLS handshake alone.
+ */
+async function healthyOverTls(
+  port: number,
+  tls: NonNullable<StartEtcdOptions["tls"]>,
+): Promise<boolean> {
+  const options: ConnectionOptions = {
+    host: "127.0.0.1",
+    port,
+    ca: await readFile(tls.ca, "utf8"),
+    ...(tls.client && {
+      cert: await readFile(tls.client.cert, "utf8"),
+      key: await readFile(tls.client.key, "utf8"),
+    }),
+  };
+  return await new Promise<boolean>((resolve) => {
+    let answer = "";
+    const socket = connectTls(options, () => {
+      if (tls.client) {
+        socket.destroy();
+        resolve(true);
+        return;
+      }
+      socket.end("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    });
+    socket.setTimeout(1000, () => socket.destroy());
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk: string) => (answer += chunk));
+    socket.on("error", () => resolve(false));
+    socket.on("close", () => resolve(/^HTTP\/1\.1 200/.test(answer) && answer.includes('"true"')));
+  });
 }
 
 // The wrapper prints etcd's PID and exits; the watchdog subshell outlives it, detached from our
@@ -253,13 +276,16 @@ async function planCluster(options: StartEtcdOptions): Promise<Plan> {
       "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd): apt-get install etcd-server",
     );
   }
-  const base = await Deno.makeTempDir({ prefix: "idalloc-etcd-" });
-  const members: Member[] = Array.from({ length: options.members ?? 1 }, (_, i) => ({
-    name: `m${i}`,
-    clientPort: freePort(),
-    peerPort: freePort(),
-    dataDir: `${base}/m${i}`,
-  }));
+  const base = await mkdtemp(join(tmpdir(), "idalloc-etcd-"));
+  const members: Member[] = [];
+  for (let i = 0; i < (options.members ?? 1); i++) {
+    members.push({
+      name: `m${i}`,
+      clientPort: await freePort(),
+      peerPort: await freePort(),
+      dataDir: `${base}/m${i}`,
+    });
+  }
   return {
     binary,
     options,
@@ -296,24 +322,18 @@ function memberArgs(plan: Plan, m: Member): string[] {
 
 /** Starts member `m` through the wrapper and records its PID. */
 async function spawnMember(plan: Plan, m: Member): Promise<void> {
-  const out = await new Deno.Command("/bin/sh", {
-    args: [
-      "-c",
-      WRAPPER,
-      "idalloc-etcd",
-      String(Deno.pid),
-      plan.base,
-      `${plan.base}/${m.name}.log`,
-      plan.binary,
-      ...memberArgs(plan, m),
-    ],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "inherit",
-  }).output();
-  const pid = Number(new TextDecoder().decode(out.stdout).trim());
-  if (!out.success || !Number.isSafeInteger(pid) || pid <= 0) {
-    throw new Error(`could not start etcd member ${m.name}`);
+  const args = [
+    ...["-c", WRAPPER, "idalloc-etcd", String(process.pid), plan.base],
+    ...[`${plan.base}/${m.name}.log`, plan.binary, ...memberArgs(plan, m)],
+  ];
+  const stdout = await new Promise<string>((resolve, reject) => {
+    execFile("/bin/sh", args, (err, out) => (err ? reject(err) : resolve(out)));
+  }).catch((err) => {
+    throw new Error(`could not start etcd member ${m.name}`, { cause: err });
+  });
+  const pid = Number(stdout.trim());
+  if (!Number.isSafeInteger(pid) || pid <= 0) {
+    throw new Error(`could not start etcd member ${m.name}: wrapper printed '${stdout.trim()}'`);
   }
   m.pid = pid;
 }
@@ -324,7 +344,7 @@ async function waitHealthy(plan: Plan, list: readonly Member[], timeoutMs = 20_0
   for (const m of list) {
     while (!(await healthy(m.clientPort, plan.options.tls))) {
       if (m.pid === undefined || !alive(m.pid)) {
-        const log = await Deno.readTextFile(`${plan.base}/${m.name}.log`).catch(() => "");
+        const log = await readFile(`${plan.base}/${m.name}.log`, "utf8").catch(() => "");
         throw new Error(`etcd member ${m.name} exited:\n${log.slice(-2000)}`);
       }
       if (Date.now() > deadline) throw new Error(`etcd member ${m.name} not healthy in time`);
@@ -334,7 +354,7 @@ async function waitHealthy(plan: Plan, list: readonly Member[], timeoutMs = 20_0
 }
 
 /** Signals member `m` and waits until it is gone (SIGKILL after 5 s). */
-async function stopMember(m: Member, signal: Deno.Signal): Promise<void> {
+async function stopMember(m: Member, signal: StopSignal): Promise<void> {
   const pid = m.pid;
   if (pid === undefined) return;
   killQuietly(pid, signal);
@@ -346,9 +366,12 @@ async function stopMember(m: Member, signal: Deno.Signal): Promise<void> {
   m.pid = undefined;
 }
 
-function killQuietly(pid: number, signal: Deno.Signal): void {
+/** The signals this module sends. */
+type StopSignal = "SIGKILL" | "SIGTERM";
+
+function killQuietly(pid: number, signal: StopSignal): void {
   try {
-    Deno.kill(pid, signal);
+    process.kill(pid, signal);
   } catch {
     // already gone
   }
@@ -426,7 +449,7 @@ function clusterHandle(plan: Plan): EtcdCluster {
     if (closed) return;
     closed = true;
     await Promise.all(members.map((m) => stopMember(m, "SIGKILL")));
-    await Deno.remove(plan.base, { recursive: true }).catch(() => {});
+    await rm(plan.base, { recursive: true, force: true }).catch(() => {});
   };
   return {
     endpoints: members.map((m) => `${plan.scheme}://127.0.0.1:${m.clientPort}`),
@@ -445,7 +468,7 @@ function clusterHandle(plan: Plan): EtcdCluster {
       closed = true;
       for (const m of members) if (m.pid !== undefined) killQuietly(m.pid, "SIGKILL");
       try {
-        Deno.removeSync(plan.base, { recursive: true });
+        rmSync(plan.base, { recursive: true, force: true });
       } catch {
         // etcd may still hold files for a moment; the watchdog removes the dir
       }

@@ -13,6 +13,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
+import process from "node:process";
 import { Etcd3, type Lease } from "../../../deps/etcd3.ts";
 import type { Backend } from "../../../allocator/backend.ts";
 import { EtcdBackend } from "../mod.ts";
@@ -36,7 +37,7 @@ let shared: Promise<EtcdCluster> | undefined;
  */
 export function sharedEtcd(): Promise<EtcdCluster> {
   shared ??= startEtcd().then((cluster) => {
-    globalThis.addEventListener("unload", () => cluster.stopSync());
+    process.on("exit", () => cluster.stopSync());
     return cluster;
   });
   return shared;

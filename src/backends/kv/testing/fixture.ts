@@ -19,6 +19,11 @@ import { DenoKvBackend, type DenoKvBackendOptions } from "../mod.ts";
 import { KvLayout } from "../layout.ts";
 import { isLive, type LeaseRecord } from "../liveness.ts";
 import { decode } from "../schema.ts";
+import { kvUnavailable, openKvFile } from "./open.ts";
+import type { KvU64Class } from "../options.ts";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type {
   BackendFactory,
   FixtureOptions,
@@ -52,8 +57,14 @@ export const openFromSpec: OpenFromSpec = async (
     prefix: string[];
     groupCommit: boolean;
   };
-  const kv = await Deno.openKv(path);
-  const backend = new DenoKvBackend(kv, { prefix, node, groupCommit, ...kvTimings(options) });
+  const { kv, kvU64 } = await openKvFile(path);
+  const backend = new DenoKvBackend(kv, {
+    prefix,
+    node,
+    groupCommit,
+    kvU64,
+    ...kvTimings(options),
+  });
   return {
     backend,
     [Symbol.asyncDispose]: () => Promise.resolve(kv.close()),
@@ -63,7 +74,9 @@ export const openFromSpec: OpenFromSpec = async (
 /** Makes fresh KV-file fixtures. */
 export const kvFactory: BackendFactory = {
   kind: "deno-kv",
-  unavailable: undefined,
+  get unavailable(): string | undefined {
+    return kvUnavailable();
+  },
   traits: {
     counters: true,
     minLeaseTtlMs: 1_000,
@@ -88,11 +101,18 @@ export class KvStoreFixture implements StoreFixture {
   readonly #dir: string;
   readonly #groupCommit: boolean;
   readonly #handles: Deno.Kv[] = [];
+  readonly #kvU64: KvU64Class | undefined;
   /** Skew margin per node, to judge liveness as the node's own backend does. */
   readonly #skew = new Map<string, number>();
 
-  private constructor(dir: string, kv: Deno.Kv, options: FixtureOptions) {
+  private constructor(
+    dir: string,
+    kv: Deno.Kv,
+    kvU64: KvU64Class | undefined,
+    options: FixtureOptions,
+  ) {
     this.#dir = dir;
+    this.#kvU64 = kvU64;
     this.#groupCommit = options.groupCommit ?? true;
     this.path = `${dir}/ids.kv`;
     this.kv = kv;
@@ -100,13 +120,13 @@ export class KvStoreFixture implements StoreFixture {
 
   /** Creates the temp dir and the KV file. */
   static async create(options: FixtureOptions = {}): Promise<KvStoreFixture> {
-    const dir = await Deno.makeTempDir({ prefix: "idalloc-kv-" });
-    const kv = await Deno.openKv(`${dir}/ids.kv`);
-    return new KvStoreFixture(dir, kv, options);
+    const dir = await mkdtemp(join(tmpdir(), "idalloc-kv-"));
+    const { kv, kvU64 } = await openKvFile(`${dir}/ids.kv`);
+    return new KvStoreFixture(dir, kv, kvU64, options);
   }
 
   async backend(node: string, options?: NodeBackendOptions): Promise<DenoKvBackend> {
-    const kv = await Deno.openKv(this.path);
+    const { kv } = await openKvFile(this.path);
     this.#handles.push(kv);
     const timings = kvTimings(options);
     this.#skew.set(node, timings.maxClockSkewMs!);
@@ -114,6 +134,7 @@ export class KvStoreFixture implements StoreFixture {
       prefix: KV_FIXTURE_PREFIX,
       node,
       groupCommit: this.#groupCommit,
+      kvU64: this.#kvU64,
       ...timings,
     });
   }
@@ -259,7 +280,7 @@ export class KvStoreFixture implements StoreFixture {
 
   async [Symbol.asyncDispose](): Promise<void> {
     for (const kv of [...this.#handles.splice(0), this.kv]) closeQuietly(kv);
-    await Deno.remove(this.#dir, { recursive: true });
+    await rm(this.#dir, { recursive: true, force: true });
   }
 }
 

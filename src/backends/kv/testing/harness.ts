@@ -8,12 +8,13 @@ import type { BackendHarness } from "../../../../tests/_support/harness.ts";
 import { kvBench } from "./bench.ts";
 import { kvFactory } from "./fixture.ts";
 import { kvNemesis } from "./nemesis.ts";
+import { kvUnavailable } from "./open.ts";
 
 /** Deno KV's harness. */
 export const harness: BackendHarness = {
   kind: "deno-kv",
-  // Deno KV ships with Deno: it runs wherever the tests do.
-  unavailable: () => undefined,
+  // Deno KV ships with Deno; on Node.js the @deno/kv package opens the same files.
+  unavailable: kvUnavailable,
   fixture: kvFactory,
   nemesis: kvNemesis,
   bench: kvBench,
