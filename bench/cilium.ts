@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { existsSync } from "node:fs";
 
 /** A Cilium allocator node binary and the release it was built from. */
 export interface CiliumNode {
@@ -27,25 +28,16 @@ export interface CiliumBuild {
 const WARM = 300;
 const CEILING_WARM = 500;
 
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** The programs built here, or why there are none. */
 export async function ciliumBuild(): Promise<CiliumBuild | { readonly why: string }> {
   const dir = Deno.env.get("CILIUM_WORK") ?? `${Deno.env.get("HOME")}/.cache/cilium-node`;
   const nodes: CiliumNode[] = [];
   for (const [name, version] of [["interop", "v1.13.10"], ["interop116", "v1.16"]]) {
-    if (await exists(`${dir}/bin/${name}`)) nodes.push({ version, bin: `${dir}/bin/${name}` });
+    if (existsSync(`${dir}/bin/${name}`)) nodes.push({ version, bin: `${dir}/bin/${name}` });
   }
   const ceiling = `${dir}/bin/etcdceil`;
   if (nodes.length === 0) return { why: "../shared/cilium-node not built here" };
-  return { nodes, ceiling: await exists(ceiling) ? ceiling : undefined };
+  return { nodes, ceiling: existsSync(ceiling) ? ceiling : undefined };
 }
 
 /** Writes the label sets of keys `0 … count-1` (one label each) to a temp file; its path. */

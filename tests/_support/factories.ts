@@ -53,9 +53,12 @@ export function testEachBackend(
     if (selection.only && !selection.only.includes(factory.kind)) continue;
     if (selection.applies && !selection.applies(factory.traits)) continue;
     const pending = selection.pending?.[factory.kind];
+    const unavailable = factory.unavailable;
     test({
-      name: `${factory.kind}: ${name}${pending ? ` (pending: ${pending})` : ""}`,
-      ignore: factory.unavailable !== undefined || pending !== undefined,
+      name: `${factory.kind}: ${name}${pending ? ` (pending: ${pending})` : ""}${
+        unavailable ? ` (unavailable here: ${unavailable})` : ""
+      }`,
+      ignore: unavailable !== undefined || pending !== undefined,
       fn: () => fn(factory),
     });
   }
