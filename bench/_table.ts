@@ -36,3 +36,14 @@ export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
+
+/** Rates as `median/s [min–max]`, e.g. `1,234/s [1,100–1,300]`. */
+export function rateSpread(xs: readonly number[]): string {
+  return `${fmt(median(xs))}/s [${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}]`;
+}
+
+/** Durations in seconds as `median ms [min–max]`, e.g. `1097 ms [1084–1218]`. */
+export function msSpread(seconds: readonly number[]): string {
+  const ms = (x: number) => (x * 1000).toFixed(0);
+  return `${ms(median(seconds))} ms [${ms(Math.min(...seconds))}–${ms(Math.max(...seconds))}]`;
+}

@@ -29,7 +29,7 @@ const WARM = 300;
 const CEILING_WARM = 500;
 
 /** The programs built here, or why there are none. */
-export async function ciliumBuild(): Promise<CiliumBuild | { readonly why: string }> {
+export function ciliumBuild(): CiliumBuild | { readonly why: string } {
   const dir = Deno.env.get("CILIUM_WORK") ?? `${Deno.env.get("HOME")}/.cache/cilium-node`;
   const nodes: CiliumNode[] = [];
   for (const [name, version] of [["interop", "v1.13.10"], ["interop116", "v1.16"]]) {

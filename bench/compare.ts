@@ -17,7 +17,7 @@
  * @module
  */
 import { loadHarness } from "../src/backends/testing.ts";
-import { type BenchRow, fmt, median } from "./_table.ts";
+import { type BenchRow, fmt, median, msSpread, rateSpread } from "./_table.ts";
 import type { BenchCell, BenchHooks } from "./backend.ts";
 import type { ScenarioResult, ScenarioSpec } from "./scenario.ts";
 import {
@@ -167,7 +167,7 @@ interface PeerCell {
 
 /** The Go ceiling's and Cilium's cells, where built; else why there are none. */
 async function peerCells(files: string[]): Promise<PeerCell[] | string> {
-  const build = await ciliumBuild();
+  const build = ciliumBuild();
   if ("why" in build) return build.why;
   const cells: PeerCell[] = [];
   if (build.ceiling) {
@@ -289,7 +289,7 @@ export async function compare(store: string, runs = 3): Promise<BenchRow[]> {
     ];
     rows.push({
       name: `${store} ${cell.name}`,
-      value: `${fmt(rate)}/s [${fmt(Math.min(...rates))}–${fmt(Math.max(...rates))}]` +
+      value: rateSpread(rates) +
         (raw ? ` ${(rate / raw).toFixed(2)}× raw` : "") +
         (ratios.length ? ` (${ratios.join(", ")})` : "") + landed +
         `; p50 ${median(measured.map((x) => x.p50)).toFixed(2)} ms` +
@@ -302,8 +302,7 @@ export async function compare(store: string, runs = 3): Promise<BenchRow[]> {
     const cilium = shape.width === 1 ? peerMedian(`race, ${shape.name}`) : [];
     rows.push({
       name: `${store} race: ${RACERS} processes on ${RACE_KEYS} keys, ${shape.name} (wall)`,
-      value: `${(median(w) * 1000).toFixed(0)} ms [${(Math.min(...w) * 1000).toFixed(0)}–` +
-        `${(Math.max(...w) * 1000).toFixed(0)}]` + (agreed ? ", IDs identical" : ", IDs DIFFER") +
+      value: msSpread(w) + (agreed ? ", IDs identical" : ", IDs DIFFER") +
         cilium.map((p) =>
           `; ${(median(w) / p.value).toFixed(2)} of ${
             p.name.split(" ").slice(0, 2).join(" ")
@@ -316,14 +315,9 @@ export async function compare(store: string, runs = 3): Promise<BenchRow[]> {
     rows.push({ name: `${store} Go ceiling and Cilium`, value: `skipped: ${peers}` });
   } else {
     for (const [name, xs] of peerResults) {
-      const race = name.includes(" race, ");
       rows.push({
         name: `${store} ${name}`,
-        value: race
-          ? `${(median(xs) * 1000).toFixed(0)} ms [${(Math.min(...xs) * 1000).toFixed(0)}–${
-            (Math.max(...xs) * 1000).toFixed(0)
-          }]`
-          : `${fmt(median(xs))}/s [${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}]`,
+        value: name.includes(" race, ") ? msSpread(xs) : rateSpread(xs),
       });
     }
   }

@@ -11,10 +11,9 @@
  * @module
  */
 import { execFile } from "node:child_process";
-import { statSync } from "node:fs";
 import process from "node:process";
-import { type BenchRow, fmt, median } from "./_table.ts";
-import { etcdUnavailable, startEtcd } from "../src/backends/etcd/testing/cluster.ts";
+import { type BenchRow, rateSpread } from "./_table.ts";
+import { etcdUnavailable, onPath, startEtcd } from "../src/backends/etcd/testing/cluster.ts";
 
 const EXAMPLE = new URL("../examples/node/main.ts", import.meta.url).pathname;
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -28,17 +27,6 @@ interface Runtime {
   readonly command: (args: string[]) => [string, string[]];
   /** Whether it can open a Deno KV file. */
   readonly kv: boolean;
-}
-
-function onPath(binary: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(":")) {
-    try {
-      if (dir !== "" && statSync(`${dir}/${binary}`).isFile()) return `${dir}/${binary}`;
-    } catch {
-      // not in this dir
-    }
-  }
-  return undefined;
 }
 
 function runtimes(): { found: Runtime[]; missing: string[] } {
@@ -114,7 +102,7 @@ export async function benchRuntimes(runs: number): Promise<BenchRow[]> {
         const xs = list.map((r) => r.rates[what]);
         rows.push({
           name: `runtimes ${store.name} ${list[0].version}, ${what}`,
-          value: `${fmt(median(xs))}/s [${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}]`,
+          value: rateSpread(xs),
         });
       }
     }

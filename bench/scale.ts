@@ -42,8 +42,8 @@ function labelsOf(i: number): string[] {
 }
 
 /** Cilium's allocator node, if built here: v1.13.10's (the peer), else v1.16's. */
-async function ciliumBinary(): Promise<string | undefined> {
-  const build = await ciliumBuild();
+function ciliumBinary(): string | undefined {
+  const build = ciliumBuild();
   return "why" in build ? undefined : build.nodes[0].bin;
 }
 
@@ -344,7 +344,7 @@ async function scaleOf(
 
 /** The scale group: every available backend of the registry. */
 export async function benchScale(): Promise<BenchRow[]> {
-  const bin = await ciliumBinary();
+  const bin = ciliumBinary();
   const rows: BenchRow[] = [];
   for (const harness of await loadHarnesses()) {
     const why = harness.unavailable();

@@ -20,6 +20,8 @@ import { Allocator } from "../mod.ts";
 import type { Backend } from "../src/allocator/backend.ts";
 import { loadHarness } from "../src/backends/testing.ts";
 import type { BenchCell, BenchHooks } from "./backend.ts";
+import { rate } from "./_table.ts";
+import { between, prng } from "../tests/_support/prng.ts";
 
 /** What `compare.ts` asks a child to measure. */
 export interface ScenarioSpec {
@@ -68,27 +70,21 @@ const REALLOC_KEYS = 1_000;
 /** `0 … count-1` in an order shuffled by `seed` (the same seed, the same order). */
 function shuffled(count: number, seed: number): number[] {
   const order = Array.from({ length: count }, (_, i) => i);
-  let state = seed >>> 0 || 1;
+  const random = prng(seed);
   for (let i = count - 1; i > 0; i--) {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    const j = (state >>> 0) % (i + 1);
+    const j = between(random, 0, i);
     [order[i], order[j]] = [order[j], order[i]];
   }
   return order;
 }
 
-/** Runs `op(i)` for i in [0, count) with `width` in flight, untimed. */
+/** Runs `op(i)` for i in [0, count) with `width` in flight, untimed (warm-up, fill). */
 async function untimed(
   count: number,
   width: number,
   op: (i: number) => Promise<unknown>,
 ): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < count) await op(next++);
-  }));
+  await rate(count, width, op);
 }
 
 /** Runs `op(i)` for i in [0, count) with `width` in flight; per-op latencies and timings. */

@@ -539,9 +539,10 @@ export class Allocator<K = string> implements AsyncDisposable {
   }
 
   /**
-   * Lets released references' deletions land (`releaseInBackground`; at most 5 s), then stops the watch, the sync and GC timers and the lease
-   * renewal, ends every `watch()` stream and closes the backend session. Does not delete the
-   * references of keys still held (they lapse with the lease). Idempotent.
+   * Lets released references' deletions land (`releaseInBackground`; at most 5 s), then stops the
+   * watch, the sync and GC timers and the lease renewal, ends every `watch()` stream and closes the
+   * backend session. Does not delete the references of keys still held (they lapse with the
+   * lease). Idempotent.
    */
   close(): Promise<void> {
     this.#closed ??= (async () => {

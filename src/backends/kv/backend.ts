@@ -25,7 +25,7 @@ import {
   MAX_VALUE_BYTES,
   NPM_KV_MAX_CHECKS,
 } from "./limits.ts";
-import { type DenoKvBackendOptions, resolveKvOptions, resolveKvU64 } from "./options.ts";
+import { type DenoKvBackendOptions, denoKvU64, resolveKvOptions, resolveKvU64 } from "./options.ts";
 import { DenoKvSession } from "./session.ts";
 
 /**
@@ -71,7 +71,7 @@ export class DenoKvBackend implements Backend, StoreDoctor {
   constructor(kv: Deno.Kv, options: DenoKvBackendOptions) {
     const settings = resolveKvOptions(kv, options);
     const KvU64 = resolveKvU64(settings);
-    const denoKv = KvU64 === (globalThis as { Deno?: typeof Deno }).Deno?.KvU64;
+    const denoKv = KvU64 === denoKvU64();
     this.node = settings.node;
     this.#ctx = {
       kv,

@@ -99,14 +99,18 @@ export function resolveKvOptions(kv: unknown, options: unknown): KvSettings {
   return parseOptions(optionsSchema, options, "Deno KV backend options");
 }
 
+/** `Deno.KvU64` when this is Deno (with `--unstable-kv`), else `undefined`. */
+export function denoKvU64(): KvU64Class | undefined {
+  return (globalThis as { Deno?: typeof Deno }).Deno?.KvU64;
+}
+
 /**
  * The counter class the backend writes with: the `kvU64` option, else `Deno.KvU64`. Outside Deno
  * there is no default: an `@deno/kv` store needs its own class, and a wrong one would be stored
  * as a plain object that no later `sum` accepts.
  */
 export function resolveKvU64(settings: KvSettings): KvU64Class {
-  const KvU64 = (settings.kvU64 as KvU64Class | undefined) ??
-    (globalThis as { Deno?: typeof Deno }).Deno?.KvU64;
+  const KvU64 = (settings.kvU64 as KvU64Class | undefined) ?? denoKvU64();
   if (KvU64 === undefined) {
     throw new InvalidOptionsError(
       "invalid Deno KV backend options: outside Deno, pass 'kvU64': the KvU64 export of the " +

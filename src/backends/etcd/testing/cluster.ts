@@ -36,12 +36,17 @@ function isFile(path: string): boolean {
   }
 }
 
+/** The first `binary` on PATH, or `undefined`. */
+export function onPath(binary: string): string | undefined {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    if (dir !== "" && isFile(`${dir}/${binary}`)) return `${dir}/${binary}`;
+  }
+  return undefined;
+}
+
 /** The etcd binary: the first `etcd` on PATH, else Debian's path; `undefined` if neither. */
 export function findEtcd(): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(":")) {
-    if (dir !== "" && isFile(`${dir}/etcd`)) return `${dir}/etcd`;
-  }
-  return isFile(DEBIAN_ETCD) ? DEBIAN_ETCD : undefined;
+  return onPath("etcd") ?? (isFile(DEBIAN_ETCD) ? DEBIAN_ETCD : undefined);
 }
 
 let warned = false;

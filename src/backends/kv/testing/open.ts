@@ -13,6 +13,7 @@
  * @module
  */
 import type { KvU64Class } from "../options.ts";
+import { runtime } from "../../../../tests/_support/runtime.ts";
 
 const DENO_KV_NPM = "npm:@deno/kv@0.14.0";
 
@@ -25,7 +26,7 @@ export interface OpenedKv {
 
 /** Why KV files cannot be opened on this runtime, or `undefined` when they can. */
 export function kvUnavailable(): string | undefined {
-  if ("Bun" in globalThis) {
+  if (runtime === "bun") {
     return "@deno/kv needs V8's serialization format, which Bun does not have";
   }
   return undefined;
@@ -33,8 +34,7 @@ export function kvUnavailable(): string | undefined {
 
 /** Opens (creating if need be) the KV file at `path` on this runtime. */
 export async function openKvFile(path: string): Promise<OpenedKv> {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno !== undefined) return { kv: await deno.openKv(path) };
+  if (runtime === "deno") return { kv: await Deno.openKv(path) };
   const why = kvUnavailable();
   if (why !== undefined) throw new Error(`cannot open a KV file here: ${why}`);
   const npm = await import(DENO_KV_NPM) as {
