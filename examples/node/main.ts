@@ -30,18 +30,33 @@ import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
 import { DenoKvBackend } from "../../src/backends/kv/mod.ts";
 import { findEtcd, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 
-const runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : `node`;
-const { values } = parseArgs({
-  options: {
-    store: { type: "string", default: "etcd" },
-    count: { type: "string", default: "2000" },
-    json: { type: "boolean", default: false },
-  },
-});
+const runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
+const USAGE = "usage: main.ts [--store etcd|kv] [--count N] [--json]";
+
+/** Ends the example on a mistake in its arguments: one line, exit code 1. */
+function usageError(message: string): never {
+  console.error(`node example: ${message}\n${USAGE}`);
+  process.exit(1);
+}
+
+let values: { store: string; count: string; json: boolean };
+try {
+  values = parseArgs({
+    options: {
+      store: { type: "string", default: "etcd" },
+      count: { type: "string", default: "2000" },
+      json: { type: "boolean", default: false },
+    },
+  }).values;
+} catch (err) {
+  usageError(err instanceof Error ? err.message : String(err));
+}
+if (values.store !== "etcd" && values.store !== "kv") {
+  usageError(`--store takes etcd or kv, not '${values.store}'`);
+}
 const count = Number(values.count);
 if (!Number.isSafeInteger(count) || count < 1) {
-  console.error(`node example: --count takes a positive integer, not '${values.count}'`);
-  process.exit(1);
+  usageError(`--count takes a positive integer, not '${values.count}'`);
 }
 
 /** A store both nodes share: a backend per node, and how to let go of it. */

@@ -52,3 +52,13 @@ test({
     assert.match(output, new RegExp(`idalloc on ${runtime} .*, Deno KV file`));
   },
 });
+
+test(`examples/node on ${runtime}: a mistake in the arguments is one line and exit code 1`, async () => {
+  for (const args of [["--bogus"], ["--store", "redis"], ["--count", "0"]]) {
+    await using child = new ScriptProcess(EXAMPLE, args, { cwd: ROOT });
+    const { code } = await child.exited;
+    assert.equal(code, 1, args.join(" "));
+    assert.match(child.stderr, /^node example: .+\nusage: main\.ts /, args.join(" "));
+    assert.doesNotMatch(child.stderr, /\bat /, "no stack trace");
+  }
+});
