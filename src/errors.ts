@@ -279,6 +279,103 @@ export class LiveEntryError extends IdallocError {
   }
 }
 
+// Connection and access failures that any networked backend (etcd, the Kubernetes API) reports.
+
+/**
+ * The store refused the credentials (etcd: a wrong user or password, an invalid auth token; the
+ * Kubernetes API: 401) or the user lacks the permission the request needs (etcd: no role granting
+ * the prefix; the Kubernetes API: 403, no RBAC rule). Retrying the same call with the
+ * same credentials cannot succeed, so it is not retryable. `cause` holds the client's error.
+ */
+export class StoreAccessDeniedError extends IdallocError {
+  /**
+   * Creates the error.
+   * @param message what was refused, and etcd's reason
+   * @param options the client's error as `cause`
+   */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options, false);
+    this.name = "StoreAccessDeniedError";
+  }
+}
+
+/**
+ * The host name of the endpoint(s) does not resolve (DNS). Retryable, like any
+ * {@linkcode StoreUnavailableError}: a name may appear later, but usually it is misspelt.
+ */
+export class StoreHostNotFoundError extends StoreUnavailableError {
+  /** The host name that did not resolve. */
+  readonly host: string;
+
+  /**
+   * Creates the error.
+   * @param message which host, of which endpoint
+   * @param host the host name
+   * @param options the client's error as `cause`
+   */
+  constructor(message: string, host: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "StoreHostNotFoundError";
+    this.host = host;
+  }
+}
+
+/**
+ * The endpoint(s) refused the TCP connection: nothing listens on that port (the store is down
+ * or starting, or the port is wrong). Retryable.
+ */
+export class StoreConnectionRefusedError extends StoreUnavailableError {
+  /**
+   * Creates the error.
+   * @param message which endpoint
+   * @param options the client's error as `cause`
+   */
+  constructor(message: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "StoreConnectionRefusedError";
+  }
+}
+
+/** What went wrong with TLS, in {@linkcode StoreTlsError.problem}. */
+export type TlsProblem =
+  /** The CA or client certificate given is not a PEM certificate. */
+  | "not-a-certificate"
+  /** The server's certificate is not signed by the CA given. */
+  | "untrusted"
+  /** The server's certificate does not name the host (or the server name given). */
+  | "name-mismatch"
+  /** The name to verify is an IP address, which Deno's TLS cannot send as server name (SNI). */
+  | "ip-server-name"
+  /** The server demands a client certificate it accepts (mutual TLS). */
+  | "client-certificate"
+  /** The server does not speak TLS (a plain-text store). */
+  | "not-tls"
+  /** The server speaks TLS, but no TLS settings were given. */
+  | "tls-required"
+  /** Any other handshake failure. */
+  | "handshake";
+
+/**
+ * TLS to the store cannot work as configured: `problem` says why ({@linkcode TlsProblem}), the message
+ * says it in words with the endpoint. A setup mistake: not retryable.
+ */
+export class StoreTlsError extends IdallocError {
+  /** What went wrong. */
+  readonly problem: TlsProblem;
+
+  /**
+   * Creates the error.
+   * @param message what went wrong, with the endpoint
+   * @param problem the kind of problem
+   * @param options the client's error as `cause`
+   */
+  constructor(message: string, problem: TlsProblem, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "StoreTlsError";
+    this.problem = problem;
+  }
+}
+
 /** The message of a thrown value, whatever was thrown (an `Error` or anything else). */
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
