@@ -154,6 +154,12 @@ export interface GcCandidate {
   readonly version: string;
   /** Whether at least one reference with a live lease exists right now. */
   readonly inUse: boolean;
+  /**
+   * When the master was marked unused in the store (ms since the epoch), by whoever marked it
+   * (a GC pass of another process, Cilium's operator). Only backends with
+   * {@linkcode BackendSession.gcMark} keep marks in the store; the grace then counts from it.
+   */
+  readonly markedAt?: number;
 }
 
 /** Options of {@linkcode BackendSession.gcList}. */
@@ -282,6 +288,15 @@ export interface BackendSession extends AsyncDisposable {
    * deleted. GC can therefore never delete an ID a node has just (re)acquired.
    */
   gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean>;
+
+  /**
+   * Optional: marks `candidate` unused **in the store** (on Kubernetes, Cilium's own
+   * `io.cilium.heartbeat` annotation), only if it is still at `candidate.version`. Returns the
+   * version after the mark (what a later `gcDelete` must find), or `undefined` when the master
+   * changed or vanished meanwhile. A node that acquires the key removes the mark, which changes
+   * the version again. Backends without it keep GC's marks in the collecting process only.
+   */
+  gcMark?(candidate: GcCandidate, signal: AbortSignal): Promise<string | undefined>;
 
   /**
    * The time (ms since the epoch, own clock) until which every reference this session wrote is

@@ -4,9 +4,15 @@
  * changes whenever any node acquires a reference, so an ID re-acquired between passes is never
  * collected; the backend's guarded delete covers acquisitions during the final pass itself.
  *
+ * A backend with `gcMark` (Kubernetes) keeps the marks **in the store**, where every acquirer
+ * removes them (Cilium's `io.cilium.heartbeat`): a first unused sighting writes the mark under the
+ * listed version, and the delete is guarded by the version the mark left. A master found marked
+ * by someone else (another process's pass, Cilium's operator) counts its grace from the mark's
+ * time (`GcCandidate.markedAt`), so a later process continues where an earlier one stopped.
+ *
  * @module
  */
-import type { BackendSession } from "./backend.ts";
+import type { BackendSession, GcCandidate } from "./backend.ts";
 import { sleep } from "../abort.ts";
 import type { GcStats } from "./types.ts";
 import { idallocLogger } from "../log.ts";
@@ -87,6 +93,13 @@ export class GarbageCollector {
       total++;
       if (candidate.inUse) continue;
       const previous = this.#marked.get(candidate.id);
+      if (this.#session.gcMark !== undefined) {
+        const verdict = await this.#storeMark(candidate, previous, signal);
+        if (verdict === "delete") {
+          if (await this.#delete(candidate, signal)) deletedIds.push(candidate.id);
+        } else if (verdict !== undefined) next.set(candidate.id, verdict);
+        continue;
+      }
       // Unseen, or changed since (re-acquired and released): marked now, a later pass decides.
       if (previous === undefined || previous.version !== candidate.version) {
         next.set(candidate.id, { version: candidate.version, since: Date.now() });
@@ -99,11 +112,7 @@ export class GarbageCollector {
         next.set(candidate.id, previous);
         continue;
       }
-      await this.#limiter.take(signal);
-      if (await this.#session.gcDelete(candidate, signal)) {
-        deletedIds.push(candidate.id);
-        log.info("collected unused ID {id} of key {key}", { id: candidate.id, key: candidate.key });
-      }
+      if (await this.#delete(candidate, signal)) deletedIds.push(candidate.id);
     }
     this.#marked = next;
     if (skipped > 0) {
@@ -119,5 +128,34 @@ export class GarbageCollector {
       deletedIds,
       skipped,
     };
+  }
+
+  /** The guarded delete, rate-limited. */
+  async #delete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
+    await this.#limiter.take(signal);
+    if (!await this.#session.gcDelete(candidate, signal)) return false;
+    log.info("collected unused ID {id} of key {key}", { id: candidate.id, key: candidate.key });
+    return true;
+  }
+
+  /**
+   * An unused candidate of a backend that marks in the store: the mark to remember, `delete` when
+   * its grace has passed, or `undefined` when it changed under the mark being written (a later
+   * pass looks again). Unmarked in the store (never marked, or a use removed the mark since):
+   * marked now. Marked: its grace counts from this process's sighting of this very version, else
+   * from the mark's own time.
+   */
+  async #storeMark(
+    candidate: GcCandidate,
+    previous: Mark | undefined,
+    signal: AbortSignal,
+  ): Promise<Mark | "delete" | undefined> {
+    if (candidate.markedAt === undefined) {
+      const version = await this.#session.gcMark!(candidate, signal);
+      return version === undefined ? undefined : { version, since: Date.now() };
+    }
+    const since = previous?.version === candidate.version ? previous.since : candidate.markedAt;
+    if (Date.now() - since < this.#graceMs) return { version: candidate.version, since };
+    return "delete";
   }
 }
