@@ -1,0 +1,319 @@
+/**
+ * `acquire` on Kubernetes: reference the key's identity, or create one through the key's claim.
+ *
+ * - **Known key** (the informer's index holds an identity of it): Cilium's answer (the oldest) is
+ *   joined with one JSON patch: `test` that it still carries the key, add this node's reference,
+ *   remove Cilium's GC mark (its `AcquireReference`). 1 round trip.
+ * - **New key**: create the claim Lease `idalloc-key-<hash>` naming a candidate ID, then create
+ *   the identity under that ID with this node's reference (the create by name is the atomic
+ *   allocation, as in Cilium). 2 round trips.
+ * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
+ *   the identity it names, or create that identity when it is missing (a racing node's create then
+ *   gets 409 and joins). A claim whose ID belongs to another key (or lies outside the range) is
+ *   stale: it is moved to a new candidate by an update guarded by its resource version (a lost
+ *   race re-reads and follows the winner).
+ * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
+ *   claim to the next candidate.
+ *
+ * Every step is planned by a plain function of what was read ({@linkcode firstStep},
+ * {@linkcode afterClaimRead}, {@linkcode afterIdentityRead}), tested on plain data; the loop
+ * applies them, bounded by `MAX_ACQUIRE_ROUNDS` writes. An ID is answered only from a write that
+ * proved the object carries the key: the create wrote it, the patch's `test` checked it.
+ *
+ * @module
+ */
+import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
+import {
+  ConflictError,
+  CorruptEntryError,
+  InvalidIdError,
+  PoolExhaustedError,
+} from "../../errors.ts";
+import type { K8sContext } from "./context.ts";
+import { countedClient, isStatus, type KubeClient, type KubeObject } from "./kube.ts";
+import {
+  claimName,
+  claimObject,
+  type ClaimRecord,
+  identityObject,
+  type IdentityRead,
+  type IdentityRecord,
+  readClaim,
+  readIdentity,
+  refAnnotation,
+} from "./layout.ts";
+import type { LeaseKeeper } from "./lease.ts";
+import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
+import { LEASES } from "./options.ts";
+import { joinPatch } from "./patch.ts";
+import type { IdentityInformer } from "./watch.ts";
+
+/** The next step of an acquire. */
+export type AcquireStep =
+  /** Patch this node's reference onto identity `id`, last read carrying the key. */
+  | {
+    readonly kind: "join";
+    readonly id: number;
+    readonly annotated: boolean;
+    readonly claimRv?: string;
+  }
+  /** Create the key's claim naming a new candidate. */
+  | { readonly kind: "claim" }
+  /** Read the key's claim (it exists, or existed a moment ago). */
+  | { readonly kind: "readClaim" }
+  /** Create identity `id` for the key, as the claim (at `claimRv`) names it. */
+  | { readonly kind: "create"; readonly id: number; readonly claimRv: string }
+  /** Read identity `id` after a refused write. */
+  | { readonly kind: "readIdentity"; readonly id: number; readonly claimRv?: string }
+  /** The claim (at `claimRv`) names `from`, which cannot be the key's: move it to a new candidate. */
+  | { readonly kind: "moveClaim"; readonly from: number; readonly claimRv: string };
+
+/** Whether `id` may become a key's ID: a positive safe integer within `range`. */
+export function usable(range: AcquireRequest["range"], id: number): boolean {
+  return Number.isSafeInteger(id) && id > 0 &&
+    (range === undefined || (id >= range.min && id <= range.max));
+}
+
+/**
+ * The first step for `key` given Cilium's answer in the index: join it, or claim the key. An
+ * answer outside the allocator's range is the key's ID all the same (Cilium's nodes answer it):
+ * the key gets no other ID here.
+ */
+export function firstStep(
+  key: string,
+  answer: Pick<IdentityRecord, "id" | "annotated"> | undefined,
+  range: AcquireRequest["range"],
+): AcquireStep {
+  if (answer === undefined) return { kind: "claim" };
+  if (!usable(range, answer.id)) {
+    throw new InvalidIdError(
+      `ID ${answer.id} of key '${key}' in the store is outside this allocator's range` +
+        (range ? ` [${range.min}, ${range.max}]` : "") + "; the key gets no other ID",
+    );
+  }
+  return { kind: "join", id: answer.id, annotated: answer.annotated };
+}
+
+/**
+ * After reading the key's claim: follow it. `known` is the index's identity of the ID the claim
+ * names (a hint: a different key there is confirmed by a read before the claim moves).
+ */
+export function afterClaimRead(
+  key: string,
+  claim: ClaimRecord | undefined,
+  known: Pick<IdentityRecord, "key" | "annotated"> | undefined,
+  range: AcquireRequest["range"],
+): AcquireStep {
+  if (claim === undefined) return { kind: "claim" };
+  if (claim.key !== key) {
+    throw new CorruptEntryError(
+      `the claim ${claim.name} of key '${key}' names another key ('${claim.key}'): a hash ` +
+        "collision or a hand-made object; remove it",
+    );
+  }
+  if (!usable(range, claim.id)) return { kind: "moveClaim", from: claim.id, claimRv: claim.rv };
+  if (known === undefined) return { kind: "create", id: claim.id, claimRv: claim.rv };
+  if (known.key === key) {
+    return { kind: "join", id: claim.id, annotated: known.annotated, claimRv: claim.rv };
+  }
+  return { kind: "readIdentity", id: claim.id, claimRv: claim.rv };
+}
+
+/**
+ * After reading identity `id` (`undefined`: it does not exist): join it when it carries the key;
+ * otherwise create it (missing) or move the claim off it (another key's, or unreadable) when a
+ * claim names it, or start over with the claim when none does (a stale index answer).
+ */
+export function afterIdentityRead(
+  key: string,
+  id: number,
+  read: IdentityRead | undefined,
+  claimRv: string | undefined,
+): AcquireStep {
+  if (read === undefined) {
+    return claimRv === undefined ? { kind: "claim" } : { kind: "create", id, claimRv };
+  }
+  if (read.ok && read.record.key === key) {
+    return {
+      kind: "join",
+      id,
+      annotated: read.record.annotated,
+      ...(claimRv === undefined ? {} : { claimRv }),
+    };
+  }
+  return claimRv === undefined ? { kind: "claim" } : { kind: "moveClaim", from: id, claimRv };
+}
+
+/** What one acquire works with. */
+export interface AcquireParts {
+  readonly ctx: K8sContext;
+  readonly lease: LeaseKeeper;
+  readonly informer: IdentityInformer;
+}
+
+/** Runs the acquire protocol for `req` (see the module doc). */
+export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise<AcquireResult> {
+  const { ctx, lease, informer } = parts;
+  const { key, signal, range } = req;
+  const client = countedClient(ctx.client, req.roundTrips);
+  await informer.waitSynced(signal);
+  const claim = claimName(ctx.resourceName, key);
+  const exclude = new Set<number>();
+  let step = firstStep(key, informer.index.answer(key), range);
+  let chases = 0;
+  for (let writes = 0; writes < MAX_ACQUIRE_ROUNDS;) {
+    signal.throwIfAborted();
+    await lease.ensureFresh(signal);
+    const epoch = lease.epoch;
+    switch (step.kind) {
+      case "join": {
+        writes++;
+        const written = await patchOrUndefined(
+          client,
+          ctx,
+          step.id,
+          joinPatch(key, ctx.node, epoch, step.annotated),
+          signal,
+        );
+        if (written === undefined) {
+          step = {
+            kind: "readIdentity",
+            id: step.id,
+            ...(step.claimRv ? { claimRv: step.claimRv } : {}),
+          };
+          continue;
+        }
+        informer.observe(written);
+        if (lease.epoch === epoch) return result(step.id, false, written);
+        // The lease was replaced while the patch was in flight: the reference names a dead
+        // epoch. Write it again under the new one.
+        if (++chases > MAX_LEASE_CHASES) break;
+        step = { ...step, annotated: true };
+        continue;
+      }
+      case "claim": {
+        // An identity of the key may have reached the index meanwhile: never create beside it.
+        const answer = informer.index.answer(key);
+        if (answer !== undefined && !exclude.has(answer.id)) {
+          step = firstStep(key, answer, range);
+          exclude.add(answer.id);
+          continue;
+        }
+        const id = pick(req, exclude);
+        writes++;
+        try {
+          const created = await client.create(LEASES, claimObject(claim, key, id, ctx.node), {
+            namespace: ctx.namespace,
+            signal,
+          });
+          step = { kind: "create", id, claimRv: rvOf(created) };
+        } catch (err) {
+          if (!isStatus(err, 409)) throw err;
+          step = { kind: "readClaim" };
+        }
+        continue;
+      }
+      case "readClaim": {
+        const obj = await client.get(LEASES, claim, { namespace: ctx.namespace, signal });
+        const record = obj === undefined ? undefined : readClaim(obj);
+        if (obj !== undefined && record === undefined) {
+          throw new CorruptEntryError(
+            `the claim ${claim} of key '${key}' names no key or no ID: a hand-made object; ` +
+              "remove it",
+          );
+        }
+        const known = record === undefined ? undefined : informer.index.get(record.id);
+        step = afterClaimRead(key, record, known, range);
+        continue;
+      }
+      case "create": {
+        writes++;
+        const obj = identityObject(ctx.identityKind, step.id, key, {
+          [refAnnotation(ctx.node)]: epoch,
+        });
+        let created: KubeObject;
+        try {
+          created = await client.create(ctx.identities, obj, { signal });
+        } catch (err) {
+          if (!isStatus(err, 409)) throw err;
+          step = { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+          continue;
+        }
+        informer.observe(created);
+        if (lease.epoch === epoch) return result(step.id, true, created);
+        if (++chases > MAX_LEASE_CHASES) break;
+        step = { kind: "join", id: step.id, annotated: true, claimRv: step.claimRv };
+        continue;
+      }
+      case "readIdentity": {
+        const obj = await client.get(ctx.identities, String(step.id), { signal });
+        const read = obj === undefined ? undefined : readIdentity(obj);
+        if (obj !== undefined) informer.observe(obj);
+        step = afterIdentityRead(key, step.id, read, step.claimRv);
+        continue;
+      }
+      case "moveClaim": {
+        exclude.add(step.from);
+        const id = pick(req, exclude);
+        writes++;
+        try {
+          const moved = await client.update(
+            LEASES,
+            claimObject(claim, key, id, ctx.node, step.claimRv),
+            {
+              namespace: ctx.namespace,
+              signal,
+            },
+          );
+          step = { kind: "create", id, claimRv: rvOf(moved) };
+        } catch (err) {
+          // Another node moved (or GC removed) the claim first: follow what it says now.
+          if (!isStatus(err, 409) && !isStatus(err, 404)) throw err;
+          step = { kind: "readClaim" };
+        }
+        continue;
+      }
+    }
+    break;
+  }
+  throw new ConflictError(
+    `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} writes: the store kept changing`,
+  );
+}
+
+function result(id: number, created: boolean, obj: KubeObject): AcquireResult {
+  return { id, created, version: rvOf(obj) };
+}
+
+function rvOf(obj: KubeObject): string {
+  return String(obj.metadata.resourceVersion ?? "");
+}
+
+function pick(req: AcquireRequest, exclude: ReadonlySet<number>): number {
+  const candidate = req.pickCandidate(exclude);
+  if (candidate === undefined) {
+    throw new PoolExhaustedError(Number.NaN, Number.NaN, {
+      cause: new Error(`no candidate ID left for key '${req.key}'`),
+    });
+  }
+  return candidate;
+}
+
+/**
+ * Applies a JSON patch to identity `id`; `undefined` when the API server refused it because the
+ * object is gone (404) or no longer what the patch tested (422).
+ */
+export async function patchOrUndefined(
+  client: KubeClient,
+  ctx: K8sContext,
+  id: number,
+  ops: unknown,
+  signal: AbortSignal,
+): Promise<KubeObject | undefined> {
+  try {
+    return await client.patch(ctx.identities, String(id), ops, { type: "json", signal });
+  } catch (err) {
+    if (isStatus(err, 404) || isStatus(err, 422)) return undefined;
+    throw err;
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * The Kubernetes backend's {@linkcode BackendAdmin}: node Leases are the node leases; references
+ * are the `ref.idalloc.io/<node>` annotations on the identities, live while their node's Lease is
+ * live and carries their epoch. Deleting one is a merge patch guarded by the identity's version,
+ * refused while the node's Lease is live.
+ *
+ * @module
+ */
+import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
+import { LiveEntryError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus } from "./kube.ts";
+import { type IdentityRecord, readIdentity } from "./layout.ts";
+import { leaseLive, readNodeLeases, refLive } from "./liveness.ts";
+import { LEASES } from "./options.ts";
+import { NODE_SELECTOR } from "./layout.ts";
+import { listAll } from "./paging.ts";
+import { dropReferencePatch } from "./patch.ts";
+
+const log = idallocLogger("k8s");
+
+/** How often a reference deletion re-reads an identity that changed under it. */
+const DELETE_ROUNDS = 3;
+
+/** The store as an operator names it: `<plural>.<group>/<version>` (the CLI's `--prefix`). */
+export function namespaceOf(ctx: K8sContext): string {
+  return `${ctx.resourceName}/${ctx.settings.resource.version}`;
+}
+
+/** Every readable identity (one consistent list); damaged ones are logged and skipped. */
+export async function readIdentities(
+  ctx: K8sContext,
+  signal: AbortSignal,
+): Promise<IdentityRecord[]> {
+  const { items } = await listAll(ctx.client, ctx.identities, { signal });
+  const out: IdentityRecord[] = [];
+  for (const obj of items) {
+    const read = readIdentity(obj);
+    if (read.ok) out.push(read.record);
+    else {
+      log.warning("skipping identity {name}: {reason}", {
+        name: read.damage.name,
+        reason: read.damage.reason,
+      });
+    }
+  }
+  return out;
+}
+
+/** The Kubernetes implementation of {@linkcode BackendAdmin}. */
+export class K8sAdmin implements BackendAdmin {
+  readonly #ctx: K8sContext;
+
+  /** @param ctx the backend's context */
+  constructor(ctx: K8sContext) {
+    this.#ctx = ctx;
+  }
+
+  get namespace(): string {
+    return namespaceOf(this.#ctx);
+  }
+
+  async namespaceExists(signal: AbortSignal): Promise<boolean> {
+    const { client, identities, namespace } = this.#ctx;
+    const [ids, leases] = await Promise.all([
+      client.list(identities, { limit: 1, signal }),
+      client.list(LEASES, { namespace, labelSelector: NODE_SELECTOR, limit: 1, signal }),
+    ]);
+    return ids.items.length > 0 || leases.items.length > 0;
+  }
+
+  otherNamespaces(_signal: AbortSignal): Promise<string[]> {
+    // Telling identity-shaped CRDs apart from the rest of a cluster's CRDs would be guesswork.
+    return Promise.resolve([]);
+  }
+
+  async nodeLeases(signal: AbortSignal): Promise<NodeLease[]> {
+    const leases = await readNodeLeases(this.#ctx, signal);
+    const now = this.#ctx.settings.now();
+    const skew = this.#ctx.settings.maxClockSkewMs;
+    return [...leases.values()]
+      .map((l) => ({
+        node: l.node,
+        ...(l.expiresAt === undefined ? {} : { expiresAt: l.expiresAt }),
+        live: leaseLive(l, now, skew),
+      }))
+      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  }
+
+  async *references(signal: AbortSignal): AsyncGenerator<StoredReference> {
+    // Identities first: every reference listed then predates the Lease it is judged by.
+    const records = await readIdentities(this.#ctx, signal);
+    const leases = await readNodeLeases(this.#ctx, signal);
+    const now = this.#ctx.settings.now();
+    const skew = this.#ctx.settings.maxClockSkewMs;
+    records.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.id - b.id));
+    for (const r of records) {
+      for (const [node, epoch] of r.refs) {
+        yield { key: r.key, node, id: r.id, live: refLive(epoch, leases.get(node), now, skew) };
+      }
+    }
+  }
+
+  /**
+   * Removes `node`'s reference from every identity of `key` that carries one, each guarded by the
+   * identity's version; refused with {@linkcode LiveEntryError} while `node`'s Lease is live
+   * (whatever epoch its references name: the node is there and would write them back).
+   */
+  async deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean> {
+    const { client, identities, settings } = this.#ctx;
+    let existed = false;
+    for (let round = 0; round < DELETE_ROUNDS; round++) {
+      const records = (await readIdentities(this.#ctx, signal))
+        .filter((r) => r.key === key && r.refs.has(node));
+      if (records.length === 0) return existed;
+      const lease = (await readNodeLeases(this.#ctx, signal)).get(node);
+      if (leaseLive(lease, settings.now(), settings.maxClockSkewMs)) {
+        throw new LiveEntryError(`node ${node}'s reference to '${key}'`, [node]);
+      }
+      let changed = false;
+      for (const r of records) {
+        try {
+          await client.patch(identities, String(r.id), dropReferencePatch(r.rv, node), {
+            type: "merge",
+            signal,
+          });
+          existed = true;
+        } catch (err) {
+          if (!isStatus(err, 409) && !isStatus(err, 404)) throw err;
+          changed = true;
+        }
+      }
+      if (!changed) return existed;
+    }
+    return existed;
+  }
+}

@@ -1,0 +1,185 @@
+/**
+ * {@linkcode K8sBackend}: configuration plus the connection to the Kubernetes API server; sessions
+ * do the work.
+ *
+ * @example
+ * ```ts
+ * import { K8sBackend } from "./backend.ts";
+ *
+ * // Needs an API server: a function here, so that the doc tests type-check it without calling it.
+ * async function checked(): Promise<string> {
+ *   await using backend = await K8sBackend.connect({ node: "10.0.0.1", kubeconfig: "kubeconfig" });
+ *   backend.checkKey("k8s:app=web;");
+ *   return backend.namespace;
+ * }
+ * ```
+ *
+ * @module
+ */
+import type {
+  Backend,
+  BackendAdmin,
+  BackendSession,
+  SessionOptions,
+} from "../../allocator/backend.ts";
+import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
+import { InvalidKeyError, InvalidOptionsError } from "../../errors.ts";
+import { K8sAdmin } from "./admin.ts";
+import type { K8sContext } from "./context.ts";
+import { findDamage, removeDamage } from "./doctor.ts";
+import type { KubeClient } from "./kube.ts";
+import { keyProblem } from "./layout.ts";
+import {
+  endpointResource,
+  identityResource,
+  type K8sBackendOptions,
+  resolveK8sOptions,
+  resourceName,
+} from "./options.ts";
+import { K8sSession, type K8sSessionOptions } from "./session.ts";
+
+function never(): AbortSignal {
+  return new AbortController().signal;
+}
+
+/** Options of {@linkcode K8sBackend.connect} besides the backend's own. */
+export interface K8sConnectOptions {
+  /** Aborts connecting. */
+  readonly signal?: AbortSignal;
+  /**
+   * An API client to use instead of one made from the kubeconfig or in-cluster configuration
+   * (the backend does not close it).
+   */
+  readonly client?: KubeClient;
+}
+
+/**
+ * The Kubernetes backend, in Cilium's CRD layout (`identity-allocation-mode: crd`):
+ * `CiliumIdentity` objects named by their ID, references of idalloc nodes as annotations on them,
+ * node `Lease`s for liveness, and a claim `Lease` per key so that idalloc nodes never create two
+ * identities for one key. Cilium's CRD-mode agents read what idalloc writes, and idalloc answers
+ * the identity Cilium's own lookup answers.
+ *
+ * A new key costs two writes uncontended (claim, identity), an existing key one patch. Close it
+ * with `close()` or `await using` after its allocators.
+ */
+export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
+  /** Always `k8s`. */
+  readonly kind: string = "k8s";
+  /** This node's name. */
+  readonly node: string;
+  readonly #ctx: K8sContext;
+  readonly #sessions = new Set<K8sSession>();
+  readonly #ownsClient: boolean;
+
+  private constructor(ctx: K8sContext, ownsClient: boolean) {
+    this.#ctx = ctx;
+    this.node = ctx.node;
+    this.#ownsClient = ownsClient;
+  }
+
+  /**
+   * Validates `options` (throws {@linkcode InvalidOptionsError}) and connects to the API server
+   * of the kubeconfig (or the in-cluster configuration).
+   */
+  static connect(
+    options: K8sBackendOptions,
+    connectOptions: K8sConnectOptions = {},
+  ): Promise<K8sBackend> {
+    const settings = resolveK8sOptions(options);
+    connectOptions.signal?.throwIfAborted();
+    const client = connectOptions.client;
+    if (client === undefined) {
+      return Promise.reject(
+        new InvalidOptionsError("connecting from a kubeconfig needs the Kubernetes client"),
+      );
+    }
+    const { group, version, kind } = settings.resource;
+    const ctx: K8sContext = {
+      client,
+      settings,
+      node: settings.node,
+      namespace: settings.namespace ?? (client.namespace || "default"),
+      identities: identityResource(settings),
+      identityKind: { apiVersion: `${group}/${version}`, kind },
+      resourceName: resourceName(settings),
+      ...(endpointResource(settings) === undefined
+        ? {}
+        : { endpoints: endpointResource(settings) }),
+    };
+    return Promise.resolve(new K8sBackend(ctx, false));
+  }
+
+  /** The API server's URL. */
+  get server(): string {
+    return this.#ctx.client.server;
+  }
+
+  /** The namespace of the node Leases and key claims. */
+  get namespace(): string {
+    return this.#ctx.namespace;
+  }
+
+  /** The identity resource, `<plural>.<group>`. */
+  get resource(): string {
+    return this.#ctx.resourceName;
+  }
+
+  /**
+   * Throws {@linkcode InvalidKeyError} for a key this layout cannot hold: empty, not well-formed
+   * Unicode, with NUL, larger than `MAX_KEY_BYTES` (its claim carries it as an annotation), or a
+   * label set carrying the reserved `idalloc:key` label.
+   */
+  checkKey(key: string): void {
+    const problem = keyProblem(key);
+    if (problem !== undefined) throw new InvalidKeyError(problem);
+  }
+
+  /**
+   * Opens a session (the node's Lease, the informer). A writable session under a node name whose
+   * Lease another process keeps live throws `NodeInUseError`, unless the options say `restart`.
+   */
+  async openSession(options: SessionOptions): Promise<BackendSession> {
+    const session = await K8sSession.open(
+      this.#ctx,
+      options as K8sSessionOptions,
+      (s) => this.#sessions.delete(s),
+    );
+    this.#sessions.add(session);
+    return session;
+  }
+
+  /**
+   * Lists the damaged identities, references, claims and node Leases (see
+   * {@linkcode StoreDoctor.findDamage}): reads only, and needs no session.
+   */
+  findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding> {
+    return findDamage(this.#ctx, options);
+  }
+
+  /** Deletes the entry of `finding` if unchanged since it was listed. */
+  async removeDamage(
+    finding: Pick<DamageFinding, "token">,
+    options?: { readonly signal?: AbortSignal },
+  ): Promise<boolean> {
+    return await removeDamage(this.#ctx, finding, options?.signal ?? never());
+  }
+
+  /** The operator's view: node Leases, references with their liveness, deleting one. */
+  admin(): BackendAdmin {
+    return new K8sAdmin(this.#ctx);
+  }
+
+  /** Closes open sessions (and the client, when the backend made it). Idempotent. */
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.#sessions].map((s) => s.close()));
+    if (this.#ownsClient) {
+      await (this.#ctx.client as KubeClient & { close?: () => Promise<void> }).close?.();
+    }
+  }
+
+  /** Same as {@linkcode K8sBackend.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

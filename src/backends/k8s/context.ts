@@ -1,0 +1,28 @@
+/**
+ * What the parts of a Kubernetes session share: the client, the validated options, the node, the
+ * namespace of its Leases and the resources it works on.
+ *
+ * @module
+ */
+import type { KubeClient, KubeResource } from "./kube.ts";
+import type { K8sSettings } from "./options.ts";
+
+/** The shared state of one backend and its sessions. */
+export interface K8sContext {
+  /** The API server. */
+  readonly client: KubeClient;
+  /** The backend's options, validated, with defaults. */
+  readonly settings: K8sSettings;
+  /** This node's name. */
+  readonly node: string;
+  /** The namespace of the node Leases and key claims. */
+  readonly namespace: string;
+  /** The identity resource. */
+  readonly identities: KubeResource;
+  /** `apiVersion` and `kind` of identity objects. */
+  readonly identityKind: { readonly apiVersion: string; readonly kind: string };
+  /** `<plural>.<group>` of the identity resource (claims hash it in). */
+  readonly resourceName: string;
+  /** The endpoint resource GC reads, if any. */
+  readonly endpoints?: KubeResource;
+}

@@ -1,0 +1,194 @@
+/**
+ * `ensure` on Kubernetes, in phases: **read** each held key's identity (one GET each, a few at a
+ * time), **classify** what it shows against the index (Cilium's answer for the key), **plan** the
+ * write, **apply** it; a write that meets a changed object reads it again and classifies anew.
+ *
+ * A held key K → N is `ok` when identity N exists, carries K, is Cilium's answer for K (no older
+ * identity of K), carries this node's reference under the current epoch and no GC mark. Then:
+ * - reference missing, of an older epoch, or a mark set → one patch (`reference: recreated`);
+ * - identity missing → re-created under N, only through the claim rule: the key's claim names N
+ *   or is absent (then it is created naming N) — `master: recreated`;
+ * - N carries another key (or cannot be read), an older identity of K exists, the claim names
+ *   another ID, or N was taken while re-creating it → `conflict` (nothing written; the allocator
+ *   re-acquires K, which joins Cilium's answer, and announces `reassigned`).
+ *
+ * @module
+ */
+import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
+import { ConflictError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import { patchOrUndefined } from "./acquire.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus, type KubeObject } from "./kube.ts";
+import {
+  answerOf,
+  claimName,
+  claimObject,
+  type ClaimRecord,
+  identityObject,
+  type IdentityRead,
+  type IdentityRecord,
+  readClaim,
+  readIdentity,
+  refAnnotation,
+} from "./layout.ts";
+import type { LeaseKeeper } from "./lease.ts";
+import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
+import { LEASES } from "./options.ts";
+import { joinPatch } from "./patch.ts";
+import type { IdentityInformer } from "./watch.ts";
+
+const log = idallocLogger("k8s");
+
+/** What one held key needs. */
+export type EnsurePlan =
+  | { readonly kind: "ok" }
+  /** The reference is missing or old, or the identity is marked: patch it. */
+  | { readonly kind: "reference"; readonly annotated: boolean }
+  /** The identity is missing: re-create it through the claim rule. */
+  | { readonly kind: "recreate" }
+  | { readonly kind: "conflict"; readonly why: string };
+
+/**
+ * Classifies held `held` from its identity as read (`undefined`: missing) and the index's
+ * identities of the key (`others`; the read one may be among them, older or newer).
+ */
+export function classifyHeld(
+  held: HeldKey,
+  read: IdentityRead | undefined,
+  others: readonly Pick<IdentityRecord, "id" | "created">[],
+  node: string,
+  epoch: string,
+): EnsurePlan {
+  if (read === undefined) {
+    const answer = answerOf(others.filter((r) => r.id !== held.id));
+    return answer === undefined
+      ? { kind: "recreate" }
+      : { kind: "conflict", why: `identity ${held.id} is gone and the key has ${answer.id}` };
+  }
+  if (!read.ok) return { kind: "conflict", why: `identity ${held.id} cannot be read` };
+  const record = read.record;
+  if (record.key !== held.key) {
+    return { kind: "conflict", why: `identity ${held.id} carries another key` };
+  }
+  const answer = answerOf([...others.filter((r) => r.id !== held.id), record]);
+  if (answer !== undefined && answer.id !== held.id) {
+    return { kind: "conflict", why: `identity ${answer.id} of the key is older (Cilium's answer)` };
+  }
+  if (record.refs.get(node) === epoch && record.mark === undefined) return { kind: "ok" };
+  return { kind: "reference", annotated: record.annotated };
+}
+
+/**
+ * Whether the key's claim as read lets this node re-create identity `id` of `key`: absent (then it
+ * is created naming `id`) or naming `id`. Another ID named is a conflict.
+ */
+export function claimAllows(claim: ClaimRecord | undefined, key: string, id: number): boolean {
+  return claim === undefined || (claim.key === key && claim.id === id);
+}
+
+/** What `ensure` works with. */
+export interface EnsureParts {
+  readonly ctx: K8sContext;
+  readonly lease: LeaseKeeper;
+  readonly informer: IdentityInformer;
+}
+
+/** Runs `ensure` for `held` (see the module doc). */
+export async function ensure(
+  parts: EnsureParts,
+  held: readonly HeldKey[],
+  signal: AbortSignal,
+): Promise<EnsureReport[]> {
+  await parts.informer.waitSynced(signal);
+  await parts.lease.ensureFresh(signal);
+  const reports: EnsureReport[] = new Array(held.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < held.length) {
+      const i = next++;
+      reports[i] = await ensureOne(parts, held[i], signal);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(ENSURE_CONCURRENCY, held.length) }, worker));
+  return reports;
+}
+
+async function ensureOne(
+  parts: EnsureParts,
+  held: HeldKey,
+  signal: AbortSignal,
+): Promise<EnsureReport> {
+  const { ctx, lease, informer } = parts;
+  for (let round = 0; round < MAX_ENSURE_ROUNDS; round++) {
+    const obj = await ctx.client.get(ctx.identities, String(held.id), { signal });
+    if (obj !== undefined) informer.observe(obj);
+    const read = obj === undefined ? undefined : readIdentity(obj);
+    const epoch = lease.epoch;
+    const plan = classifyHeld(held, read, informer.index.ofKey(held.key), ctx.node, epoch);
+    switch (plan.kind) {
+      case "ok":
+        return { ...held, master: "ok", reference: "ok" };
+      case "conflict":
+        log.warning("cannot ensure {key} → {id}: {why}", { ...held, why: plan.why });
+        return { ...held, master: "conflict", reference: "skipped" };
+      case "reference": {
+        const ops = joinPatch(held.key, ctx.node, epoch, plan.annotated);
+        const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
+        if (written === undefined) continue;
+        informer.observe(written);
+        return { ...held, master: "ok", reference: "recreated" };
+      }
+      case "recreate": {
+        const outcome = await recreate(parts, held, epoch, signal);
+        if (outcome === "again") continue;
+        if (outcome === "conflict") return { ...held, master: "conflict", reference: "skipped" };
+        return { ...held, master: "recreated", reference: "recreated" };
+      }
+    }
+  }
+  throw new ConflictError(`could not ensure key '${held.key}': the store kept changing`);
+}
+
+/**
+ * Re-creates identity `held.id` of `held.key` through the claim rule. `again`: it exists now (a
+ * racing re-creation): read and classify it again.
+ */
+async function recreate(
+  parts: EnsureParts,
+  held: HeldKey,
+  epoch: string,
+  signal: AbortSignal,
+): Promise<"created" | "conflict" | "again"> {
+  const { ctx, informer } = parts;
+  const name = claimName(ctx.resourceName, held.key);
+  const claimObj = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
+  const claim = claimObj === undefined ? undefined : readClaim(claimObj);
+  if (claimObj !== undefined && !claimAllows(claim, held.key, held.id)) {
+    log.warning("cannot re-create {key} → {id}: its claim names another ID", { ...held });
+    return "conflict";
+  }
+  if (claimObj === undefined) {
+    try {
+      await ctx.client.create(LEASES, claimObject(name, held.key, held.id, ctx.node), {
+        namespace: ctx.namespace,
+        signal,
+      });
+    } catch (err) {
+      if (!isStatus(err, 409)) throw err;
+      return "again";
+    }
+  }
+  const obj = identityObject(ctx.identityKind, held.id, held.key, {
+    [refAnnotation(ctx.node)]: epoch,
+  });
+  let created: KubeObject;
+  try {
+    created = await ctx.client.create(ctx.identities, obj, { signal });
+  } catch (err) {
+    if (!isStatus(err, 409)) throw err;
+    return "again";
+  }
+  informer.observe(created);
+  return "created";
+}

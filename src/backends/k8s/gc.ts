@@ -1,0 +1,228 @@
+/**
+ * GC support on Kubernetes, by Cilium's operator rule with idalloc's references added: mark in the
+ * store, then delete with a resource-version precondition.
+ *
+ * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the node Leases,
+ *   then the `CiliumEndpoint`s of all namespaces. An identity is in use when a reference on it is
+ *   live (`liveness.ts`) or an endpoint names it (`status.identity.id`). The order matters: a
+ *   reference written after the Lease list would be judged by an older Lease; listed first, every
+ *   reference predates the Lease it is judged by, and epochs are never revived.
+ * - **Version** = the identity's resource version. Every acquire (a patch on the identity itself),
+ *   release, mark and unmark changes it, so one precondition on the delete covers them all.
+ * - **Mark** ({@linkcode gcMark}): Cilium's own `io.cilium.heartbeat` annotation (RFC 3339 time),
+ *   written under the listed version; Cilium's agents and idalloc's nodes remove it when they use
+ *   the identity. The candidate's `markedAt` is the mark's time, whoever wrote it (a previous
+ *   process, Cilium's operator), so the grace counts from it.
+ * - **Delete** ({@linkcode gcDelete}): `DELETE` with `preconditions.resourceVersion`; then the
+ *   key's claim, if it still names the ID (guarded by its own version).
+ *
+ * @module
+ */
+import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
+import type { GcSkip } from "../../allocator/damage.ts";
+import { idallocLogger } from "../../log.ts";
+import type { K8sContext } from "./context.ts";
+import { countedClient, isStatus, type KubeObject, type Tally } from "./kube.ts";
+import {
+  claimName,
+  type IdentityRecord,
+  type NodeLeaseRecord,
+  parseTime,
+  readClaim,
+  readIdentity,
+  rfc3339Nano,
+} from "./layout.ts";
+import { readNodeLeases, refLive } from "./liveness.ts";
+import { LEASES } from "./options.ts";
+import { listAll } from "./paging.ts";
+import { markPatch } from "./patch.ts";
+
+const log = idallocLogger("k8s");
+
+/** The IDs the endpoints name (`status.identity.id`). */
+export function endpointIds(endpoints: readonly KubeObject[]): Set<number> {
+  const ids = new Set<number>();
+  for (const cep of endpoints) {
+    const id = (cep.status as { identity?: { id?: unknown } } | undefined)?.identity?.id;
+    if (typeof id === "number" && Number.isSafeInteger(id)) ids.add(id);
+  }
+  return ids;
+}
+
+/** Whether `record` is in use: a live reference on it, or an endpoint naming it. */
+export function inUse(
+  record: Pick<IdentityRecord, "id" | "refs">,
+  leases: ReadonlyMap<string, NodeLeaseRecord>,
+  endpoints: ReadonlySet<number>,
+  now: number,
+  maxClockSkewMs: number,
+): boolean {
+  if (endpoints.has(record.id)) return true;
+  for (const [node, epoch] of record.refs) {
+    if (refLive(epoch, leases.get(node), now, maxClockSkewMs)) return true;
+  }
+  return false;
+}
+
+/** The GC candidate of `record` (see the module doc). */
+export function candidateOf(record: IdentityRecord, used: boolean): GcCandidate {
+  const markedAt = record.mark === undefined ? undefined : parseTime(record.mark);
+  return {
+    id: record.id,
+    key: record.key,
+    version: record.rv,
+    inUse: used,
+    ...(markedAt === undefined ? {} : { markedAt }),
+  };
+}
+
+let endpointsMissingWarned = false;
+
+/** Every endpoint of all namespaces; none when the resource is not installed (warned once). */
+async function listEndpoints(
+  ctx: K8sContext,
+  signal: AbortSignal,
+  tally?: Tally,
+): Promise<KubeObject[]> {
+  if (ctx.endpoints === undefined) return [];
+  try {
+    return (await listAll(countedClient(ctx.client, tally), ctx.endpoints, { signal })).items;
+  } catch (err) {
+    if (!isStatus(err, 404)) throw err;
+    if (!endpointsMissingWarned) {
+      endpointsMissingWarned = true;
+      log.warning(
+        "no {plural}.{group} resource: GC counts no Cilium endpoints (no Cilium runs here?)",
+        { plural: ctx.endpoints.plural, group: ctx.endpoints.group },
+      );
+    }
+    return [];
+  }
+}
+
+/** Every identity with `min <= id <= max`, with its version, liveness and mark (module doc). */
+export async function* gcList(
+  ctx: K8sContext,
+  range: { min: number; max: number },
+  signal: AbortSignal,
+  options: GcListOptions = {},
+  tally?: Tally,
+): AsyncGenerator<GcCandidate> {
+  const client = countedClient(ctx.client, tally);
+  const { items } = await listAll(client, ctx.identities, { signal });
+  const leases = await readNodeLeases(ctx, signal, tally);
+  const endpoints = endpointIds(await listEndpoints(ctx, signal, tally));
+  const { now, maxClockSkewMs } = ctx.settings;
+  for (const obj of items) {
+    const read = readIdentity(obj);
+    if (!read.ok) {
+      const { damage } = read;
+      if (damage.id !== undefined && (damage.id < range.min || damage.id > range.max)) continue;
+      skip(options, {
+        kind: damage.kind,
+        entry: identityEntry(ctx, damage.name),
+        reason: damage.reason,
+      });
+      continue;
+    }
+    const { record, badRefs } = read;
+    if (record.id < range.min || record.id > range.max) continue;
+    for (const bad of badRefs) {
+      // Not a reference: it neither keeps the identity nor frees it.
+      skip(options, {
+        kind: "reference-bad-key",
+        entry: `${identityEntry(ctx, String(record.id))} annotation ${bad.annotation}`,
+        reason: bad.reason,
+      });
+    }
+    yield candidateOf(record, inUse(record, leases, endpoints, now(), maxClockSkewMs));
+  }
+}
+
+function skip(options: GcListOptions, s: GcSkip): void {
+  log.warning("GC skips {entry}: {reason}", { entry: s.entry, reason: s.reason });
+  options.onSkip?.(s);
+}
+
+/** How an identity object is named in messages: `ciliumidentities.cilium.io/7`. */
+export function identityEntry(ctx: K8sContext, name: string): string {
+  return `${ctx.resourceName}/${name}`;
+}
+
+/**
+ * Marks `candidate` unused with Cilium's annotation, only if it is still at its listed version.
+ * Returns the new version, or `undefined` when the identity changed or vanished meanwhile.
+ */
+export async function gcMark(
+  ctx: K8sContext,
+  candidate: GcCandidate,
+  signal: AbortSignal,
+): Promise<string | undefined> {
+  const body = markPatch(candidate.version, rfc3339Nano(ctx.settings.now()));
+  try {
+    const marked = await ctx.client.patch(ctx.identities, String(candidate.id), body, {
+      type: "merge",
+      signal,
+    });
+    return String(marked.metadata.resourceVersion ?? "");
+  } catch (err) {
+    if (isStatus(err, 409) || isStatus(err, 404)) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * Deletes `candidate`'s identity only if it is still at `candidate.version` (any acquire, mark
+ * removal or reference change since refuses it), then its key's claim if that still names the ID.
+ */
+export async function gcDelete(
+  ctx: K8sContext,
+  candidate: GcCandidate,
+  signal: AbortSignal,
+): Promise<boolean> {
+  let deleted: boolean;
+  try {
+    deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {
+      resourceVersion: candidate.version,
+      signal,
+    });
+  } catch (err) {
+    if (isStatus(err, 409)) return false;
+    throw err;
+  }
+  if (!deleted) return false;
+  try {
+    await dropClaim(ctx, candidate.key, candidate.id, signal);
+  } catch (err) {
+    // A claim left behind is stale and handled as such by the next acquire of the key.
+    log.warning("could not remove the claim of {key} after collecting {id}: {err}", {
+      key: candidate.key,
+      id: candidate.id,
+      err,
+    });
+  }
+  return true;
+}
+
+/** Deletes `key`'s claim if it names `id`, guarded by its version. Returns whether it deleted. */
+export async function dropClaim(
+  ctx: K8sContext,
+  key: string,
+  id: number,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const name = claimName(ctx.resourceName, key);
+  const obj = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
+  const claim = obj === undefined ? undefined : readClaim(obj);
+  if (claim === undefined || claim.key !== key || claim.id !== id) return false;
+  try {
+    return await ctx.client.delete(LEASES, name, {
+      namespace: ctx.namespace,
+      resourceVersion: claim.rv,
+      signal,
+    });
+  } catch (err) {
+    if (isStatus(err, 409)) return false;
+    throw err;
+  }
+}

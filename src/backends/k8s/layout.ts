@@ -1,0 +1,499 @@
+/**
+ * The Kubernetes backend's layout: Cilium's `CiliumIdentity` objects, idalloc's references on
+ * them, the node `Lease`s and the key claims, and the rules that turn one into the other.
+ *
+ * ```text
+ * CiliumIdentity <ID>  (cluster-scoped; the resource is an option)
+ *   metadata.name                    decimal ID (the create by name is the allocation)
+ *   security-labels                  the key: its label map (`source:key` → value), or
+ *                                    {"idalloc:key": <key>} for a key that is not a label set
+ *   metadata.labels                  the k8s: labels valid as Kubernetes labels (Cilium's
+ *                                    SanitizeK8sLabels, filtered to what the API accepts)
+ *   metadata.annotations
+ *     ref.idalloc.io/<node>          <epoch>: node's reference, live while its Lease has that epoch
+ *     io.cilium.heartbeat            Cilium's GC mark (RFC 3339 time): unused since then
+ * Lease idalloc-node-<node>          in the backend's namespace: the node's liveness
+ *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
+ * Lease idalloc-key-<hash>           in the backend's namespace: the key claim
+ *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it
+ * ```
+ *
+ * @example A label set is stored as its map; any other key under the reserved label
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { keyOfSecurityLabels, sanitizedLabels, securityLabelsOf } from "./layout.ts";
+ *
+ * const map = securityLabelsOf("k8s:app=web;unspec:x=1;");
+ * assert.deepEqual(map, { "k8s:app": "web", "unspec:x": "1" });
+ * assert.deepEqual(sanitizedLabels(map), { app: "web" });
+ * assert.equal(keyOfSecurityLabels(map), "k8s:app=web;unspec:x=1;");
+ * assert.deepEqual(securityLabelsOf("app=web;"), { "idalloc:key": "app=web;" });
+ * assert.equal(keyOfSecurityLabels({ "idalloc:key": "app=web;" }), "app=web;");
+ * ```
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { Labels, labelsCodec } from "../../identity/labels.ts";
+import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
+import type { KubeObject } from "./kube.ts";
+
+/** Cilium's GC mark (`identitybackend.HeartBeatAnnotation`). */
+export const HEARTBEAT_ANNOTATION = "io.cilium.heartbeat";
+/** The prefix of a node's reference annotation: `ref.idalloc.io/<node>`. */
+export const REF_PREFIX = "ref.idalloc.io/";
+/** The epoch of a node Lease. */
+export const EPOCH_ANNOTATION = "idalloc.io/epoch";
+/** The key a claim Lease is for. */
+export const KEY_ANNOTATION = "idalloc.io/key";
+/** The ID a claim Lease names. */
+export const ID_LABEL = "idalloc.io/id";
+/** What an idalloc Lease is: `node` or `claim`. */
+export const ROLE_LABEL = "idalloc.io/role";
+/** Kubernetes' recommended label naming the managing tool. */
+export const MANAGED_BY_LABEL = "app.kubernetes.io/managed-by";
+/** The label under which a key that is not a label set is stored (its value is the key). */
+export const RESERVED_KEY_LABEL = "idalloc:key";
+/** The name prefix of node Leases. */
+export const NODE_LEASE_PREFIX = "idalloc-node-";
+/** The name prefix of claim Leases. */
+export const CLAIM_PREFIX = "idalloc-key-";
+
+/** Label selector of the node Leases. */
+export const NODE_SELECTOR = `${MANAGED_BY_LABEL}=idalloc,${ROLE_LABEL}=node`;
+/** Label selector of the claim Leases. */
+export const CLAIM_SELECTOR = `${MANAGED_BY_LABEL}=idalloc,${ROLE_LABEL}=claim`;
+
+/** Cilium's `k8sNamespaceLabelPrefix`: synthesized labels of namespace labels (user input). */
+const K8S_NAMESPACE_LABELS = "k8s:io.cilium.k8s.namespace.labels.";
+
+/** A Kubernetes "name" part (label name, annotation name): Kubernetes' `qualifiedNameFmt`. */
+const NAME_PART = /^[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+/** A DNS-1123 subdomain (label and annotation prefixes, object names). */
+const SUBDOMAIN = /^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$/;
+/** A DNS-1123 label (namespaces, resource names). */
+export const DNS_LABEL = /^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$/;
+
+/** Whether `name` is a valid label or annotation name part (at most 63 characters). */
+export function isNamePart(name: string): boolean {
+  return name.length <= 63 && NAME_PART.test(name);
+}
+
+/** Whether `name` is a DNS-1123 subdomain (at most 253 characters). */
+export function isSubdomain(name: string): boolean {
+  return name.length <= 253 && SUBDOMAIN.test(name);
+}
+
+/** Kubernetes' `IsQualifiedName`: `[prefix/]name`, the form of label and annotation keys. */
+export function isQualifiedName(key: string): boolean {
+  const slash = key.indexOf("/");
+  if (slash === -1) return isNamePart(key);
+  return isSubdomain(key.slice(0, slash)) && isNamePart(key.slice(slash + 1));
+}
+
+/** Kubernetes' `IsValidLabelValue`: empty, or a name part. */
+export function isLabelValue(value: string): boolean {
+  return value === "" || isNamePart(value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys ↔ security labels
+
+/** The canonical label set `key` encodes, or `undefined` when it is not one. */
+function labelSetOf(key: string): Labels | undefined {
+  try {
+    const labels = labelsCodec.decode(key);
+    return labels.size > 0 ? labels : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Why `key` cannot be stored, or `undefined` if it can: empty, not well-formed Unicode, with NUL,
+ * too large for an object's annotations (the claim carries the key), or a label set that contains
+ * the reserved `idalloc:key` label (it would read back as another key).
+ */
+export function keyProblem(key: string): string | undefined {
+  if (typeof key !== "string") return "key must be a string";
+  if (key === "") return "key must not be empty";
+  if (key.includes("\0")) return "key must not contain NUL";
+  if (!key.isWellFormed()) return "key must be well-formed Unicode";
+  const size = utf8Length(key);
+  if (size > MAX_KEY_BYTES) {
+    return `key is ${size} bytes; Kubernetes annotations (256 KiB per object) limit keys to ` +
+      `${MAX_KEY_BYTES} bytes`;
+  }
+  const labels = labelSetOf(key);
+  if (labels !== undefined && Object.hasOwn(labels.toMap(), RESERVED_KEY_LABEL)) {
+    return `key '${key}' is a label set with the reserved label '${RESERVED_KEY_LABEL}'`;
+  }
+  return undefined;
+}
+
+/**
+ * The `security-labels` map of a (checked) key: a canonical label set (Cilium's kvstore string,
+ * `source:key=value;` sorted) as its map (Cilium's `GetAsMap`), any other key as the single label
+ * `idalloc:key` → the key.
+ */
+export function securityLabelsOf(key: string): Record<string, string> {
+  return labelSetOf(key)?.toMap() ?? { [RESERVED_KEY_LABEL]: key };
+}
+
+/**
+ * The key a `security-labels` map stores, or `undefined` when it is none idalloc writes: not a
+ * map of strings, a map whose labels do not survive Cilium's `Map2Labels` unchanged (a key
+ * without a source), `{idalloc:key: S}` where S is empty or itself a label set, or a label set
+ * with the reserved label beside others.
+ */
+export function keyOfSecurityLabels(map: unknown): string | undefined {
+  if (typeof map !== "object" || map === null || Array.isArray(map)) return undefined;
+  const entries = Object.entries(map);
+  if (entries.length === 0 || entries.some(([, v]) => typeof v !== "string")) return undefined;
+  if (entries.length === 1 && entries[0][0] === RESERVED_KEY_LABEL) {
+    const key = entries[0][1] as string;
+    return key !== "" && labelSetOf(key) === undefined && keyProblem(key) === undefined
+      ? key
+      : undefined;
+  }
+  let labels: Labels;
+  try {
+    labels = Labels.fromMap(map as Record<string, string>);
+  } catch {
+    return undefined;
+  }
+  const back = labels.toMap();
+  if (Object.keys(back).length !== entries.length) return undefined;
+  if (entries.some(([k, v]) => back[k] !== v)) return undefined;
+  const key = labels.toKvstoreString();
+  return keyProblem(key) === undefined ? key : undefined;
+}
+
+/**
+ * Cilium's `SanitizeK8sLabels` (only `k8s:` labels, minus the synthesized namespace labels, with
+ * `k8s:` stripped), further filtered to what the API server accepts as labels: Cilium's agents
+ * only meet pod labels, which are valid by construction; an idalloc key may hold anything.
+ */
+export function sanitizedLabels(map: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(map)) {
+    if (!k.startsWith("k8s:") || k.startsWith(K8S_NAMESPACE_LABELS)) continue;
+    const name = k.slice(4);
+    if (isQualifiedName(name) && isLabelValue(v)) out[name] = v;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+/** The ID an identity's name gives (a positive decimal safe integer, no leading zeros). */
+export function idOfName(name: unknown): number | undefined {
+  if (typeof name !== "string" || !/^[1-9][0-9]*$/.test(name)) return undefined;
+  const id = Number(name);
+  return Number.isSafeInteger(id) ? id : undefined;
+}
+
+/** Whether `node` can name a reference annotation (`ref.idalloc.io/<node>`). */
+export function isNodeName(node: string): boolean {
+  return isNamePart(node);
+}
+
+/** The annotation of `node`'s reference. */
+export function refAnnotation(node: string): string {
+  return REF_PREFIX + node;
+}
+
+/** The node of a reference annotation, `undefined` for another annotation or a bad node part. */
+export function nodeOfRefAnnotation(name: string): string | undefined {
+  if (!name.startsWith(REF_PREFIX)) return undefined;
+  const node = name.slice(REF_PREFIX.length);
+  return isNodeName(node) ? node : undefined;
+}
+
+function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+/**
+ * `node` as a DNS-1123 label part: lowercased, anything but `[a-z0-9-]` turned into `-`, and, when
+ * that changed it, a short hash of the original appended (so `A` and `a` stay apart).
+ */
+export function dnsSafe(node: string): string {
+  const safe = node.toLowerCase().replace(/[^a-z0-9-]/g, "-");
+  return safe === node ? safe : `${safe}-${sha256Hex(node).slice(0, 8)}`;
+}
+
+/** The name of `node`'s Lease. */
+export function nodeLeaseName(node: string): string {
+  return NODE_LEASE_PREFIX + dnsSafe(node);
+}
+
+/**
+ * The name of the claim of `key` for the identity resource `resource` (`<plural>.<group>`): the
+ * resource is hashed in, so that two resources sharing a namespace never read each other's claims.
+ */
+export function claimName(resource: string, key: string): string {
+  return CLAIM_PREFIX + sha256Hex(`${resource}\n${key}`).slice(0, 40);
+}
+
+/** RFC 6901 escaping of one JSON-pointer segment. */
+export function pointer(...segments: string[]): string {
+  return segments.map((s) => "/" + s.replaceAll("~", "~0").replaceAll("/", "~1")).join("");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Times
+
+/** Kubernetes' `MicroTime` text (exactly six fractional digits) of `ms`. */
+export function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/Z$/, "000Z");
+}
+
+/** ms since the epoch of an RFC 3339 time (any precision), or `undefined`. */
+export function parseTime(text: unknown): number | undefined {
+  if (typeof text !== "string" || !/^\d{4}-\d\d-\d\dT/.test(text)) return undefined;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
+/** Go's `time.RFC3339Nano` text of `ms` (trailing zeros dropped), as Cilium's operator writes it. */
+export function rfc3339Nano(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.?0*Z$/, "Z");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identities
+
+/** One identity as the backend reads it. */
+export interface IdentityRecord {
+  /** The ID (its name). */
+  readonly id: number;
+  /** The key its `security-labels` store. */
+  readonly key: string;
+  /** Its resource version. */
+  readonly rv: string;
+  /** `creationTimestamp` in ms (second resolution). */
+  readonly created: number;
+  /** idalloc references: node → epoch. */
+  readonly refs: ReadonlyMap<string, string>;
+  /** Cilium's GC mark, if set (its raw value). */
+  readonly mark?: string;
+  /** Whether the object has any annotation (JSON patches must create the map otherwise). */
+  readonly annotated: boolean;
+}
+
+/** Why an object cannot be read as an identity. */
+export interface IdentityDamage {
+  /** The damage kind (`master-bad-id`, `master-undecodable`). */
+  readonly kind: "master-bad-id" | "master-undecodable";
+  /** The object's name. */
+  readonly name: string;
+  /** The ID, when the name is one. */
+  readonly id?: number;
+  /** Why, in words. */
+  readonly reason: string;
+  /** Its resource version. */
+  readonly rv: string;
+}
+
+/** One reference annotation that is not a reference (bad node part or empty epoch). */
+export interface BadReference {
+  /** The annotation's name. */
+  readonly annotation: string;
+  /** Why. */
+  readonly reason: string;
+}
+
+/** An identity object read: the record, or the damage. */
+export type IdentityRead =
+  | { readonly ok: true; readonly record: IdentityRecord; readonly badRefs: BadReference[] }
+  | { readonly ok: false; readonly damage: IdentityDamage };
+
+/** Reads an identity object (see {@linkcode IdentityRead}). */
+export function readIdentity(obj: KubeObject): IdentityRead {
+  const meta = obj.metadata ?? {};
+  const name = String(meta.name ?? "");
+  const rv = String(meta.resourceVersion ?? "");
+  const id = idOfName(name);
+  if (id === undefined) {
+    const reason = "the name is not a positive decimal ID";
+    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv } };
+  }
+  const key = keyOfSecurityLabels(obj["security-labels"]);
+  if (key === undefined) {
+    const reason = "its security-labels are not a key idalloc can read";
+    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv } };
+  }
+  const refs = new Map<string, string>();
+  const badRefs: BadReference[] = [];
+  const annotations = meta.annotations ?? {};
+  for (const [annotation, value] of Object.entries(annotations)) {
+    if (!annotation.startsWith(REF_PREFIX)) continue;
+    const node = nodeOfRefAnnotation(annotation);
+    if (node === undefined) badRefs.push({ annotation, reason: "not ref.idalloc.io/<node>" });
+    else if (typeof value !== "string" || value === "") {
+      badRefs.push({ annotation, reason: "the epoch is empty" });
+    } else refs.set(node, value);
+  }
+  const mark = annotations[HEARTBEAT_ANNOTATION];
+  const record: IdentityRecord = {
+    id,
+    key,
+    rv,
+    created: parseTime(meta.creationTimestamp) ?? 0,
+    refs,
+    ...(typeof mark === "string" ? { mark } : {}),
+    annotated: Object.keys(annotations).length > 0,
+  };
+  return { ok: true, record, badRefs };
+}
+
+/**
+ * Cilium's answer for a key among its identities: the oldest `creationTimestamp` (Cilium's `get`
+ * sorts by it), ties (one second resolution) broken by the lowest ID. Cilium's own sort is not
+ * stable on ties, so its nodes may disagree on exact ties; idalloc's never do.
+ */
+export function answerOf<T extends Pick<IdentityRecord, "id" | "created">>(
+  identities: Iterable<T>,
+): T | undefined {
+  let best: T | undefined;
+  for (const r of identities) {
+    if (
+      best === undefined || r.created < best.created ||
+      (r.created === best.created && r.id < best.id)
+    ) {
+      best = r;
+    }
+  }
+  return best;
+}
+
+/** The identity object of `key` under `id`, with `annotations` (e.g. the creator's reference). */
+export function identityObject(
+  kind: { apiVersion: string; kind: string },
+  id: number,
+  key: string,
+  annotations: Record<string, string>,
+): KubeObject {
+  const map = securityLabelsOf(key);
+  return {
+    apiVersion: kind.apiVersion,
+    kind: kind.kind,
+    metadata: {
+      name: String(id),
+      labels: sanitizedLabels(map),
+      ...(Object.keys(annotations).length > 0 ? { annotations } : {}),
+    },
+    "security-labels": map,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leases
+
+/** A node Lease as read. */
+export interface NodeLeaseRecord {
+  /** The Lease's name. */
+  readonly name: string;
+  /** `spec.holderIdentity`: the node. */
+  readonly node: string;
+  /** The epoch annotation (`undefined` when missing or empty). */
+  readonly epoch?: string;
+  /** `renewTime + leaseDurationSeconds` in ms, `undefined` when either is missing. */
+  readonly expiresAt?: number;
+  /** Its resource version. */
+  readonly rv: string;
+}
+
+/** Reads a node Lease; `undefined` for an object that names no holder. */
+export function readNodeLease(obj: KubeObject): NodeLeaseRecord | undefined {
+  const spec = (obj.spec ?? {}) as Record<string, unknown>;
+  const node = spec.holderIdentity;
+  if (typeof node !== "string" || node === "") return undefined;
+  const renew = parseTime(spec.renewTime);
+  const seconds = spec.leaseDurationSeconds;
+  const epoch = obj.metadata.annotations?.[EPOCH_ANNOTATION];
+  return {
+    name: String(obj.metadata.name ?? ""),
+    node,
+    ...(typeof epoch === "string" && epoch !== "" ? { epoch } : {}),
+    ...(renew !== undefined && typeof seconds === "number" && seconds > 0
+      ? { expiresAt: renew + seconds * 1000 }
+      : {}),
+    rv: String(obj.metadata.resourceVersion ?? ""),
+  };
+}
+
+/** The node Lease object of `node` with `epoch`, renewed at `now`. */
+export function nodeLeaseObject(
+  node: string,
+  epoch: string,
+  durationSeconds: number,
+  now: number,
+  acquired: number,
+  rv?: string,
+): KubeObject {
+  return {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      name: nodeLeaseName(node),
+      labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "node" },
+      annotations: { [EPOCH_ANNOTATION]: epoch },
+      ...(rv === undefined ? {} : { resourceVersion: rv }),
+    },
+    spec: {
+      holderIdentity: node,
+      leaseDurationSeconds: durationSeconds,
+      acquireTime: microTime(acquired),
+      renewTime: microTime(now),
+    },
+  };
+}
+
+/** A claim Lease as read. */
+export interface ClaimRecord {
+  /** The Lease's name. */
+  readonly name: string;
+  /** The key it claims an ID for. */
+  readonly key: string;
+  /** The ID it names. */
+  readonly id: number;
+  /** Its resource version. */
+  readonly rv: string;
+}
+
+/** Reads a claim Lease; `undefined` when it names no key or no ID. */
+export function readClaim(obj: KubeObject): ClaimRecord | undefined {
+  const key = obj.metadata.annotations?.[KEY_ANNOTATION];
+  const id = idOfName(obj.metadata.labels?.[ID_LABEL]);
+  if (typeof key !== "string" || key === "" || id === undefined) return undefined;
+  return {
+    name: String(obj.metadata.name ?? ""),
+    key,
+    id,
+    rv: String(obj.metadata.resourceVersion ?? ""),
+  };
+}
+
+/** The claim Lease `name` of `key` naming `id`, written by `node` (its holder, for people). */
+export function claimObject(
+  name: string,
+  key: string,
+  id: number,
+  node: string,
+  rv?: string,
+): KubeObject {
+  return {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      name,
+      labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "claim", [ID_LABEL]: String(id) },
+      annotations: { [KEY_ANNOTATION]: key },
+      ...(rv === undefined ? {} : { resourceVersion: rv }),
+    },
+    spec: { holderIdentity: node },
+  };
+}

@@ -1,0 +1,351 @@
+/**
+ * The node's `Lease` (`coordination.k8s.io/v1`, `idalloc-node-<node>` in the backend's
+ * namespace): `spec.holderIdentity` = the node, `renewTime` + `leaseDurationSeconds` = its end,
+ * annotation `idalloc.io/epoch` = a random value per grant. References carry the epoch; they are
+ * live while the Lease is live and carries it (`liveness.ts`).
+ *
+ * - **Open.** A writable session reads the Lease: absent → create it; live (another process, or
+ *   this node before a crash) → `NodeInUseError` unless `restart`; lapsed, or `restart` → take it
+ *   over with a new epoch (an update guarded by its resource version).
+ * - **Renewal** every ttl/3: an update guarded by the Lease's resource version, setting
+ *   `renewTime`. A Lease within the skew margin of its end (own clock) is never renewed: a new
+ *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs.
+ * - **Lost.** A renewal that finds the Lease under another live epoch (another process took the
+ *   name with `restart`) does not take it back: the claim lapses, the allocator fences, and
+ *   `lastError` says why; once that Lease lapses the node takes a new epoch.
+ *
+ * The decisions are plain functions ({@linkcode planOpen}, {@linkcode classifyRefusal}), tested on
+ * plain data; {@linkcode LeaseKeeper} applies them.
+ *
+ * @module
+ */
+import { ConflictError, errorMessage } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus, type KubeObject } from "./kube.ts";
+import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
+import { EPOCH_CHARS } from "./limits.ts";
+import { leaseLive } from "./liveness.ts";
+import { NodeInUseError } from "./node_in_use.ts";
+import { LEASES } from "./options.ts";
+
+const log = idallocLogger("k8s", "lease");
+
+/** How many read-decide-write rounds opening or replacing a lease tries before giving up. */
+const MAX_LEASE_ROUNDS = 5;
+
+/** What opening a writable session does with the node's Lease as read. */
+export type OpenPlan =
+  | { readonly kind: "create" }
+  | { readonly kind: "take"; readonly rv: string }
+  | { readonly kind: "inUse"; readonly expiresAt?: number };
+
+/**
+ * The plan for the node's Lease `existing` at `now`: create it when absent; refuse a live one
+ * unless `restart` (this process is that node restarting); take over a lapsed one.
+ */
+export function planOpen(
+  existing: NodeLeaseRecord | undefined,
+  now: number,
+  maxClockSkewMs: number,
+  restart: boolean,
+): OpenPlan {
+  if (existing === undefined) return { kind: "create" };
+  if (!restart && leaseLive(existing, now, maxClockSkewMs)) {
+    return {
+      kind: "inUse",
+      ...(existing.expiresAt === undefined ? {} : { expiresAt: existing.expiresAt }),
+    };
+  }
+  return { kind: "take", rv: existing.rv };
+}
+
+/** What the Lease says after a guarded write of it was refused. */
+export type Refusal =
+  /** Still this node's epoch (someone else edited the object): write again at `rv`. */
+  | { readonly kind: "retry"; readonly rv: string }
+  /** Gone, or another epoch that lapsed: a new epoch may replace it (at `rv`, or by create). */
+  | { readonly kind: "replace"; readonly rv?: string }
+  /** Another epoch holds it and is live: lost; not taken back while it lives. */
+  | { readonly kind: "lost"; readonly epoch?: string; readonly expiresAt?: number };
+
+/** Classifies the Lease `current` read after a refused write of epoch `epoch` (see {@linkcode Refusal}). */
+export function classifyRefusal(
+  current: NodeLeaseRecord | undefined,
+  epoch: string,
+  now: number,
+  maxClockSkewMs: number,
+): Refusal {
+  if (current === undefined) return { kind: "replace" };
+  if (current.epoch === epoch) return { kind: "retry", rv: current.rv };
+  if (leaseLive(current, now, maxClockSkewMs)) {
+    return {
+      kind: "lost",
+      ...(current.epoch === undefined ? {} : { epoch: current.epoch }),
+      ...(current.expiresAt === undefined ? {} : { expiresAt: current.expiresAt }),
+    };
+  }
+  return { kind: "replace", rv: current.rv };
+}
+
+/** A new random epoch. */
+export function newEpoch(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(EPOCH_CHARS / 2));
+  return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Keeps this node's Lease (see the module doc). */
+export class LeaseKeeper {
+  readonly #ctx: K8sContext;
+  readonly #ttlMs: number;
+  readonly #durationSeconds: number;
+  readonly #onReplaced: () => void;
+  readonly #onTick: () => void;
+  readonly #signal: AbortSignal;
+  #epoch = "";
+  #rv: string | undefined;
+  #acquired = 0;
+  #renewedAt = 0;
+  #claimUntil = 0;
+  #lost: { epoch?: string; expiresAt?: number } | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #chain: Promise<unknown> = Promise.resolve();
+  #closed = false;
+  #replacements = 0;
+  /** The last renewal failure, while the last attempt failed. */
+  lastError: string | undefined;
+
+  /**
+   * @param ctx the backend's context
+   * @param ttlMs the lease's lifetime
+   * @param onReplaced called after the epoch changed (references of the old one are dead)
+   * @param signal aborted when the session closes
+   * @param onTick called after each timed renewal, whatever its outcome
+   */
+  constructor(
+    ctx: K8sContext,
+    ttlMs: number,
+    onReplaced: () => void,
+    signal: AbortSignal,
+    onTick: () => void = () => {},
+  ) {
+    this.#ctx = ctx;
+    this.#ttlMs = ttlMs;
+    this.#durationSeconds = Math.max(1, Math.ceil(ttlMs / 1000));
+    this.#onReplaced = onReplaced;
+    this.#onTick = onTick;
+    this.#signal = signal;
+  }
+
+  /** The current epoch; references are written with it. */
+  get epoch(): string {
+    return this.#epoch;
+  }
+
+  /** When the lease ends unless renewed (ms, own clock). */
+  get expiresAt(): number {
+    return this.#renewedAt + this.#ttlMs;
+  }
+
+  /** Until when (on `Date.now()`'s scale) this node's references are certainly live for all. */
+  get claimValidUntil(): number {
+    return this.#claimUntil;
+  }
+
+  /** How often the epoch was replaced since the session opened. */
+  get replacements(): number {
+    return this.#replacements;
+  }
+
+  /** Whether another process holds the Lease now (see the module doc). */
+  get lost(): boolean {
+    return this.#lost !== undefined;
+  }
+
+  /** Takes the Lease (see {@linkcode planOpen}) and starts renewing it. */
+  async start(restart: boolean, signal: AbortSignal): Promise<void> {
+    const { settings } = this.#ctx;
+    for (let round = 0; round < MAX_LEASE_ROUNDS; round++) {
+      const existing = await this.#read(signal);
+      const plan = planOpen(existing, settings.now(), settings.maxClockSkewMs, restart);
+      if (plan.kind === "inUse") throw new NodeInUseError(this.#ctx.node, plan.expiresAt);
+      if (await this.#write(newEpoch(), plan.kind === "take" ? plan.rv : undefined, signal)) {
+        this.#schedule();
+        return;
+      }
+    }
+    throw new ConflictError(`the Lease of node '${this.#ctx.node}' kept changing while opening`);
+  }
+
+  /**
+   * Replaces the lease now if it is too close to its end to be renewed, so that a reference is
+   * never written under an epoch others may judge dead; throws {@linkcode NodeInUseError} while
+   * another process holds the Lease.
+   */
+  async ensureFresh(signal: AbortSignal): Promise<void> {
+    if (this.#lost) throw this.#lostError();
+    if (!this.#stale()) return;
+    await this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined);
+    if (this.#lost) throw this.#lostError();
+  }
+
+  /** Renews (or replaces) the lease now and waits for the answer; failures go to `lastError`. */
+  renewNow(): Promise<void> {
+    return this.#serial(() => this.#renew());
+  }
+
+  /** Stops renewing. The Lease stays and lapses on its own. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.#chain;
+  }
+
+  #lostError(): NodeInUseError {
+    return new NodeInUseError(this.#ctx.node, this.#lost?.expiresAt);
+  }
+
+  #stale(): boolean {
+    const { now, maxClockSkewMs } = this.#ctx.settings;
+    return now() >= this.expiresAt - maxClockSkewMs;
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.renewNow().finally(() => {
+        if (this.#closed) return;
+        this.#onTick();
+        this.#schedule();
+      });
+    }, Math.max(1, Math.floor(this.#ttlMs / 3)));
+  }
+
+  #serial<T>(fn: () => Promise<T> | T): Promise<T> {
+    const run = this.#chain.then(fn);
+    this.#chain = run.catch(() => {});
+    return run;
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#closed) return;
+    const signal = this.#signal;
+    try {
+      if (this.#lost || this.#stale()) return await this.#replace("expired", signal);
+      for (let round = 0; round < 2; round++) {
+        if (await this.#write(this.#epoch, this.#rv, signal, true)) return;
+        const refusal = await this.#refused(this.#epoch, signal);
+        if (refusal.kind === "lost") return;
+        if (refusal.kind === "replace") return await this.#replace("the Lease was removed", signal);
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      this.lastError = `lease renewal failed: ${errorMessage(err)}`;
+      log.warning("renewing the lease of {node} failed: {err}", { node: this.#ctx.node, err });
+    }
+  }
+
+  /** Takes a new epoch (unless another process holds the Lease live), then `onReplaced`. */
+  async #replace(why: string, signal: AbortSignal): Promise<void> {
+    const old = this.#epoch;
+    if (this.#lost && (await this.#refused(old, signal)).kind === "lost") return;
+    for (let round = 0; round < MAX_LEASE_ROUNDS; round++) {
+      const epoch = newEpoch();
+      if (await this.#write(epoch, this.#rv, signal)) {
+        this.#replacements++;
+        log.warning("lease epoch {old} of {node} replaced by {epoch}: {why}", {
+          old,
+          node: this.#ctx.node,
+          epoch,
+          why,
+        });
+        try {
+          this.#onReplaced();
+        } catch (err) {
+          log.error("onLeaseReplaced callback failed: {err}", { err });
+        }
+        return;
+      }
+      if ((await this.#refused(old, signal)).kind === "lost") return;
+    }
+    throw new ConflictError(`the Lease of node '${this.#ctx.node}' kept changing`);
+  }
+
+  /**
+   * After a refused write of `epoch`: reads the Lease and records what it says (see
+   * {@linkcode classifyRefusal}): the resource version to write at next, or the loss.
+   */
+  async #refused(epoch: string, signal: AbortSignal): Promise<Refusal> {
+    const refusal = classifyRefusal(await this.#read(signal), epoch, this.#now(), this.#skew());
+    if (refusal.kind === "lost") this.#markLost(refusal);
+    else this.#rv = refusal.rv;
+    return refusal;
+  }
+
+  /**
+   * Writes the Lease with `epoch`, renewed now: an update at `rv`, or a create without one.
+   * Returns whether it was written (false: the API server refused it as changed or gone).
+   */
+  async #write(
+    epoch: string,
+    rv: string | undefined,
+    signal: AbortSignal,
+    renewal = false,
+  ): Promise<boolean> {
+    const { client, namespace, node } = this.#ctx;
+    const now = this.#now();
+    const acquired = renewal ? this.#acquired : now;
+    const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, now, acquired, rv);
+    let written: KubeObject;
+    try {
+      written = rv === undefined
+        ? await client.create(LEASES, obj, { namespace, signal })
+        : await client.update(LEASES, obj, { namespace, signal });
+    } catch (err) {
+      if (isStatus(err, 409) || isStatus(err, 404)) return false;
+      throw err;
+    }
+    this.#epoch = epoch;
+    this.#rv = String(written.metadata.resourceVersion ?? "");
+    this.#acquired = acquired;
+    this.#renewedAt = now;
+    // The backend's clock is injectable (tests); the claim is kept on Date.now()'s scale.
+    this.#claimUntil = Date.now() + (now + this.#ttlMs - this.#skew() - this.#now());
+    this.#lost = undefined;
+    this.lastError = undefined;
+    return true;
+  }
+
+  #markLost(refusal: Extract<Refusal, { kind: "lost" }>): void {
+    if (this.#lost === undefined) {
+      log.error("the Lease of node {node} was taken by another process (epoch {epoch})", {
+        node: this.#ctx.node,
+        epoch: refusal.epoch ?? "none",
+      });
+    }
+    this.#lost = { epoch: refusal.epoch, expiresAt: refusal.expiresAt };
+    this.lastError = `lease lost: another process holds the Lease of node '${this.#ctx.node}' ` +
+      `(epoch ${refusal.epoch ?? "none"}); not taken back while it is live`;
+  }
+
+  async #read(signal: AbortSignal): Promise<NodeLeaseRecord | undefined> {
+    const { client, namespace, node } = this.#ctx;
+    const obj = await client.get(LEASES, nodeLeaseName(node), { namespace, signal });
+    if (obj === undefined) return undefined;
+    // A Lease under the name whose holder is not this node (hand-made): read as lapsed.
+    const lease = readNodeLease(obj);
+    return lease?.node === node
+      ? lease
+      : { name: nodeLeaseName(node), node, rv: String(obj.metadata.resourceVersion ?? "") };
+  }
+
+  #now(): number {
+    return this.#ctx.settings.now();
+  }
+
+  #skew(): number {
+    return this.#ctx.settings.maxClockSkewMs;
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * Limits of the Kubernetes API that shape the backend, and the backend's own bounds, in one place.
+ *
+ * @module
+ */
+
+/**
+ * Total size of an object's annotations the API server accepts (`TotalAnnotationSizeLimitB`,
+ * keys and values): 256 KiB.
+ */
+export const ANNOTATIONS_MAX_BYTES = 256 * 1024;
+
+/**
+ * The largest key (UTF-8 bytes): the claim Lease carries it as an annotation beside a few short
+ * ones, so it must fit the annotation limit with room to spare. (The identity itself carries the
+ * key in `security-labels`, where the object limit of about 1.5 MiB is far away.)
+ */
+export const MAX_KEY_BYTES: number = ANNOTATIONS_MAX_BYTES - 4 * 1024;
+
+/**
+ * About how many idalloc nodes one identity can carry references of: each reference annotation
+ * costs the prefix, the node name (at most 63 characters) and a 16-character epoch.
+ */
+export const MAX_NODES_PER_IDENTITY: number = Math.floor(
+  (ANNOTATIONS_MAX_BYTES - 1024) / ("ref.idalloc.io/".length + 63 + 16),
+);
+
+/** Objects per list page (watch's initial list, GC, admin, doctor). */
+export const LIST_PAGE = 500;
+
+/** Writes one `acquire` may make before it gives up with a `ConflictError`. */
+export const MAX_ACQUIRE_ROUNDS = 8;
+
+/** How often one `acquire` re-writes its reference after the lease was replaced meanwhile. */
+export const MAX_LEASE_CHASES = 3;
+
+/** Held keys `ensure` reads (one GET each) at a time. */
+export const ENSURE_CONCURRENCY = 8;
+
+/** Rounds per held key when a write of `ensure` met a changed object. */
+export const MAX_ENSURE_ROUNDS = 3;
+
+/** Backoff bounds between watch (re)starts after failures, in ms. */
+export const WATCH_RETRY_MIN_MS = 50;
+/** See {@linkcode WATCH_RETRY_MIN_MS}. */
+export const WATCH_RETRY_MAX_MS = 2_000;
+
+/** Cilium operator's default `--identity-heartbeat-timeout`: 30 minutes. */
+export const CILIUM_HEARTBEAT_TIMEOUT_MS = 30 * 60_000;
+
+/** Length of a lease epoch (random hex). */
+export const EPOCH_CHARS = 16;
+
+/** UTF-8 length of `s`. */
+export function utf8Length(s: string): number {
+  return new TextEncoder().encode(s).length;
+}

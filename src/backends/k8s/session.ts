@@ -1,0 +1,278 @@
+/**
+ * A Kubernetes session: the node's Lease, the informer over the identities, the mark keeper and
+ * the protocol's writes. Each protocol lives in its own module (`acquire.ts`, `ensure.ts`,
+ * `gc.ts`, `watch.ts`, `lease.ts`, `heartbeat.ts`); this class wires them to the
+ * {@linkcode BackendSession} contract and owns the lifecycle.
+ *
+ * @example
+ * ```ts ignore
+ * // ignored: needs an API server (tests/backends/k8s/session.test.ts runs it)
+ * const session = await backend.openSession({ leaseTtlMs: 15_000, readOnly: false, onLeaseReplaced });
+ * console.log(session.status());
+ * await session.close();
+ * ```
+ *
+ * @module
+ */
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  GcListOptions,
+  HeldKey,
+  SessionOptions,
+  SessionStatus,
+} from "../../allocator/backend.ts";
+import { errorMessage, ReadOnlyError } from "../../errors.ts";
+import { TaskGroup } from "../../task_group.ts";
+import { acquire, patchOrUndefined } from "./acquire.ts";
+import type { K8sContext } from "./context.ts";
+import { ensure } from "./ensure.ts";
+import { gcDelete, gcList, gcMark } from "./gc.ts";
+import { MarkKeeper } from "./heartbeat.ts";
+import type { KubeObject } from "./kube.ts";
+import { answerOf, claimName, keyProblem, readClaim, readIdentity } from "./layout.ts";
+import { LeaseKeeper } from "./lease.ts";
+import { checkLeaseTtl, LEASES } from "./options.ts";
+import { releasePatch } from "./patch.ts";
+import { IdentityInformer } from "./watch.ts";
+
+/** {@linkcode SessionOptions} with issue 28's `restart` (this process is the node restarting). */
+export type K8sSessionOptions = SessionOptions & { readonly restart?: boolean };
+
+/** The Kubernetes implementation of {@linkcode BackendSession}. */
+export class K8sSession implements BackendSession {
+  readonly #ctx: K8sContext;
+  readonly #readOnly: boolean;
+  readonly #group = new TaskGroup("Kubernetes session");
+  readonly #informer: IdentityInformer;
+  readonly #lease: LeaseKeeper | undefined;
+  readonly #marks: MarkKeeper | undefined;
+  readonly #onClose: (session: K8sSession) => void;
+  #watchError: string | undefined;
+
+  private constructor(
+    ctx: K8sContext,
+    options: K8sSessionOptions,
+    onClose: (session: K8sSession) => void,
+  ) {
+    this.#ctx = ctx;
+    this.#readOnly = options.readOnly;
+    this.#onClose = onClose;
+    const signal = this.#group.signal;
+    if (!options.readOnly) {
+      this.#lease = new LeaseKeeper(
+        ctx,
+        options.leaseTtlMs,
+        options.onLeaseReplaced,
+        signal,
+        () => this.#marks?.sweep(),
+      );
+      this.#marks = new MarkKeeper(
+        ctx,
+        this.#lease,
+        () => this.#informer,
+        (task) => this.#group.spawn(task),
+        signal,
+      );
+    }
+    this.#informer = new IdentityInformer(ctx, {
+      onError: (err) => void (this.#watchError = `watch failed: ${errorMessage(err)}`),
+      onSuccess: () => void (this.#watchError = undefined),
+      onRecord: (record) => this.#marks?.check(record),
+    }, signal);
+    this.#group.spawn(this.#informer.done);
+  }
+
+  /**
+   * Opens a session: starts the informer and, unless read-only, takes the node's Lease
+   * (`NodeInUseError` when another process holds it live, unless `restart`).
+   */
+  static async open(
+    ctx: K8sContext,
+    options: K8sSessionOptions,
+    onClose: (session: K8sSession) => void,
+  ): Promise<K8sSession> {
+    if (!options.readOnly) checkLeaseTtl(ctx.settings, options.leaseTtlMs);
+    const session = new K8sSession(ctx, options, onClose);
+    if (session.#lease !== undefined) {
+      try {
+        await session.#lease.start(
+          options.restart === true,
+          session.#group.bound(options.signal),
+        );
+      } catch (err) {
+        await session.close();
+        throw err;
+      }
+    }
+    return session;
+  }
+
+  /** The node's lease keeper (undefined for read-only sessions); for tests. */
+  get lease(): LeaseKeeper | undefined {
+    return this.#lease;
+  }
+
+  /** The informer (its index is the protocol's view of the identities); for tests. */
+  get informer(): IdentityInformer {
+    return this.#informer;
+  }
+
+  /** Cilium GC marks this session removed from identities it holds; for tests. */
+  get unmarked(): number {
+    return this.#marks?.unmarked ?? 0;
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    const lease = this.#writable("acquire");
+    return await acquire(
+      { ctx: this.#ctx, lease, informer: this.#informer },
+      { ...request, signal: this.#group.bound(request.signal) },
+    );
+  }
+
+  /**
+   * Removes this node's reference to `key` from every identity the index shows it on, and from
+   * `id`'s; each patch tests that the identity carries `key` (a reference on an ID that now
+   * carries another key is that key's, and stays).
+   */
+  async release(key: string, id: number, signal: AbortSignal): Promise<void> {
+    this.#writable("release");
+    const bound = this.#group.bound(signal);
+    const { node } = this.#ctx;
+    const ids = new Set(
+      this.#informer.index.ofKey(key).filter((r) => r.refs.has(node)).map((r) => r.id),
+    );
+    if (id > 0) ids.add(id);
+    await Promise.all([...ids].map(async (target) => {
+      const written = await patchOrUndefined(
+        this.#ctx.client,
+        this.#ctx,
+        target,
+        releasePatch(key, node),
+        bound,
+      );
+      if (written !== undefined) this.#informer.observe(written);
+    }));
+  }
+
+  async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
+    const lease = this.#writable("ensure");
+    return await ensure(
+      { ctx: this.#ctx, lease, informer: this.#informer },
+      held,
+      this.#group.bound(signal),
+    );
+  }
+
+  /**
+   * Cilium's answer for `key` among the identities the store shows carrying it: those the index
+   * knows of and the one the key's claim names, each read (in parallel) to confirm it. An
+   * identity that a Cilium node created a moment ago and the watch has not shown yet is not
+   * seen (Cilium's own `Get` reads the same watch cache).
+   */
+  async get(key: string, signal: AbortSignal): Promise<number | undefined> {
+    this.#open();
+    if (keyProblem(key) !== undefined) return undefined;
+    const bound = this.#group.bound(signal);
+    const { client, identities, namespace, resourceName } = this.#ctx;
+    const read = (id: number) => client.get(identities, String(id), { signal: bound });
+    const known = this.#informer.index.ofKey(key).map((r) => r.id);
+    const [claimObj, ...objs] = await Promise.all([
+      client.get(LEASES, claimName(resourceName, key), { namespace, signal: bound }),
+      ...known.map(read),
+    ]);
+    const claim = claimObj === undefined ? undefined : readClaim(claimObj);
+    if (claim !== undefined && claim.key === key && !known.includes(claim.id)) {
+      objs.push(await read(claim.id));
+    }
+    const carrying = objs
+      .filter((o): o is KubeObject => o !== undefined)
+      .map(readIdentity)
+      .flatMap((r) => (r.ok && r.record.key === key ? [r.record] : []));
+    return answerOf(carrying)?.id;
+  }
+
+  async getById(id: number, signal: AbortSignal): Promise<string | undefined> {
+    this.#open();
+    if (!Number.isSafeInteger(id) || id <= 0) return undefined;
+    const { client, identities } = this.#ctx;
+    const obj = await client.get(identities, String(id), { signal: this.#group.bound(signal) });
+    if (obj === undefined) return undefined;
+    const read = readIdentity(obj);
+    return read.ok ? read.record.key : undefined;
+  }
+
+  watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
+    this.#open();
+    return this.#informer.subscribe(this.#group.bound(signal));
+  }
+
+  gcList(
+    range: { min: number; max: number },
+    signal: AbortSignal,
+    options?: GcListOptions,
+  ): AsyncIterable<GcCandidate> {
+    this.#open();
+    return gcList(this.#ctx, range, this.#group.bound(signal), options);
+  }
+
+  /** See {@linkcode BackendSession.gcMark}: Cilium's `io.cilium.heartbeat`, guarded. */
+  async gcMark(candidate: GcCandidate, signal: AbortSignal): Promise<string | undefined> {
+    this.#writable("gcMark");
+    return await gcMark(this.#ctx, candidate, this.#group.bound(signal));
+  }
+
+  async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
+    this.#writable("gcDelete");
+    return await gcDelete(this.#ctx, candidate, this.#group.bound(signal));
+  }
+
+  claimValidUntil(): number {
+    return this.#lease ? this.#lease.claimValidUntil : Infinity;
+  }
+
+  async renew(signal: AbortSignal): Promise<void> {
+    const lease = this.#writable("renew");
+    signal.throwIfAborted();
+    await lease.renewNow();
+    this.#marks?.sweep();
+  }
+
+  status(): SessionStatus {
+    const lastError = this.#lease?.lastError ?? this.#watchError ??
+      (Date.now() >= this.claimValidUntil() ? "lease lapsed: not renewed in time" : undefined);
+    return {
+      backend: "k8s",
+      node: this.#ctx.node,
+      endpoints: [this.#ctx.client.server],
+      leases: this.#lease && !this.#group.closed ? 1 : 0,
+      leaseExpiresAt: this.#lease?.expiresAt,
+      lastError,
+      healthy: !this.#group.closed && lastError === undefined,
+    };
+  }
+
+  /** Stops the lease's renewals, the informer and the mark keeper, and waits for them. */
+  close(): Promise<void> {
+    return this.#group.close(() => this.#lease?.close(), () => this.#onClose(this));
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #open(): void {
+    this.#group.throwIfClosed();
+  }
+
+  #writable(operation: string): LeaseKeeper {
+    this.#open();
+    if (this.#lease === undefined) throw new ReadOnlyError(operation);
+    return this.#lease;
+  }
+}

@@ -1,0 +1,319 @@
+/**
+ * The session's informer over the identity resource (client-go's list-and-watch, as Cilium's
+ * `ListAndWatch` runs it): a paged list in one snapshot, then a watch from the list's resource
+ * version with bookmarks. A watch that ends is resumed from the last resource version seen (a
+ * bookmark moves it too); `410 Gone` (the version was compacted away) re-lists and reports the
+ * difference, so nothing is lost and nothing repeated.
+ *
+ * It keeps the index the protocol decides by: ID → {@linkcode IdentityRecord} and key → IDs, and
+ * answers Cilium's answer for a key (the oldest identity of it). Objects that are no identity
+ * idalloc can read (a name that is not a decimal ID, labels that do not decode) are logged and
+ * left out, never fatal. The session's own writes enter the index at once
+ * ({@linkcode IdentityInformer.observe}); the watch's echo of them then changes nothing. A version
+ * never replaces a newer one (resource versions of one resource are etcd revisions: ordered).
+ *
+ * Every `watch()` of the session subscribes here: it gets the index as `upsert`s, `synced`, then
+ * live changes (an `upsert` per new version of an identity, a `delete` per vanished one).
+ *
+ * @module
+ */
+import type { BackendEvent } from "../../allocator/backend.ts";
+import { EventQueue } from "../../allocator/event_queue.ts";
+import { abortable, sleep } from "../../abort.ts";
+import { errorMessage } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus, type KubeObject } from "./kube.ts";
+import { answerOf, type IdentityRecord, idOfName, readIdentity } from "./layout.ts";
+import { WATCH_RETRY_MAX_MS, WATCH_RETRY_MIN_MS } from "./limits.ts";
+import { listAll } from "./paging.ts";
+
+const log = idallocLogger("k8s", "watch");
+
+type Change = Exclude<BackendEvent, { type: "synced" }>;
+
+/** Whether resource version `a` is newer than `b` (numeric when both are; else: different). */
+export function newer(a: string, b: string): boolean {
+  if (/^\d+$/.test(a) && /^\d+$/.test(b)) return BigInt(a) > BigInt(b);
+  return a !== b;
+}
+
+/** What the informer tells its session. */
+export interface InformerHooks {
+  /** A list or watch failed (it is retried with backoff). */
+  onError(err: unknown): void;
+  /** A list or watch answered. */
+  onSuccess(): void;
+  /** An identity entered the index or changed in it (the session keeps its own ones unmarked). */
+  onRecord(record: IdentityRecord): void;
+}
+
+/** The ID → identity and key → IDs index with Cilium's answer rule. */
+export class IdentityIndex {
+  readonly #byId = new Map<number, IdentityRecord>();
+  readonly #byKey = new Map<string, Set<number>>();
+
+  /** How many identities it holds. */
+  get size(): number {
+    return this.#byId.size;
+  }
+
+  /** The identity of `id`. */
+  get(id: number): IdentityRecord | undefined {
+    return this.#byId.get(id);
+  }
+
+  /** Every identity of `key`. */
+  ofKey(key: string): IdentityRecord[] {
+    const ids = this.#byKey.get(key);
+    return ids === undefined ? [] : [...ids].map((id) => this.#byId.get(id)!);
+  }
+
+  /** Cilium's answer for `key` (see `answerOf`). */
+  answer(key: string): IdentityRecord | undefined {
+    return answerOf(this.ofKey(key));
+  }
+
+  /** Every identity. */
+  records(): IterableIterator<IdentityRecord> {
+    return this.#byId.values();
+  }
+
+  /** Sets `record`; returns the one it replaced. */
+  set(record: IdentityRecord): IdentityRecord | undefined {
+    const old = this.#byId.get(record.id);
+    if (old !== undefined && old.key !== record.key) this.#unlink(old.key, old.id);
+    this.#byId.set(record.id, record);
+    let ids = this.#byKey.get(record.key);
+    if (ids === undefined) this.#byKey.set(record.key, ids = new Set());
+    ids.add(record.id);
+    return old;
+  }
+
+  /** Removes `id`; returns what it held. */
+  delete(id: number): IdentityRecord | undefined {
+    const old = this.#byId.get(id);
+    if (old === undefined) return undefined;
+    this.#byId.delete(id);
+    this.#unlink(old.key, id);
+    return old;
+  }
+
+  #unlink(key: string, id: number): void {
+    const ids = this.#byKey.get(key);
+    ids?.delete(id);
+    if (ids?.size === 0) this.#byKey.delete(key);
+  }
+}
+
+/** The informer (see the module doc). */
+export class IdentityInformer {
+  /** The index; read it only after {@linkcode IdentityInformer.waitSynced}. */
+  readonly index: IdentityIndex = new IdentityIndex();
+  readonly #ctx: K8sContext;
+  readonly #hooks: InformerHooks;
+  readonly #signal: AbortSignal;
+  readonly #subscribers = new Set<EventQueue<BackendEvent>>();
+  readonly #synced = Promise.withResolvers<void>();
+  /** Resource versions of the objects left out as damaged, by name (logged once per version). */
+  readonly #damaged = new Map<string, string>();
+  #isSynced = false;
+  #resourceVersion = "";
+  /** Set once the loop ends (the session closed). */
+  readonly done: Promise<void>;
+
+  /**
+   * Starts listing at once.
+   * @param ctx the backend's context
+   * @param hooks what the session hears
+   * @param signal ends the informer (the session's closing signal)
+   */
+  constructor(ctx: K8sContext, hooks: InformerHooks, signal: AbortSignal) {
+    this.#ctx = ctx;
+    this.#hooks = hooks;
+    this.#signal = signal;
+    this.#synced.promise.catch(() => {});
+    this.done = this.#run().finally(() => {
+      for (const queue of this.#subscribers) queue.end();
+      this.#synced.reject(signal.reason);
+    });
+  }
+
+  /** Whether the initial list is complete. */
+  get synced(): boolean {
+    return this.#isSynced;
+  }
+
+  /** Resolves once the initial list is complete; rejects when `signal` aborts first. */
+  waitSynced(signal: AbortSignal): Promise<void> {
+    return this.#isSynced ? Promise.resolve() : abortable(this.#synced.promise, signal);
+  }
+
+  /**
+   * Every identity as `upsert` (once the initial list is complete), `synced`, then live changes,
+   * until `signal` aborts or the session closes.
+   */
+  async *subscribe(signal: AbortSignal): AsyncGenerator<BackendEvent> {
+    const queue = new EventQueue<BackendEvent>();
+    if (this.#isSynced) this.#replay(queue);
+    this.#subscribers.add(queue);
+    const end = () => queue.end();
+    signal.addEventListener("abort", end, { once: true });
+    if (this.#signal.aborted) queue.end();
+    try {
+      yield* queue;
+    } finally {
+      signal.removeEventListener("abort", end);
+      this.#subscribers.delete(queue);
+    }
+  }
+
+  /**
+   * Applies an identity object the session itself just wrote (create or patch), unless the index
+   * already holds a newer version. Subscribers see it as the watch would show it.
+   */
+  observe(obj: KubeObject): void {
+    if (!this.#isSynced) return;
+    this.#apply(obj, Date.now());
+  }
+
+  #replay(queue: EventQueue<BackendEvent>): void {
+    for (const r of this.index.records()) {
+      queue.push({ type: "upsert", id: r.id, key: r.key, version: r.rv });
+    }
+    queue.push({ type: "synced" });
+  }
+
+  #emit(event: Change): void {
+    if (!this.#isSynced) return;
+    for (const queue of this.#subscribers) queue.push(event);
+  }
+
+  async #run(): Promise<void> {
+    const signal = this.#signal;
+    let relist = true;
+    let pause = WATCH_RETRY_MIN_MS;
+    while (!signal.aborted) {
+      try {
+        if (relist) {
+          await this.#list();
+          relist = false;
+        }
+        await this.#watch();
+        pause = WATCH_RETRY_MIN_MS;
+      } catch (err) {
+        if (signal.aborted) return;
+        if (isStatus(err, 410)) {
+          log.info("watch of identities expired at {rv}; re-listing", {
+            rv: this.#resourceVersion,
+          });
+          relist = true;
+          continue;
+        }
+        this.#hooks.onError(err);
+        log.warning("watch of identities failed, resuming from {rv}: {err}", {
+          rv: this.#resourceVersion,
+          err: errorMessage(err),
+        });
+        try {
+          await sleep(pause, signal);
+        } catch {
+          return;
+        }
+        pause = Math.min(pause * 2, WATCH_RETRY_MAX_MS);
+      }
+    }
+  }
+
+  /** Lists every identity in one snapshot and applies the difference to the index. */
+  async #list(): Promise<void> {
+    const { client, identities } = this.#ctx;
+    const list = await listAll(client, identities, { signal: this.#signal });
+    this.#hooks.onSuccess();
+    const seen = new Set<number>();
+    for (const obj of list.items) {
+      const id = this.#apply(obj, undefined);
+      if (id !== undefined) seen.add(id);
+    }
+    // What the index holds from before this snapshot and the snapshot lacks is gone; what is newer
+    // than the snapshot (this session's own writes since) stays: the watch from it will tell.
+    for (const r of [...this.index.records()]) {
+      if (!seen.has(r.id) && !newer(r.rv, list.resourceVersion)) this.#remove(r.id, undefined);
+    }
+    this.#resourceVersion = list.resourceVersion;
+    if (!this.#isSynced) {
+      this.#isSynced = true;
+      for (const queue of this.#subscribers) this.#replay(queue);
+      this.#synced.resolve();
+    }
+  }
+
+  /** Watches from the current resource version until the stream ends. */
+  async #watch(): Promise<void> {
+    const { client, identities } = this.#ctx;
+    const events = client.watch(identities, {
+      resourceVersion: this.#resourceVersion,
+      bookmarks: true,
+      signal: this.#signal,
+    });
+    for await (const event of events) {
+      this.#hooks.onSuccess();
+      const rv = event.object?.metadata?.resourceVersion;
+      const at = Date.now();
+      if (event.type === "DELETED") {
+        const id = idOfName(event.object.metadata.name);
+        const known = id === undefined ? undefined : this.index.get(id);
+        // A delete older than what the index holds (a re-creation seen first) changes nothing.
+        if (known !== undefined && (rv === undefined || !newer(known.rv, rv))) {
+          this.#remove(known.id, at);
+        }
+        this.#damaged.delete(String(event.object.metadata.name ?? ""));
+      } else if (event.type === "ADDED" || event.type === "MODIFIED") {
+        this.#apply(event.object, at);
+      }
+      if (typeof rv === "string" && rv !== "") this.#resourceVersion = rv;
+    }
+  }
+
+  /**
+   * Applies one object: the record when it is an identity and newer than the index's, a removal
+   * when an ID the index holds became unreadable. Returns the ID it accounts for (damaged
+   * objects count as seen: their ID is not "vanished", it is unreadable).
+   */
+  #apply(obj: KubeObject, at: number | undefined): number | undefined {
+    const read = readIdentity(obj);
+    if (!read.ok) {
+      const { damage } = read;
+      if (this.#damaged.get(damage.name) !== damage.rv) {
+        this.#damaged.set(damage.name, damage.rv);
+        log.warning("skipping identity {name}: {reason} (CorruptEntryError)", {
+          name: damage.name,
+          reason: damage.reason,
+        });
+      }
+      if (damage.id !== undefined && this.index.get(damage.id) !== undefined) {
+        this.#remove(damage.id, at);
+      }
+      return damage.id;
+    }
+    this.#damaged.delete(String(obj.metadata.name));
+    const { record } = read;
+    const known = this.index.get(record.id);
+    if (known !== undefined && !newer(record.rv, known.rv)) return record.id;
+    this.index.set(record);
+    this.#emit({
+      type: "upsert",
+      id: record.id,
+      key: record.key,
+      version: record.rv,
+      ...(at === undefined ? {} : { at }),
+    });
+    this.#hooks.onRecord(record);
+    return record.id;
+  }
+
+  #remove(id: number, at: number | undefined): void {
+    if (this.index.delete(id) === undefined) return;
+    this.#emit({ type: "delete", id, ...(at === undefined ? {} : { at }) });
+  }
+}

@@ -1,0 +1,65 @@
+// ensure's classification on plain data: ok, a reference to patch (missing, older epoch, or a GC
+// mark), an identity to re-create, or a conflict (another key, an older identity of the key, a
+// missing identity whose key lives elsewhere) — and the claim rule for re-creating.
+import assert from "node:assert/strict";
+import { claimAllows, classifyHeld } from "../../../src/backends/k8s/ensure.ts";
+import { type IdentityRead, readIdentity } from "../../../src/backends/k8s/layout.ts";
+
+const HELD = { key: "k", id: 300 };
+function identity(
+  over: { key?: string; refs?: Record<string, string>; mark?: string; created?: string } = {},
+): IdentityRead {
+  return readIdentity({
+    metadata: {
+      name: "300",
+      resourceVersion: "9",
+      creationTimestamp: over.created ?? "2026-01-01T00:00:10Z",
+      annotations: {
+        ...Object.fromEntries(
+          Object.entries(over.refs ?? { n1: "e1" }).map(([n, e]) => [`ref.idalloc.io/${n}`, e]),
+        ),
+        ...(over.mark === undefined ? {} : { "io.cilium.heartbeat": over.mark }),
+      },
+    },
+    "security-labels": { "idalloc:key": over.key ?? "k" },
+  });
+}
+const older = { id: 299, created: Date.parse("2026-01-01T00:00:05Z") };
+const newer = { id: 301, created: Date.parse("2026-01-01T00:00:20Z") };
+
+Deno.test("healthy: ok; reference missing, of an older epoch, or marked: patch it", () => {
+  assert.deepEqual(classifyHeld(HELD, identity(), [], "n1", "e1"), { kind: "ok" });
+  assert.deepEqual(classifyHeld(HELD, identity(), [newer], "n1", "e1"), { kind: "ok" });
+  assert.deepEqual(classifyHeld(HELD, identity(), [], "n1", "e2"), {
+    kind: "reference",
+    annotated: true,
+  });
+  assert.deepEqual(classifyHeld(HELD, identity({ refs: {} }), [], "n1", "e1"), {
+    kind: "reference",
+    annotated: false,
+  });
+  assert.deepEqual(classifyHeld(HELD, identity({ mark: "2026-01-01T00:01:00Z" }), [], "n1", "e1"), {
+    kind: "reference",
+    annotated: true,
+  });
+});
+
+Deno.test("conflicts: another key, an older identity of the key, unreadable, gone elsewhere", () => {
+  assert.equal(classifyHeld(HELD, identity({ key: "j" }), [], "n1", "e1").kind, "conflict");
+  assert.equal(classifyHeld(HELD, identity(), [older], "n1", "e1").kind, "conflict");
+  const damaged = readIdentity({ metadata: { name: "300" }, "security-labels": {} });
+  assert.equal(classifyHeld(HELD, damaged, [], "n1", "e1").kind, "conflict");
+  assert.equal(classifyHeld(HELD, undefined, [newer], "n1", "e1").kind, "conflict");
+  // The index still lists the gone identity itself: not a reason to give it up.
+  assert.deepEqual(classifyHeld(HELD, undefined, [{ id: 300, created: 0 }], "n1", "e1"), {
+    kind: "recreate",
+  });
+});
+
+Deno.test("re-creating follows the claim: absent or naming the ID", () => {
+  const claim = (id: number, key = "k") => ({ name: "c", key, id, rv: "1" });
+  assert.equal(claimAllows(undefined, "k", 300), true);
+  assert.equal(claimAllows(claim(300), "k", 300), true);
+  assert.equal(claimAllows(claim(301), "k", 300), false);
+  assert.equal(claimAllows(claim(300, "j"), "k", 300), false);
+});
