@@ -58,14 +58,6 @@ const log = idallocLogger("k8s", "doctor");
 /** The token's backend tag. */
 const TAG = "k8s";
 
-/** Damage only a Kubernetes store can hold, each with what it means. */
-export const K8S_DAMAGE_KINDS: Readonly<Record<string, string>> = {
-  "key-duplicate": "a second identity of a key (Cilium's agents take no lock); the oldest stays",
-  "claim-stale": "a key claim whose identity is gone or carries another key",
-  "claim-undecodable": "a key claim Lease that names no key or no ID",
-  "lease-undecodable": "a node Lease without an epoch or an end",
-};
-
 const tokenSchema = z.object({
   /** What the entry is: an identity, one annotation of it, a claim or a node Lease. */
   what: z.enum(["identity", "annotation", "claim", "lease"]),

@@ -1,0 +1,76 @@
+/**
+ * The Kubernetes driver: `--store k8s:<kubeconfig>` or `k8s:in-cluster`, in Cilium's CRD layout
+ * (see `./store_description.ts` for how a store is named). The client is loaded only when a store
+ * is opened, so that tools listing the drivers never pay for it.
+ *
+ * @module
+ */
+import type { BackendDriver, DriverFailure, DriverOpenOptions, OpenedBackend } from "../driver.ts";
+import {
+  describeK8sStore,
+  IN_CLUSTER,
+  K8S_OPTIONS,
+  type K8sStoreDescription,
+  k8sStoreDescription,
+} from "./store_description.ts";
+
+async function open(d: K8sStoreDescription, options: DriverOpenOptions): Promise<OpenedBackend> {
+  const { K8sBackend } = await import("./backend.ts");
+  const backend = await K8sBackend.connect({
+    node: options.node,
+    ...(d.kubeconfig === undefined ? {} : { kubeconfig: d.kubeconfig }),
+    ...(d.inCluster ? { inCluster: true } : {}),
+    ...(d.context === undefined ? {} : { context: d.context }),
+    ...(d.namespace === undefined ? {} : { namespace: d.namespace }),
+    resource: d.resource,
+    maxClockSkewMs: d.maxClockSkewMs,
+    heartbeatTimeoutMs: d.heartbeatTimeoutMs,
+    connectTimeoutMs: d.connectTimeoutMs,
+    requestTimeoutMs: d.requestTimeoutMs,
+  }, { signal: options.interrupt ?? options.signal });
+  return {
+    backend,
+    where: `k8s ${backend.server} (${backend.resource}, namespace ${backend.namespace})`,
+    close: () => backend.close(),
+  };
+}
+
+/** Damage only a Kubernetes store can hold, each with what it means (see `./doctor.ts`). */
+export const K8S_DAMAGE_KINDS: Readonly<Record<string, string>> = {
+  "key-duplicate": "a second identity of a key (Cilium's agents take no lock); the oldest stays",
+  "claim-stale": "a key claim whose identity is gone or carries another key",
+  "claim-undecodable": "a key claim Lease that names no key or no ID",
+  "lease-undecodable": "a node Lease without an epoch or an end",
+};
+
+/** The Kubernetes error classes, by name: what to do about them in the CLI's flags. */
+export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
+  ResourceNotInstalledError: {
+    kind: "usage",
+    hint: () =>
+      "install the CRD (Cilium's ciliumidentities.yaml), or name the installed one with --prefix",
+  },
+  NotKubernetesApiError: {
+    kind: "usage",
+    hint: () => "check the server of the kubeconfig's context (or --context)",
+  },
+};
+
+/** The Kubernetes backend, as idalloc's tools know it. */
+export const k8sDriver: BackendDriver<K8sStoreDescription> = {
+  kind: "k8s",
+  harness: new URL("./testing/harness.ts", import.meta.url).href,
+  title: "Kubernetes",
+  scheme: "k8s:",
+  syntax: `k8s:<kubeconfig> or k8s:${IN_CLUSTER}`,
+  exampleStore: "k8s:./kubeconfig",
+  prefixSyntax:
+    'an identity resource <plural>.<group>/<version> (default "ciliumidentities.cilium.io/v2")',
+  options: K8S_OPTIONS,
+  description: k8sStoreDescription,
+  damageKinds: K8S_DAMAGE_KINDS,
+  failures: K8S_FAILURES,
+  accepts: (rest) => !rest.includes("\0"),
+  describe: describeK8sStore,
+  open,
+};

@@ -1,0 +1,186 @@
+/**
+ * A Kubernetes store as idalloc's tools name it: `--store k8s:<kubeconfig file>` (`k8s:` alone:
+ * `$KUBECONFIG`, else `~/.kube/config`) or `k8s:in-cluster` (the pod's service account),
+ * `--prefix` as the identity resource `<plural>.<group>/<version>`, and the backend's own options:
+ * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--clock-skew`,
+ * `--heartbeat-timeout` and `--connect-timeout`. {@linkcode describeK8sStore} turns them into a
+ * {@linkcode K8sStoreDescription}, which `./driver.ts` opens. Nothing here loads the client.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { describeK8sStore } from "./store_description.ts";
+ * const d = describeK8sStore("in-cluster", { namespace: "kube-system" }, {
+ *   timeoutMs: 30_000,
+ *   leaseTtlMs: 60_000,
+ * });
+ * assert.equal(d.inCluster, true);
+ * assert.deepEqual(d.resource, {
+ *   group: "cilium.io",
+ *   version: "v2",
+ *   plural: "ciliumidentities",
+ *   kind: "CiliumIdentity",
+ * });
+ * ```
+ *
+ * @module
+ */
+import { homedir } from "node:os";
+import { resolve } from "node:path";
+import process from "node:process";
+import { z } from "../../deps/zod.ts";
+import { InvalidOptionsError } from "../../errors.ts";
+import type { StoreContext, StoreOption } from "../driver.ts";
+import { durationFlag, validateFlags } from "../driver_options.ts";
+import { DNS_LABEL, isSubdomain } from "./layout.ts";
+import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "./limits.ts";
+
+/** `--store k8s:in-cluster`. */
+export const IN_CLUSTER = "in-cluster";
+
+/** The identity resource when `--prefix` is not given. */
+export const DEFAULT_K8S_PREFIX = "ciliumidentities.cilium.io/v2";
+
+/** How long connecting waits unless `--connect-timeout` says otherwise (at most `--timeout`). */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
+/** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
+export interface K8sStoreDescription {
+  /** The kubeconfig file (absolute); absent with `inCluster`. */
+  readonly kubeconfig?: string;
+  /** Whether the pod's service account is used instead of a kubeconfig. */
+  readonly inCluster: boolean;
+  /** The kubeconfig context; its current one when absent. */
+  readonly context?: string;
+  /** The namespace of node Leases and claims; the configuration's when absent. */
+  readonly namespace?: string;
+  /** The identity resource. */
+  readonly resource: {
+    readonly group: string;
+    readonly version: string;
+    readonly plural: string;
+    readonly kind: string;
+  };
+  /** The largest clock difference between nodes, in ms. */
+  readonly maxClockSkewMs: number;
+  /** Cilium operator's heartbeat timeout, in ms. */
+  readonly heartbeatTimeoutMs: number;
+  /** How long connecting waits for the API server, in ms. */
+  readonly connectTimeoutMs: number;
+  /** Upper bound of one request, in ms. */
+  readonly requestTimeoutMs: number;
+}
+
+/** The schema of {@linkcode K8sStoreDescription}. */
+export const k8sStoreDescription: z.ZodType<K8sStoreDescription> = z.object({
+  kubeconfig: z.string().min(1).optional(),
+  inCluster: z.boolean(),
+  context: z.string().min(1).optional(),
+  namespace: z.string().regex(DNS_LABEL).max(63).optional(),
+  resource: z.object({
+    group: z.string().refine(isSubdomain),
+    version: z.string().regex(DNS_LABEL),
+    plural: z.string().regex(DNS_LABEL),
+    kind: z.string().regex(/^[A-Z][A-Za-z0-9]*$/),
+  }).strict(),
+  maxClockSkewMs: z.number().int().min(0),
+  heartbeatTimeoutMs: z.number().int().min(1_000),
+  connectTimeoutMs: z.number().int().positive(),
+  requestTimeoutMs: z.number().int().positive(),
+}).strict().refine((d) => d.inCluster === (d.kubeconfig === undefined), {
+  message: "exactly one of kubeconfig and inCluster",
+});
+
+/** The backend's own CLI options. */
+export const K8S_OPTIONS: readonly StoreOption[] = [
+  { flags: "--context <name>", description: "kubeconfig context (default: its current one)" },
+  {
+    flags: "--namespace <name>",
+    description: "namespace of the node Leases and key claims (default: the context's)",
+  },
+  {
+    flags: "--kind <kind>",
+    description: "kind of the identity resource's objects",
+    default: "CiliumIdentity",
+  },
+  {
+    flags: "--clock-skew <duration>",
+    description: "largest clock difference between nodes",
+    default: "5s",
+  },
+  {
+    flags: "--heartbeat-timeout <duration>",
+    description: "Cilium operator's --identity-heartbeat-timeout",
+    default: "30m",
+  },
+  {
+    flags: "--connect-timeout <duration>",
+    description: "time to wait for an answer when connecting (default: 5s, at most --timeout), " +
+      "and per request when given (default: --timeout)",
+  },
+];
+
+const k8sValues = z.object({
+  context: z.string().min(1).optional(),
+  namespace: z.string().max(63).regex(DNS_LABEL, "must be a namespace name").optional(),
+  kind: z.string().regex(/^[A-Z][A-Za-z0-9]*$/, "must be a kind (CamelCase)").default(
+    "CiliumIdentity",
+  ),
+  clockSkew: durationFlag(0).default(5_000),
+  heartbeatTimeout: durationFlag(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
+  connectTimeout: durationFlag(1).optional(),
+});
+
+/** `<plural>.<group>/<version>` of `--prefix`, or `undefined` when it is not that. */
+export function k8sResource(
+  prefix: string,
+): { group: string; version: string; plural: string } | undefined {
+  const match = /^([a-z0-9-]+)\.([a-z0-9.-]+)\/([a-z0-9-]+)$/.exec(prefix);
+  if (match === null) return undefined;
+  const [, plural, group, version] = match;
+  if (!DNS_LABEL.test(plural) || !isSubdomain(group) || !DNS_LABEL.test(version)) return undefined;
+  return { group, version, plural };
+}
+
+/** The kubeconfig file when `--store k8s:` names none: `$KUBECONFIG`'s first, else `~/.kube/config`. */
+export function defaultKubeconfig(): string {
+  const first = (process.env.KUBECONFIG ?? "").split(":").find((p) => p !== "");
+  return resolve(first ?? resolve(homedir(), ".kube", "config"));
+}
+
+/**
+ * The description of `--store k8s:<rest>` with `--prefix` and the backend's options; throws
+ * `InvalidOptionsError` naming the flag.
+ */
+export function describeK8sStore(
+  rest: string,
+  values: Readonly<Record<string, unknown>>,
+  context: StoreContext,
+): K8sStoreDescription {
+  const o = validateFlags(k8sValues, values);
+  const inCluster = rest === IN_CLUSTER;
+  if (inCluster && o.context !== undefined) {
+    throw new InvalidOptionsError(
+      "invalid option: --context names a kubeconfig context; --store k8s:in-cluster has none",
+    );
+  }
+  const prefix = context.prefix ?? DEFAULT_K8S_PREFIX;
+  const resource = k8sResource(prefix);
+  if (resource === undefined) {
+    throw new InvalidOptionsError(
+      `invalid option: --prefix '${prefix}' must name the identity resource as ` +
+        "<plural>.<group>/<version>, e.g. ciliumidentities.cilium.io/v2",
+    );
+  }
+  return {
+    ...(inCluster ? {} : { kubeconfig: rest === "" ? defaultKubeconfig() : resolve(rest) }),
+    inCluster,
+    ...(o.context === undefined ? {} : { context: o.context }),
+    ...(o.namespace === undefined ? {} : { namespace: o.namespace }),
+    resource: { ...resource, kind: o.kind },
+    maxClockSkewMs: o.clockSkew,
+    heartbeatTimeoutMs: o.heartbeatTimeout,
+    connectTimeoutMs: Math.min(o.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
+    requestTimeoutMs: Math.min(o.connectTimeout ?? context.timeoutMs, context.timeoutMs),
+  };
+}
