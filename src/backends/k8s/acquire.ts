@@ -10,7 +10,7 @@
  * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
  *   the identity it names, or create that identity when it is missing (a racing node's create then
  *   gets 409 and joins). A claim whose ID belongs to another key (or lies outside the range) is
- *   stale: it is moved to a new candidate by an update guarded by its resource version (a lost
+ *   stale: it is moved to a new candidate by a merge patch guarded by its resource version (a lost
  *   race re-reads and follows the winner).
  * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
  *   claim to the next candidate.
@@ -45,7 +45,7 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { joinPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 /** The next step of an acquire. */
@@ -257,13 +257,11 @@ export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise
         const id = pick(req, exclude);
         writes++;
         try {
-          const moved = await client.update(
+          const moved = await client.patch(
             LEASES,
-            claimObject(claim, key, id, ctx.node, step.claimRv),
-            {
-              namespace: ctx.namespace,
-              signal,
-            },
+            claim,
+            guardedMergePatch(claimObject(claim, key, id, ctx.node), step.claimRv),
+            { type: "merge", namespace: ctx.namespace, signal },
           );
           step = { kind: "create", id, claimRv: rvOf(moved) };
         } catch (err) {

@@ -151,10 +151,14 @@ export class KubeApiError extends Error {
   }
 }
 
-/** Whether `err` is an API status with `code` (and `reason`, when given). */
+/**
+ * Whether `err` is an API status ({@linkcode KubeApiError}, by name) with `code` (and `reason`,
+ * when given).
+ */
 export function isStatus(err: unknown, code: number, reason?: string): err is KubeApiError {
-  return err instanceof KubeApiError && err.code === code &&
-    (reason === undefined || err.reason === reason);
+  const e = err as Partial<KubeApiError> | null;
+  return typeof e === "object" && e !== null && e.name === "KubeApiError" && e.code === code &&
+    (reason === undefined || e.reason === reason);
 }
 
 /** A round-trip counter (`AcquireRequest.roundTrips`). */

@@ -432,7 +432,6 @@ export function nodeLeaseObject(
   durationSeconds: number,
   now: number,
   acquired: number,
-  rv?: string,
 ): KubeObject {
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -441,7 +440,6 @@ export function nodeLeaseObject(
       name: nodeLeaseName(node),
       labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "node" },
       annotations: { [EPOCH_ANNOTATION]: epoch },
-      ...(rv === undefined ? {} : { resourceVersion: rv }),
     },
     spec: {
       holderIdentity: node,
@@ -483,7 +481,6 @@ export function claimObject(
   key: string,
   id: number,
   node: string,
-  rv?: string,
 ): KubeObject {
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -492,7 +489,6 @@ export function claimObject(
       name,
       labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "claim", [ID_LABEL]: String(id) },
       annotations: { [KEY_ANNOTATION]: key },
-      ...(rv === undefined ? {} : { resourceVersion: rv }),
     },
     spec: { holderIdentity: node },
   };

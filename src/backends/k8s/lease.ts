@@ -6,9 +6,10 @@
  *
  * - **Open.** A writable session reads the Lease: absent → create it; live (another process, or
  *   this node before a crash) → `NodeInUseError` unless `restart`; lapsed, or `restart` → take it
- *   over with a new epoch (an update guarded by its resource version).
- * - **Renewal** every ttl/3: an update guarded by the Lease's resource version, setting
- *   `renewTime`. A Lease within the skew margin of its end (own clock) is never renewed: a new
+ *   over with a new epoch (a write guarded by its resource version).
+ * - **Renewal** every ttl/3: a merge patch guarded by the Lease's resource version, setting
+ *   `renewTime` (not an update: that would re-create a Lease an operator deleted, reviving its
+ *   epoch). A Lease within the skew margin of its end (own clock) is never renewed: a new
  *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs.
  * - **Lost.** A renewal that finds the Lease under another live epoch (another process took the
  *   name with `restart`) does not take it back: the claim lapses, the allocator fences, and
@@ -28,6 +29,7 @@ import { EPOCH_CHARS } from "./limits.ts";
 import { leaseLive } from "./liveness.ts";
 import { NodeInUseError } from "./node_in_use.ts";
 import { LEASES } from "./options.ts";
+import { guardedMergePatch } from "./patch.ts";
 
 const log = idallocLogger("k8s", "lease");
 
@@ -297,12 +299,17 @@ export class LeaseKeeper {
     const { client, namespace, node } = this.#ctx;
     const now = this.#now();
     const acquired = renewal ? this.#acquired : now;
-    const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, now, acquired, rv);
+    const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, now, acquired);
     let written: KubeObject;
     try {
+      // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
       written = rv === undefined
         ? await client.create(LEASES, obj, { namespace, signal })
-        : await client.update(LEASES, obj, { namespace, signal });
+        : await client.patch(LEASES, nodeLeaseName(node), guardedMergePatch(obj, rv), {
+          type: "merge",
+          namespace,
+          signal,
+        });
     } catch (err) {
       if (isStatus(err, 409) || isStatus(err, 404)) return false;
       throw err;

@@ -5,6 +5,12 @@
  * patch with 422 `Invalid` when it differs); merge patches where a `metadata.resourceVersion` in
  * the body guards the write (409 `Conflict` when it changed) or nothing needs guarding.
  *
+ * Leases are never replaced with `update` (PUT): for Leases the API server creates a missing object
+ * on update, ignoring the resource-version precondition, so a renewal after an operator deleted
+ * the Lease would bring back an epoch every observer had already judged dead. A merge patch
+ * carrying `metadata.resourceVersion` never creates: 404 when the object is gone, 409 when it
+ * changed ({@linkcode guardedMergePatch}).
+ *
  * Measured on kube-apiserver v1.20: a JSON `test` of a missing path with value `null` passes; an
  * `add` under `/metadata/annotations` fails while the object has no annotations (the API server
  * omits an empty map), so the map is created by the patch then, guarded by that `null` test; a
@@ -26,6 +32,7 @@
  * @module
  */
 import { HEARTBEAT_ANNOTATION, pointer, refAnnotation, securityLabelsOf } from "./layout.ts";
+import type { KubeObject } from "./kube.ts";
 
 /** One JSON-patch operation. */
 export type JsonPatchOp =
@@ -90,4 +97,20 @@ export function markPatch(rv: string, time: string): unknown {
 /** `node`'s reference removed, only if the object is still at `rv` (a merge patch). */
 export function dropReferencePatch(rv: string, node: string): unknown {
   return { metadata: { resourceVersion: rv, annotations: { [refAnnotation(node)]: null } } };
+}
+
+/**
+ * A merge patch that writes `obj`'s labels, annotations and other fields (not its name, kind or
+ * API version) only if the object is still at `rv`: 409 when it changed, 404 when it is gone.
+ */
+export function guardedMergePatch(obj: KubeObject, rv: string): unknown {
+  const { apiVersion: _v, kind: _k, metadata, ...rest } = obj;
+  return {
+    ...rest,
+    metadata: {
+      resourceVersion: rv,
+      ...(metadata.labels === undefined ? {} : { labels: metadata.labels }),
+      ...(metadata.annotations === undefined ? {} : { annotations: metadata.annotations }),
+    },
+  };
 }
