@@ -171,7 +171,8 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-function alive(pid: number): boolean {
+/** Whether process `pid` runs (a zombie does not: it has released its ports). */
+export function alive(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The state follows the parenthesised command name; a zombie has released its ports.
@@ -245,9 +246,13 @@ async function healthyOverTls(
   });
 }
 
-// The wrapper prints etcd's PID and exits; the watchdog subshell outlives it, detached from our
-// pipes, and cleans up if the test process (PARENT) disappears first.
-const WRAPPER = `
+/**
+ * `sh -c` script that starts a server (etcd, the Kubernetes API server) detached:
+ * `sh -c WRAPPER name PARENT_PID BASE_DIR LOG_FILE binary args…`. It prints the server's PID and
+ * exits; the watchdog subshell outlives it, detached from our pipes, and kills the server and
+ * removes BASE_DIR if the test process (PARENT) disappears first.
+ */
+export const WRAPPER = `
 parent="$1"; base="$2"; log="$3"; shift 3
 "$@" >>"$log" 2>&1 </dev/null &
 pid=$!

@@ -1,0 +1,156 @@
+/**
+ * The CustomResourceDefinitions the Kubernetes backend's tests install, as plain objects: Cilium
+ * v1.16's `CiliumIdentity` (cluster-scoped, `cilium.io/v2`, `security-labels`) and
+ * `CiliumEndpoint` (namespaced, `status.identity.id`), with Cilium's names, scope and the schema
+ * of every field idalloc reads or writes, copied from Cilium's generated CRDs
+ * (`pkg/k8s/apis/cilium.io/client/crds/v2/`). CI has no Cilium build, so the tests take them from
+ * here; `tests/backends/k8s/client_cluster.test.ts` checks them against Cilium's own YAML where a
+ * Cilium build left it (`~/.cache/cilium-node/crds/`). Descriptions are left out.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { identityCrd } from "./crds.ts";
+ *
+ * const crd = identityCrd("t1.idalloc.test");
+ * assert.equal(crd.metadata.name, "ciliumidentities.t1.idalloc.test");
+ * assert.equal(crd.spec.scope, "Cluster");
+ * ```
+ *
+ * @module
+ */
+
+/** A CustomResourceDefinition as JSON (the fields these manifests use). */
+export interface CrdManifest {
+  /** `apiextensions.k8s.io/v1`. */
+  readonly apiVersion: "apiextensions.k8s.io/v1";
+  /** `CustomResourceDefinition`. */
+  readonly kind: "CustomResourceDefinition";
+  /** `<plural>.<group>`. */
+  readonly metadata: { readonly name: string };
+  /** Group, names, scope, versions and their schemas. */
+  readonly spec: {
+    readonly group: string;
+    readonly names: {
+      readonly kind: string;
+      readonly listKind: string;
+      readonly plural: string;
+      readonly singular: string;
+      readonly shortNames: readonly string[];
+      readonly categories: readonly string[];
+    };
+    readonly scope: "Cluster" | "Namespaced";
+    readonly versions: readonly {
+      readonly name: string;
+      readonly served: boolean;
+      readonly storage: boolean;
+      readonly schema: { readonly openAPIV3Schema: Record<string, unknown> };
+      readonly subresources?: Record<string, unknown>;
+    }[];
+  };
+}
+
+/** Cilium's group. */
+export const CILIUM_GROUP = "cilium.io";
+
+/** The fields every object has (Cilium's CRDs declare them so). */
+const objectFields = {
+  apiVersion: { type: "string" },
+  kind: { type: "string" },
+  metadata: { type: "object" },
+} as const;
+
+/**
+ * Cilium's `CiliumIdentity` CRD, in `group` (Cilium's own by default; tests install copies under
+ * a fresh group each, so that fixtures do not see each other's identities).
+ */
+export function identityCrd(group: string = CILIUM_GROUP): CrdManifest {
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: `ciliumidentities.${group}` },
+    spec: {
+      group,
+      names: {
+        categories: ["cilium"],
+        kind: "CiliumIdentity",
+        listKind: "CiliumIdentityList",
+        plural: "ciliumidentities",
+        shortNames: ["ciliumid"],
+        singular: "ciliumidentity",
+      },
+      scope: "Cluster",
+      versions: [{
+        name: "v2",
+        served: true,
+        storage: true,
+        schema: {
+          openAPIV3Schema: {
+            type: "object",
+            required: ["metadata", "security-labels"],
+            properties: {
+              ...objectFields,
+              "security-labels": { type: "object", additionalProperties: { type: "string" } },
+            },
+          },
+        },
+        subresources: { status: {} },
+      }],
+    },
+  };
+}
+
+/**
+ * Cilium's `CiliumEndpoint` CRD (`group` as for {@linkcode identityCrd}), with the status fields a
+ * Cilium agent writes that name the identity and the endpoint; Cilium's other status fields
+ * (policy, networking, controllers…) are kept as given rather than described.
+ */
+export function endpointCrd(group: string = CILIUM_GROUP): CrdManifest {
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: `ciliumendpoints.${group}` },
+    spec: {
+      group,
+      names: {
+        categories: ["cilium"],
+        kind: "CiliumEndpoint",
+        listKind: "CiliumEndpointList",
+        plural: "ciliumendpoints",
+        shortNames: ["cep", "ciliumep"],
+        singular: "ciliumendpoint",
+      },
+      scope: "Namespaced",
+      versions: [{
+        name: "v2",
+        served: true,
+        storage: true,
+        schema: {
+          openAPIV3Schema: {
+            type: "object",
+            required: ["metadata"],
+            properties: {
+              ...objectFields,
+              status: {
+                type: "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                properties: {
+                  id: { type: "integer", format: "int64" },
+                  identity: {
+                    type: "object",
+                    properties: {
+                      id: { type: "integer", format: "int64" },
+                      labels: { type: "array", items: { type: "string" } },
+                    },
+                  },
+                  state: { type: "string" },
+                },
+              },
+            },
+          },
+        },
+        subresources: {},
+      }],
+    },
+  };
+}
