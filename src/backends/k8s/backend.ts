@@ -23,16 +23,18 @@ import type {
   SessionOptions,
 } from "../../allocator/backend.ts";
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
-import { InvalidKeyError, InvalidOptionsError } from "../../errors.ts";
+import { InvalidKeyError } from "../../errors.ts";
 import { K8sAdmin } from "./admin.ts";
 import type { K8sContext } from "./context.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
-import type { KubeClient } from "./kube.ts";
+import { createKubeClient, type KubeClient } from "./client.ts";
+import { defaultKubeconfigPath, inClusterConnection, loadKubeconfig } from "./kubeconfig.ts";
 import { keyProblem } from "./layout.ts";
 import {
   endpointResource,
   identityResource,
   type K8sBackendOptions,
+  LEASES,
   resolveK8sOptions,
   resourceName,
 } from "./options.ts";
@@ -79,35 +81,60 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
   }
 
   /**
-   * Validates `options` (throws {@linkcode InvalidOptionsError}) and connects to the API server
-   * of the kubeconfig (or the in-cluster configuration).
+   * Validates `options` (throws `InvalidOptionsError`), connects to the API server of the
+   * kubeconfig (or the in-cluster configuration) and checks within `connectTimeoutMs` that it is
+   * Kubernetes, that the identity resource is installed, and that the user may read it and the
+   * Leases. Failures come as the client's classes: `StoreConnectionRefusedError`,
+   * `StoreHostNotFoundError`, `StoreTlsError`, `StoreUnavailableError` (no answer),
+   * `StoreAccessDeniedError` (401, or 403 naming the RBAC rule to add),
+   * `ResourceNotInstalledError`, `NotKubernetesApiError`.
    */
-  static connect(
+  static async connect(
     options: K8sBackendOptions,
     connectOptions: K8sConnectOptions = {},
   ): Promise<K8sBackend> {
     const settings = resolveK8sOptions(options);
-    connectOptions.signal?.throwIfAborted();
-    const client = connectOptions.client;
+    const { signal } = connectOptions;
+    signal?.throwIfAborted();
+    let client = connectOptions.client;
+    const owns = client === undefined;
     if (client === undefined) {
-      return Promise.reject(
-        new InvalidOptionsError("connecting from a kubeconfig needs the Kubernetes client"),
-      );
+      const connection = settings.inCluster
+        ? await inClusterConnection()
+        : await loadKubeconfig(settings.kubeconfig ?? defaultKubeconfigPath(), settings.context);
+      client = await createKubeClient(connection, { requestTimeoutMs: settings.requestTimeoutMs });
     }
     const { group, version, kind } = settings.resource;
+    const endpoints = endpointResource(settings);
     const ctx: K8sContext = {
       client,
       settings,
       node: settings.node,
       namespace: settings.namespace ?? (client.namespace || "default"),
-      identities: identityResource(settings),
+      identities: { ...identityResource(settings), kind },
       identityKind: { apiVersion: `${group}/${version}`, kind },
       resourceName: resourceName(settings),
-      ...(endpointResource(settings) === undefined
-        ? {}
-        : { endpoints: endpointResource(settings) }),
+      ...(endpoints === undefined ? {} : { endpoints }),
     };
-    return Promise.resolve(new K8sBackend(ctx, false));
+    try {
+      // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it
+      // and the Leases. Write rights are told by the first write's answer (403 names the rule):
+      // a read-only run needs none.
+      await client.probe([
+        { resource: ctx.identities, verbs: ["get", "list", "watch"] },
+        { resource: LEASES, verbs: ["get", "list"], namespace: ctx.namespace },
+        ...(endpoints === undefined ? [] : [{
+          resource: endpoints,
+          verbs: ["list" as const],
+          allNamespaces: true,
+          optional: true,
+        }]),
+      ], { timeoutMs: settings.connectTimeoutMs, ...(signal === undefined ? {} : { signal }) });
+    } catch (err) {
+      if (owns) await client.close();
+      throw err;
+    }
+    return new K8sBackend(ctx, owns);
   }
 
   /** The API server's URL. */
@@ -173,9 +200,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
   /** Closes open sessions (and the client, when the backend made it). Idempotent. */
   async close(): Promise<void> {
     await Promise.allSettled([...this.#sessions].map((s) => s.close()));
-    if (this.#ownsClient) {
-      await (this.#ctx.client as KubeClient & { close?: () => Promise<void> }).close?.();
-    }
+    if (this.#ownsClient) await this.#ctx.client.close();
   }
 
   /** Same as {@linkcode K8sBackend.close}. */

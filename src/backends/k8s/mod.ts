@@ -42,14 +42,30 @@ export { MAX_KEY_BYTES, MAX_NODES_PER_IDENTITY } from "./limits.ts";
 export { NodeInUseError } from "./node_in_use.ts";
 // The base classes of the errors above, so that this entrypoint's docs are complete.
 export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
-export type {
-  KubeCallOptions,
-  KubeClient,
-  KubeList,
-  KubeMeta,
-  KubeObject,
-  KubeResource,
-  KubeWatchEvent,
-} from "./kube.ts";
+// The API client, for callers that bring their own (K8sConnectOptions.client).
+export { createKubeClient } from "./client.ts";
+export type * from "./client.ts";
+export {
+  inClusterConnection,
+  type InClusterPaths,
+  type KubeConnection,
+  loadKubeconfig,
+} from "./kubeconfig.ts";
+export {
+  KubeApiError,
+  type KubeStatus,
+  type KubeStatusDetails,
+  type KubeStatusReason,
+  NotKubernetesApiError,
+  ResourceNotInstalledError,
+} from "./errors.ts";
+export {
+  StoreAccessDeniedError,
+  StoreConnectionRefusedError,
+  StoreHostNotFoundError,
+  StoreTlsError,
+  StoreUnavailableError,
+  type TlsProblem,
+} from "../../errors.ts";
 export type * from "../../allocator/backend.ts";
 export type * from "../../allocator/damage.ts";

@@ -25,9 +25,7 @@
  *
  * @module
  */
-import { homedir } from "node:os";
 import { resolve } from "node:path";
-import process from "node:process";
 import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
@@ -46,7 +44,10 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
 /** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
 export interface K8sStoreDescription {
-  /** The kubeconfig file (absolute); absent with `inCluster`. */
+  /**
+   * The kubeconfig file (absolute); absent with `inCluster`, and for kubectl's default
+   * (`$KUBECONFIG`'s first file, else `~/.kube/config`).
+   */
   readonly kubeconfig?: string;
   /** Whether the pod's service account is used instead of a kubeconfig. */
   readonly inCluster: boolean;
@@ -87,8 +88,8 @@ export const k8sStoreDescription: z.ZodType<K8sStoreDescription> = z.object({
   heartbeatTimeoutMs: z.number().int().min(1_000),
   connectTimeoutMs: z.number().int().positive(),
   requestTimeoutMs: z.number().int().positive(),
-}).strict().refine((d) => d.inCluster === (d.kubeconfig === undefined), {
-  message: "exactly one of kubeconfig and inCluster",
+}).strict().refine((d) => !(d.inCluster && d.kubeconfig !== undefined), {
+  message: "in-cluster configuration takes no kubeconfig",
 });
 
 /** The backend's own CLI options. */
@@ -142,12 +143,6 @@ export function k8sResource(
   return { group, version, plural };
 }
 
-/** The kubeconfig file when `--store k8s:` names none: `$KUBECONFIG`'s first, else `~/.kube/config`. */
-export function defaultKubeconfig(): string {
-  const first = (process.env.KUBECONFIG ?? "").split(":").find((p) => p !== "");
-  return resolve(first ?? resolve(homedir(), ".kube", "config"));
-}
-
 /**
  * The description of `--store k8s:<rest>` with `--prefix` and the backend's options; throws
  * `InvalidOptionsError` naming the flag.
@@ -173,7 +168,8 @@ export function describeK8sStore(
     );
   }
   return {
-    ...(inCluster ? {} : { kubeconfig: rest === "" ? defaultKubeconfig() : resolve(rest) }),
+    // `k8s:` alone: the kubeconfig kubectl would use, found when the store is opened.
+    ...(inCluster || rest === "" ? {} : { kubeconfig: resolve(rest) }),
     inCluster,
     ...(o.context === undefined ? {} : { context: o.context }),
     ...(o.namespace === undefined ? {} : { namespace: o.namespace }),

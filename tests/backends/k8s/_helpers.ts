@@ -1,0 +1,172 @@
+/**
+ * Helpers of the Kubernetes backend's tests on a real API server: one private `kube-apiserver`
+ * (and its etcd) per test process, and per test a fixture of its own — a fresh copy of Cilium's
+ * CRDs under a random group, a fresh namespace for the Leases — so tests never see each other.
+ */
+import type { AllocatorOptions } from "../../../src/allocator/types.ts";
+import type { SessionOptions } from "../../../src/allocator/backend.ts";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
+import type { KubeClient, KubeObject, KubeResource } from "../../../src/backends/k8s/kube.ts";
+import { type IdentityRecord, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import type { K8sBackendOptions } from "../../../src/backends/k8s/options.ts";
+import { listAll } from "../../../src/backends/k8s/paging.ts";
+import type { K8sSession } from "../../../src/backends/k8s/session.ts";
+import {
+  kubeApiserverUnavailable,
+  type KubeTestCluster,
+  startKubeApiServer,
+} from "../../../src/backends/k8s/testing/cluster.ts";
+import { endpointCrd } from "../../../src/backends/k8s/testing/crds.ts";
+
+export { eventually } from "../../_support/eventually.ts";
+
+/** Registers a test on the real API server; skipped (loudly) when it is not built. */
+export function k8sTest(name: string, fn: () => Promise<void>): void {
+  Deno.test({ name, ignore: kubeApiserverUnavailable() !== undefined, fn });
+}
+
+let shared: Promise<KubeTestCluster> | undefined;
+
+/** The process's API server (its watchdog stops it when the process ends). */
+export function sharedCluster(): Promise<KubeTestCluster> {
+  shared ??= startKubeApiServer({ ciliumCrds: false });
+  return shared;
+}
+
+/** A generous deadline for one call in a test. */
+export function deadline(ms = 20_000): AbortSignal {
+  return AbortSignal.timeout(ms);
+}
+
+const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
+
+/** A test's own identity resource and namespace on the shared server. */
+export interface K8sFixture extends AsyncDisposable {
+  readonly cluster: KubeTestCluster;
+  /** An admin client (not closed by the backends made here). */
+  readonly client: KubeClient;
+  readonly group: string;
+  readonly namespace: string;
+  readonly identities: KubeResource;
+  readonly endpoints: KubeResource;
+  /** The backend options of `node` in this fixture. */
+  options(node: string, extra?: Partial<K8sBackendOptions>): K8sBackendOptions;
+  /** A backend of `node` (closed with the fixture). */
+  backend(node: string, extra?: Partial<K8sBackendOptions>): Promise<K8sBackend>;
+  /** A writable session of `node` with a short lease. */
+  session(
+    node: string,
+    extra?: Partial<K8sBackendOptions>,
+    options?: Partial<SessionOptions> & { restart?: boolean },
+  ): Promise<K8sSession>;
+  /** An allocator of `node` (closed with the fixture). */
+  allocator(
+    node: string,
+    options?: Partial<AllocatorOptions<string>>,
+    extra?: Partial<K8sBackendOptions>,
+  ): Promise<Allocator<string>>;
+  /** The identity object `id`, read directly. */
+  identity(id: number): Promise<KubeObject | undefined>;
+  /** Every readable identity, read directly. */
+  records(): Promise<IdentityRecord[]>;
+  /** Creates an identity directly (as a Cilium node would). */
+  createIdentity(id: number, labels: Record<string, string>): Promise<KubeObject>;
+  /** Merge-patches identity `id` directly. */
+  patchIdentity(id: number, body: unknown): Promise<KubeObject>;
+  /** Creates a CiliumEndpoint naming identity `id` (as a Cilium agent would). */
+  endpoint(name: string, id: number): Promise<void>;
+}
+
+/** A fresh fixture (see the module doc). */
+export async function fixture(): Promise<K8sFixture> {
+  const cluster = await sharedCluster();
+  const suffix = crypto.randomUUID().slice(0, 8);
+  const group = `t${suffix}.idalloc.test`;
+  const namespace = `idalloc-${suffix}`;
+  const identities = await cluster.installIdentityCrd(group);
+  await cluster.installCrd(endpointCrd(group));
+  const client = await cluster.client("admin") as unknown as KubeClient & {
+    close(): Promise<void>;
+  };
+  await client.create(NAMESPACES, {
+    apiVersion: "v1",
+    kind: "Namespace",
+    metadata: { name: namespace },
+  }, { signal: deadline() });
+  const endpoints: KubeResource = {
+    group,
+    version: "v2",
+    plural: "ciliumendpoints",
+    namespaced: true,
+  };
+  const closers: (() => Promise<void>)[] = [];
+  const options = (node: string, extra: Partial<K8sBackendOptions> = {}): K8sBackendOptions => ({
+    node,
+    namespace,
+    resource: { group },
+    maxClockSkewMs: 500,
+    ...extra,
+  });
+  const backend = async (node: string, extra?: Partial<K8sBackendOptions>) => {
+    const b = await K8sBackend.connect(options(node, extra), { client });
+    closers.push(() => b.close());
+    return b;
+  };
+  return {
+    cluster,
+    client,
+    group,
+    namespace,
+    identities,
+    endpoints,
+    options,
+    backend,
+    async session(node, extra, sessionOptions = {}) {
+      const b = await backend(node, extra);
+      return await b.openSession({
+        leaseTtlMs: 3_000,
+        readOnly: false,
+        onLeaseReplaced: () => {},
+        ...sessionOptions,
+      }) as K8sSession;
+    },
+    async allocator(node, allocatorOptions = {}, extra) {
+      const a = await Allocator.open(await backend(node, extra), {
+        min: 256,
+        max: 65535,
+        leaseTtlMs: 3_000,
+        ...allocatorOptions,
+      });
+      closers.push(() => a.close());
+      return a;
+    },
+    identity: (id) => client.get(identities, String(id), { signal: deadline() }),
+    async records() {
+      const { items } = await listAll(client, identities, { signal: deadline() });
+      return items.map(readIdentity).flatMap((r) => (r.ok ? [r.record] : []));
+    },
+    createIdentity: (id, labels) =>
+      client.create(identities, {
+        apiVersion: `${group}/v2`,
+        kind: "CiliumIdentity",
+        metadata: { name: String(id) },
+        "security-labels": labels,
+      }, { signal: deadline() }),
+    patchIdentity: (id, body) =>
+      client.patch(identities, String(id), body, { type: "merge", signal: deadline() }),
+    async endpoint(name, id) {
+      await client.create(endpoints, {
+        apiVersion: `${group}/v2`,
+        kind: "CiliumEndpoint",
+        metadata: { name },
+        status: { id: 1, identity: { id, labels: [] }, state: "ready" },
+      }, { namespace, signal: deadline() });
+    },
+    async [Symbol.asyncDispose]() {
+      // Allocators first (they close their sessions), then the backends.
+      for (const close of closers.reverse()) await close().catch(() => {});
+      await client.close();
+    },
+  };
+}

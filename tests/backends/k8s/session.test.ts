@@ -1,0 +1,279 @@
+// The Kubernetes session on a real kube-apiserver: acquire, release, get, getById and watch round
+// trips with the round trips each operation costs; ensure's repairs; Cilium's GC mark removed from
+// a held identity; a pre-existing duplicate answered as Cilium answers it (the oldest), and a held
+// key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven.
+import assert from "node:assert/strict";
+import type { BackendEvent } from "../../../src/allocator/backend.ts";
+import type { AllocatorEvent } from "../../../src/allocator/types.ts";
+import { countedClient, type Tally } from "../../../src/backends/k8s/kube.ts";
+import { nodeLeaseName, readNodeLease } from "../../../src/backends/k8s/layout.ts";
+import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
+import type { K8sSession } from "../../../src/backends/k8s/session.ts";
+import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
+
+const picker = (...ids: number[]) => (exclude: ReadonlySet<number>) =>
+  ids.find((id) => !exclude.has(id));
+
+/** A session whose every API call is counted in the returned tally. */
+async function countedSession(
+  fx: Awaited<ReturnType<typeof fixture>>,
+  node: string,
+): Promise<{ session: K8sSession; tally: Tally; close: () => Promise<void> }> {
+  const tally = { count: 0 };
+  const backend = await K8sBackend.connect(fx.options(node), {
+    client: countedClient(fx.client, tally),
+  });
+  // A long lease: no renewal falls inside the counted calls.
+  const session = await backend.openSession({
+    leaseTtlMs: 60_000,
+    readOnly: false,
+    onLeaseReplaced: () => {},
+  }) as K8sSession;
+  await session.informer.waitSynced(deadline());
+  return { session, tally, close: () => backend.close() };
+}
+
+/** The round trips `fn` makes on `tally`. */
+async function trips<T>(tally: Tally, fn: () => Promise<T>): Promise<[T, number]> {
+  const before = tally.count;
+  const value = await fn();
+  return [value, tally.count - before];
+}
+
+k8sTest(
+  "round trips: new key 2, join 1, ensure of a healthy key 1, release 1; get, getById, watch",
+  async () => {
+    await using fx = await fixture();
+    const a = await countedSession(fx, "a");
+    const b = await countedSession(fx, "b");
+    try {
+      const key = "app=web;";
+      const newKey = { count: 0 };
+      const created = await a.session.acquire({
+        key,
+        pickCandidate: picker(300, 301),
+        signal: deadline(),
+        roundTrips: newKey,
+      });
+      assert.deepEqual([created.id, created.created, newKey.count], [300, true, 2]);
+
+      // b joins through its index once the watch has shown it the identity: one patch.
+      await eventually(() => b.session.informer.index.answer(key) !== undefined, "b sees 300");
+      const join = { count: 0 };
+      const joined = await b.session.acquire({
+        key,
+        pickCandidate: picker(999),
+        signal: deadline(),
+        roundTrips: join,
+      });
+      assert.deepEqual([joined.id, joined.created, join.count], [300, false, 1]);
+
+      const [reports, ensureTrips] = await trips(
+        a.tally,
+        () => a.session.ensure([{ key, id: 300 }], deadline()),
+      );
+      assert.deepEqual(reports, [{ key, id: 300, master: "ok", reference: "ok" }]);
+      assert.equal(ensureTrips, 1, "a healthy key: one read");
+
+      const [id, getTrips] = await trips(b.tally, () => b.session.get(key, deadline()));
+      assert.deepEqual([id, getTrips], [300, 2], "claim and identity, read in parallel");
+      const [stored, byIdTrips] = await trips(b.tally, () => b.session.getById(300, deadline()));
+      assert.deepEqual([stored, byIdTrips], [key, 1]);
+      assert.equal(await b.session.getById(301, deadline()), undefined);
+      assert.equal(await b.session.get("app=none;", deadline()), undefined);
+
+      const [, releaseTrips] = await trips(b.tally, () => b.session.release(key, 300, deadline()));
+      assert.equal(releaseTrips, 1);
+      const refs = (await fx.identity(300))!.metadata.annotations!;
+      assert.deepEqual(Object.keys(refs), ["ref.idalloc.io/a"], "only b's reference went");
+
+      // A watch: the identity as an upsert, synced, then a live change.
+      const controller = new AbortController();
+      const events: BackendEvent[] = [];
+      const watching = (async () => {
+        for await (const ev of a.session.watch(controller.signal)) events.push(ev);
+      })();
+      await eventually(() => events.some((e) => e.type === "synced"), "the watch synced");
+      assert.deepEqual(events[0], {
+        type: "upsert",
+        id: 300,
+        key,
+        version: events[0].type === "upsert" ? events[0].version : "",
+      });
+      await a.session.acquire({
+        key: "k8s:app=db;",
+        pickCandidate: picker(400),
+        signal: deadline(),
+      });
+      await eventually(
+        () => events.some((e) => e.type === "upsert" && e.id === 400 && e.key === "k8s:app=db;"),
+        "the watch shows the new identity",
+      );
+      controller.abort();
+      await watching;
+      // Cilium's layout: the k8s: labels as metadata.labels.
+      assert.deepEqual((await fx.identity(400))!.metadata.labels, { app: "db" });
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  },
+);
+
+k8sTest(
+  "ensure re-creates a removed reference and a deleted identity (same ID), and reports a taken one",
+  async () => {
+    await using fx = await fixture();
+    const s = await fx.session("a");
+    const key = "k8s:app=api;";
+    const { id } = await s.acquire({ key, pickCandidate: picker(500), signal: deadline() });
+    await fx.patchIdentity(id, { metadata: { annotations: { "ref.idalloc.io/a": null } } });
+    assert.deepEqual(await s.ensure([{ key, id }], deadline()), [
+      { key, id, master: "ok", reference: "recreated" },
+    ]);
+    assert.equal(
+      (await fx.identity(id))!.metadata.annotations?.["ref.idalloc.io/a"],
+      s.lease!.epoch,
+    );
+
+    await fx.client.delete(fx.identities, String(id), { signal: deadline() });
+    assert.deepEqual(await s.ensure([{ key, id }], deadline()), [
+      { key, id, master: "recreated", reference: "recreated" },
+    ]);
+    const back = await fx.identity(id);
+    assert.deepEqual(back!["security-labels"], { "k8s:app": "api" });
+    assert.equal(back!.metadata.annotations?.["ref.idalloc.io/a"], s.lease!.epoch);
+
+    await fx.client.delete(fx.identities, String(id), { signal: deadline() });
+    await fx.createIdentity(id, { "k8s:app": "intruder" });
+    assert.deepEqual(await s.ensure([{ key, id }], deadline()), [
+      { key, id, master: "conflict", reference: "skipped" },
+    ]);
+  },
+);
+
+k8sTest(
+  "a held identity marked with io.cilium.heartbeat is unmarked at once; an unheld one stays marked",
+  async () => {
+    await using fx = await fixture();
+    const s = await fx.session("a");
+    const held = await s.acquire({ key: "held;", pickCandidate: picker(600), signal: deadline() });
+    const free = await s.acquire({ key: "free;", pickCandidate: picker(601), signal: deadline() });
+    await s.release("free;", free.id, deadline());
+    const mark = { metadata: { annotations: { "io.cilium.heartbeat": new Date().toISOString() } } };
+    await fx.patchIdentity(free.id, mark);
+    const marked = await fx.patchIdentity(held.id, mark);
+    await eventually(
+      async () =>
+        (await fx.identity(held.id))!.metadata.annotations?.["io.cilium.heartbeat"] === undefined,
+      "the held identity lost its mark",
+    );
+    await eventually(() => s.unmarked === 1, "the session counted the unmark");
+    // The informer saw both marks, in order, before the unmark's own event.
+    await eventually(
+      () => BigInt(s.informer.index.get(held.id)!.rv) > BigInt(marked.metadata.resourceVersion!),
+      "the informer saw the unmark",
+    );
+    assert.ok((await fx.identity(free.id))!.metadata.annotations?.["io.cilium.heartbeat"]);
+  },
+);
+
+k8sTest("a pre-existing duplicate: both idalloc nodes answer the oldest identity", async () => {
+  await using fx = await fixture();
+  const key = "k8s:app=dup;";
+  const first = await fx.createIdentity(500, { "k8s:app": "dup" });
+  // creationTimestamp has one-second resolution: the second identity comes a second later.
+  const second0 = Math.floor(Date.now() / 1000);
+  await eventually(() => Math.floor(Date.now() / 1000) > second0, "the next second");
+  const second = await fx.createIdentity(400, { "k8s:app": "dup" });
+  assert.ok(
+    Date.parse(second.metadata.creationTimestamp!) > Date.parse(first.metadata.creationTimestamp!),
+  );
+  const a = await fx.allocator("a");
+  const b = await fx.allocator("b");
+  assert.deepEqual(await a.allocate(key), { id: 500, isNew: false, firstUse: true });
+  assert.deepEqual(await b.allocate(key), { id: 500, isNew: false, firstUse: true });
+  assert.equal(await b.getNoCache(key), 500);
+  assert.equal((await fx.records()).length, 2, "idalloc added no third identity");
+});
+
+k8sTest(
+  "a held key whose older identity appears moves to it (ensure: conflict → reassigned)",
+  async () => {
+    await using fx = await fixture();
+    const older = await fx.createIdentity(700, { "idalloc:key": "other;" });
+    const second0 = Math.floor(Date.now() / 1000);
+    await eventually(() => Math.floor(Date.now() / 1000) > second0, "the next second");
+    const a = await fx.allocator("a");
+    const key = "moving;";
+    const { id } = await a.allocate(key);
+    assert.notEqual(id, 700);
+    const controller = new AbortController();
+    const events: AllocatorEvent[] = [];
+    const watching = (async () => {
+      for await (const ev of a.watch({ signal: controller.signal })) events.push(ev);
+    })();
+    // Identity 700, created before the key's own, now carries the key: Cilium's answer is 700.
+    await fx.patchIdentity(700, { "security-labels": { "idalloc:key": key } });
+    assert.ok(older.metadata.creationTimestamp);
+    await eventually(
+      () => events.some((e) => e.type === "reassigned" && e.oldId === id && e.newId === 700),
+      "a announces the move to 700",
+    );
+    assert.equal(await a.get(key), 700);
+    controller.abort();
+    await watching;
+  },
+);
+
+k8sTest(
+  "NodeInUseError for a live node name; restart takes the Lease and the old session loses it",
+  async () => {
+    await using fx = await fixture();
+    const first = await fx.session("a");
+    await assert.rejects(() => fx.session("a"), { name: "NodeInUseError" });
+    const second = await fx.session("a", {}, { restart: true });
+    assert.notEqual(second.lease!.epoch, first.lease!.epoch);
+    await first.renew(deadline());
+    assert.match(first.status().lastError ?? "", /lease lost/);
+    await assert.rejects(
+      () => first.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() }),
+      { name: "NodeInUseError" },
+    );
+  },
+);
+
+k8sTest(
+  "a node whose Lease vanished takes a new epoch, fences, and re-proves its references",
+  async () => {
+    await using fx = await fixture();
+    const replaced: number[] = [];
+    const a = await fx.allocator("a");
+    const key = "k8s:app=fenced;";
+    const { id } = await a.allocate(key);
+    const before = readNodeLease(
+      (await fx.client.get(LEASES, nodeLeaseName("a"), {
+        namespace: fx.namespace,
+        signal: deadline(),
+      }))!,
+    )!;
+    assert.equal((await fx.identity(id))!.metadata.annotations?.["ref.idalloc.io/a"], before.epoch);
+    await fx.client.delete(LEASES, nodeLeaseName("a"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    await eventually(async () => {
+      const lease = await fx.client.get(LEASES, nodeLeaseName("a"), {
+        namespace: fx.namespace,
+        signal: deadline(),
+      });
+      const epoch = lease === undefined ? undefined : readNodeLease(lease)?.epoch;
+      if (epoch === undefined || epoch === before.epoch) return false;
+      replaced.push(1);
+      return (await fx.identity(id))!.metadata.annotations?.["ref.idalloc.io/a"] === epoch;
+    }, "a new epoch, and the reference re-written under it");
+    assert.equal(await a.get(key), id);
+    assert.deepEqual((await a.allocate(key)).id, id);
+  },
+);
