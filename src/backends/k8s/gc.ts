@@ -22,6 +22,7 @@ import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import type { GcSkip } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
+import { ResourceNotInstalledError } from "./errors.ts";
 import { countedClient, isStatus, type KubeObject, type Tally } from "./kube.ts";
 import {
   claimName,
@@ -86,9 +87,10 @@ async function listEndpoints(
 ): Promise<KubeObject[]> {
   if (ctx.endpoints === undefined) return [];
   try {
-    return (await listAll(countedClient(ctx.client, tally), ctx.endpoints, { signal })).items;
+    const client = countedClient(ctx.client, tally);
+    return (await listAll(client, ctx.endpoints, { allNamespaces: true, signal })).items;
   } catch (err) {
-    if (!isStatus(err, 404)) throw err;
+    if (!(err instanceof ResourceNotInstalledError)) throw err;
     if (!endpointsMissingWarned) {
       endpointsMissingWarned = true;
       log.warning(

@@ -16,8 +16,10 @@ import { LIST_PAGE } from "./limits.ts";
 
 /** What to list. */
 export interface ListSpec {
-  /** The namespace of a namespaced resource (all namespaces when absent). */
+  /** The namespace of a namespaced resource (the client's when absent). */
   readonly namespace?: string;
+  /** List a namespaced resource in every namespace. */
+  readonly allNamespaces?: boolean;
   /** A label selector. */
   readonly labelSelector?: string;
   /** Aborts the list. */

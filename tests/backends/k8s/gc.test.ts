@@ -1,9 +1,14 @@
 // GC's judgement on plain data: an identity is in use while a reference on it is live (its node's
 // Lease live and carrying its epoch) or a CiliumEndpoint names it; the candidate carries the
-// resource version and the time of a GC mark, whoever wrote it.
+// resource version and the time of a GC mark, whoever wrote it. On the real API server: GC marks
+// with Cilium's annotation and deletes guarded by the version, never what a live node references
+// or an endpoint names; an acquire between mark and delete saves the identity; a lapsed node's
+// identities are collected.
 import assert from "node:assert/strict";
 import { candidateOf, endpointIds, inUse } from "../../../src/backends/k8s/gc.ts";
-import { readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { claimName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const SKEW = 1_000;
 const leases = new Map([
@@ -52,3 +57,112 @@ Deno.test("a candidate carries the resource version and the mark's time", () => 
   const unparseable = { ...read.record, mark: "soon" };
   assert.equal(candidateOf(unparseable, false).markedAt, undefined);
 });
+
+// On the real API server.
+
+k8sTest(
+  "GC marks, then deletes guarded by the version: never what a live node references or a CiliumEndpoint names",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.allocator("a");
+    const b = await fx.allocator("b");
+    const gc = await fx.allocator("gc");
+    const held = await a.allocate("held;");
+    const named = await b.allocate("named;");
+    await b.release("named;");
+    await fx.endpoint("pod-1", named.id);
+    const free = await b.allocate("free;");
+    await b.release("free;");
+    const marked = (id: number) =>
+      fx.identity(id).then((o) => o?.metadata.annotations?.["io.cilium.heartbeat"] !== undefined);
+
+    const first = await gc.runGc();
+    assert.deepEqual([first.deleted, first.marked], [0, 1]);
+    assert.deepEqual(await Promise.all([marked(held.id), marked(named.id), marked(free.id)]), [
+      false,
+      false,
+      true,
+    ]);
+    const second = await gc.runGc();
+    assert.deepEqual(second.deletedIds, [free.id]);
+    assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [held.id, named.id].sort());
+    const claim = await fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, "free;"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    assert.equal(claim, undefined, "the key's claim went with its identity");
+  },
+);
+
+k8sTest(
+  "an acquire between the mark and the delete keeps the identity; after its release it is marked anew and collected",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.allocator("a");
+    const gc = await fx.allocator("gc");
+    const { id } = await a.allocate("k;");
+    await a.release("k;");
+    assert.equal((await gc.runGc()).marked, 1);
+    assert.equal((await a.allocate("k;")).id, id, "joined: the mark is removed in the same write");
+    assert.equal((await fx.identity(id))!.metadata.annotations?.["io.cilium.heartbeat"], undefined);
+    assert.deepEqual((await gc.runGc()).deletedIds, []);
+    await a.release("k;");
+    assert.equal((await gc.runGc()).marked, 1);
+    assert.deepEqual((await gc.runGc()).deletedIds, [id]);
+  },
+);
+
+k8sTest("a guarded delete is refused when the identity changed after it was listed", async () => {
+  await using fx = await fixture();
+  const s = await fx.session("a");
+  const { id } = await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+  await s.release("k;", id, deadline());
+  const candidates = [];
+  for await (const c of s.gcList({ min: 1, max: 65535 }, deadline())) candidates.push(c);
+  assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[300, false]]);
+  const other = await fx.session("b");
+  await other.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
+  assert.equal(await s.gcDelete(candidates[0], deadline()), false);
+  assert.ok(await fx.identity(300));
+  assert.equal(await s.gcMark!(candidates[0], deadline()), undefined, "the mark is refused too");
+});
+
+k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
+  await using fx = await fixture();
+  const dead = await fx.session("dead");
+  const { id } = await dead.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+  await dead.close(); // no release: the reference stays, its Lease lapses
+  const gc = await fx.session("gc");
+  const unused = async () => {
+    for await (const c of gc.gcList({ min: 1, max: 65535 }, deadline())) {
+      if (c.id === id) return !c.inUse;
+    }
+    return false;
+  };
+  await eventually(unused, "the dead node's reference counts for nothing");
+  const version = await gc.gcMark!(
+    (await first(gc.gcList({ min: id, max: id }, deadline())))!,
+    deadline(),
+  );
+  assert.ok(version);
+  const marked = (await first(gc.gcList({ min: id, max: id }, deadline())))!;
+  assert.equal(marked.version, version);
+  assert.ok(marked.markedAt !== undefined);
+  assert.equal(await gc.gcDelete(marked, deadline()), true);
+  assert.equal(await fx.identity(id), undefined);
+});
+
+k8sTest("without an endpoint resource installed GC counts no endpoints", async () => {
+  await using fx = await fixture();
+  const s = await fx.session("a", { endpoints: { plural: "nosuchendpoints" } });
+  await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+  await s.release("k;", 300, deadline());
+  const candidates = [];
+  for await (const c of s.gcList({ min: 1, max: 65535 }, deadline())) candidates.push(c);
+  assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[300, false]]);
+});
+
+async function first<T>(items: AsyncIterable<T>): Promise<T | undefined> {
+  for await (const item of items) return item;
+  return undefined;
+}
