@@ -106,7 +106,7 @@ k8sTest(
       "claim-undecodable - ",
       "key-duplicate 401 a",
       "key-duplicate 403 ",
-      "lease-undecodable - ",
+      "node-lease-undecodable - ",
       "master-bad-id - ",
       "master-undecodable 900 ",
       "reference-undecodable 901 ",

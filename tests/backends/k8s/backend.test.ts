@@ -32,7 +32,6 @@ k8sTest("the driver opens --store k8s:<kubeconfig> with --prefix and --namespace
   const description = k8sDriver.describe(kubeconfig, {
     context: "test",
     namespace: fx.namespace,
-    clockSkew: "500ms",
   }, {
     prefix: `ciliumidentities.${fx.group}/v2`,
     timeoutMs: 30_000,
@@ -45,7 +44,7 @@ k8sTest("the driver opens --store k8s:<kubeconfig> with --prefix and --namespace
   });
   try {
     assert.match(opened.where, new RegExp(`namespace ${fx.namespace}`));
-    await using alloc = await Allocator.open(opened.backend, { max: 65535, leaseTtlMs: 3_000 });
+    await using alloc = await Allocator.open(opened.backend, { max: 65535, leaseTtlMs: 15_000 });
     await alloc.allocate("x;");
     assert.equal((await fx.records()).length, 1);
   } finally {

@@ -7,11 +7,11 @@ import { describeK8sStore, k8sResource } from "../../../src/backends/k8s/store_d
 const CONTEXT = { timeoutMs: 30_000, leaseTtlMs: 60_000 };
 
 Deno.test("a kubeconfig path, kubectl's default, or in-cluster", () => {
-  const d = describeK8sStore("conf/kube.yaml", { context: "dev", connectTimeout: "2s" }, CONTEXT);
+  const d = describeK8sStore("conf/kube.yaml", { context: "dev" }, CONTEXT);
   assert.equal(d.kubeconfig, resolve("conf/kube.yaml"));
   assert.equal(d.inCluster, false);
   assert.equal(d.context, "dev");
-  assert.deepEqual([d.connectTimeoutMs, d.requestTimeoutMs], [2_000, 2_000]);
+  assert.deepEqual([d.connectTimeoutMs, d.requestTimeoutMs], [5_000, 30_000]);
   assert.equal(describeK8sStore("", {}, CONTEXT).kubeconfig, undefined, "found when opened");
   const inCluster = describeK8sStore("in-cluster", {}, CONTEXT);
   assert.deepEqual([inCluster.inCluster, inCluster.kubeconfig], [true, undefined]);
@@ -37,6 +37,9 @@ Deno.test("--prefix names the identity resource; the flags are checked", () => {
   assert.equal(k8sResource("ciliumidentities.cilium.io"), undefined, "the version is required");
   assert.throws(() => describeK8sStore("k", {}, { ...CONTEXT, prefix: "a/b" }), /--prefix/);
   assert.throws(() => describeK8sStore("k", { namespace: "Bad_NS" }, CONTEXT), /--namespace/);
-  assert.throws(() => describeK8sStore("k", { clockSkew: "soon" }, CONTEXT), /--clock-skew/);
+  assert.throws(
+    () => describeK8sStore("k", { heartbeatTimeout: "soon" }, CONTEXT),
+    /--heartbeat-timeout/,
+  );
   assert.throws(() => describeK8sStore("k", { kind: "lower" }, CONTEXT), /--kind/);
 });
