@@ -106,9 +106,9 @@ k8sTest(
       "claim-undecodable - ",
       "key-duplicate 401 a",
       "key-duplicate 403 ",
-      "node-lease-undecodable - ",
       "master-bad-id - ",
       "master-undecodable 900 ",
+      "node-lease-undecodable - ",
       "reference-undecodable 901 ",
     ]);
     for (const f of findings) {
