@@ -11,6 +11,7 @@ import { StoreUnavailableError } from "../../../src/errors.ts";
 import { countedClient, type KubeClient, type Tally } from "../../../src/backends/k8s/kube.ts";
 import { nodeLeaseName, readNodeLease } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
@@ -328,5 +329,21 @@ k8sTest(
     } finally {
       await backend.close();
     }
+  },
+);
+
+k8sTest(
+  "the largest key checkKey accepts is stored (identity and claim), one byte more is refused",
+  async () => {
+    await using fx = await fixture();
+    const backend = await fx.backend("a");
+    const key = "x".repeat(MAX_KEY_BYTES);
+    backend.checkKey(key);
+    assert.throws(() => backend.checkKey(key + "x"), { name: "InvalidKeyError" });
+    const s = await fx.session("b");
+    const { id, created } = await s.acquire({ key, pickCandidate: () => 300, signal: deadline() });
+    assert.deepEqual([id, created], [300, true]);
+    assert.equal(await s.getById(300, deadline()), key);
+    assert.equal(await s.get(key, deadline()), 300);
   },
 );
