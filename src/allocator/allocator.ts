@@ -2,8 +2,9 @@
  * The backend-agnostic allocator's public API. Its parts, each in a module of its own, receive
  * only what they need: the ID space (`id_space.ts`), the cache feed (`cache_feed.ts`: the watch,
  * the cache and `watch()` streams), acquisition with its retry and lock-wait policy
- * (`acquire.ts`), the re-check of held keys (`recheck.ts`: claim timer, fencing, sync,
- * reassignment, master-key protection), GC (`gc.ts`) and the task group that stops them all.
+ * (`acquire.ts`), the deletions of this node's references (`deletions.ts`: queued, in flight,
+ * failed), the re-check of held keys (`recheck.ts`: claim timer, fencing, sync, reassignment,
+ * master-key protection), GC (`gc.ts`) and the task group that stops them all.
  *
  * @example Allocate, look up and release on an embedded Deno KV store
  * ```ts
@@ -28,6 +29,7 @@ import { abortable, sleep } from "../abort.ts";
 import { Acquirer } from "./acquire.ts";
 import { IdCache } from "./cache.ts";
 import { CacheFeed } from "./cache_feed.ts";
+import { ReferenceDeletions } from "./deletions.ts";
 import { Fence, type FenceStatus } from "./fence.ts";
 import { GarbageCollector, RateLimiter } from "./gc.ts";
 import { IdPool } from "./id_pool.ts";
@@ -36,7 +38,6 @@ import { KeyedMutex } from "./keyed_mutex.ts";
 import { LocalKeys } from "./local_keys.ts";
 import { type AllocatorSettings, resolveOptions } from "./options.ts";
 import { Recheck } from "./recheck.ts";
-import { ReleasesBehind } from "./release_behind.ts";
 import type {
   AllocateResult,
   AllocatorEvent,
@@ -63,9 +64,6 @@ import {
 } from "../telemetry/allocator.ts";
 
 const log = idallocLogger("allocator");
-
-/** How long `close()` lets queued reference deletions land before it closes the session. */
-const CLOSE_FLUSH_MS = 5_000;
 
 /** Counters of an allocator, for status pages and tests. */
 export interface AllocatorStatus {
@@ -114,8 +112,8 @@ export class Allocator<K = string> implements AsyncDisposable {
   readonly #acquirer: Acquirer<K>;
   readonly #recheck: Recheck<K>;
   readonly #gc: GarbageCollector;
-  /** Deletions of released references still to land (`releaseInBackground`). */
-  readonly #behind: ReleasesBehind;
+  /** Every deletion of this node's references: queued, in flight, failed. */
+  readonly #deletions: ReferenceDeletions;
   /** Metrics and spans (see `src/telemetry/`). */
   readonly #telemetry: AllocatorTelemetry;
   #closed: Promise<void> | undefined;
@@ -145,6 +143,11 @@ export class Allocator<K = string> implements AsyncDisposable {
       telemetry: this.#telemetry,
       hooks,
     });
+    this.#deletions = new ReferenceDeletions({
+      session,
+      local: this.#local,
+      signal: this.#tasks.signal,
+    });
     this.#acquirer = new Acquirer({
       session,
       cache: this.#cache,
@@ -152,7 +155,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       space: this.#space,
       policy: settings,
       record: (key, id, version) => this.#feed.insertLocal(key, id, version),
-      abandoned: (key) => this.#recheck.dropAbandoned(key),
+      deletions: this.#deletions,
       onRetry: (err) => this.#telemetry.retry(err),
     });
     this.#recheck = new Recheck({
@@ -163,6 +166,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       cache: this.#cache,
       feed: this.#feed,
       acquirer: this.#acquirer,
+      deletions: this.#deletions,
       codec: settings.codec,
       tasks: this.#tasks,
       telemetry: this.#telemetry,
@@ -170,10 +174,6 @@ export class Allocator<K = string> implements AsyncDisposable {
       backoff: settings.backoff,
       masterKeyProtection: settings.masterKeyProtection,
       readOnly: settings.readOnly,
-    });
-    this.#behind = new ReleasesBehind({
-      release: (key, id) => session.release(key, id, this.#tasks.signal),
-      failed: (key, id, err) => this.#releaseFailed(key, id, err),
     });
     this.#gc = new GarbageCollector(
       session,
@@ -322,12 +322,11 @@ export class Allocator<K = string> implements AsyncDisposable {
         again.refcnt++;
         return { id: again.id, isNew: false, firstUse: false };
       }
-      // A deletion of this node's reference still queued must not run after the acquisition
-      // found that reference; one in flight must land first.
-      await this.#behind.settle(k);
+      // A deletion of this node's reference still queued or failed must not run after the
+      // acquisition found that reference; one in flight must land first.
+      await this.#deletions.settle(k);
       const result = await this.#acquirer.acquire(k, signal, undefined, trips);
       this.#local.add(k, result.id);
-      this.#recheck.heldAgain(k);
       return { id: result.id, isNew: result.created, firstUse: true };
     }
   }
@@ -358,36 +357,23 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (!entry) throw new KeyNotHeldError(k);
     if (!this.#local.release(k)) return { lastUse: false };
     this.#fence.forget(k);
-    if (this.#settings.releaseInBackground) {
-      this.#behind.schedule(k, entry.id);
-      return { lastUse: true };
-    }
-    try {
-      await this.#session.release(k, entry.id, signal);
-    } catch (err) {
-      this.#releaseFailed(k, entry.id, err);
-      note.deferred = true;
-    }
+    if (this.#settings.releaseInBackground) this.#deletions.schedule(k, entry.id);
+    // The local hold is gone either way; a deletion that fails is left to the sync, which keeps
+    // trying so that the reference cannot pin the ID forever.
+    else if (!await this.#deletions.deleteNow(k, entry.id, signal)) note.deferred = true;
     return { lastUse: true };
-  }
-
-  #releaseFailed(key: string, id: number, err: unknown): void {
-    // The local hold is gone either way; the sync keeps trying to delete the reference so it
-    // cannot pin the ID forever.
-    this.#recheck.releaseFailed(key, id);
-    log.warning("could not delete reference of {key}; will retry: {err}", { key, err });
   }
 
   /**
    * Waits until the deletion of every reference released so far has reached the store, or failed
    * and been left to the sync (which retries it). Only `releaseInBackground` defers deletions;
-   * without it this returns at once. Call it where the store must show a release, e.g. before
-   * another node's GC is expected to collect the ID.
+   * without it this returns as soon as deletions already in flight have. Call it where the store
+   * must show a release, e.g. before another node's GC is expected to collect the ID.
    */
   async flush(options?: CallOptions): Promise<void> {
     this.#checkOpen();
     const signal = this.#tasks.bound(options?.signal);
-    await abortable(this.#behind.flush(), signal);
+    await abortable(this.#deletions.flush(), signal);
   }
 
   /**
@@ -546,7 +532,7 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   close(): Promise<void> {
     this.#closed ??= (async () => {
-      await abortable(this.#behind.flush(), AbortSignal.timeout(CLOSE_FLUSH_MS)).catch(() => {});
+      await this.#deletions.close();
       await this.#tasks.close(() => {
         this.#telemetry.close();
         this.#recheck.stop();

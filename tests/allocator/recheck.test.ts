@@ -1,11 +1,13 @@
 // The re-check of held keys against the session test double: a lapsed claim fences every held
 // key until a pass that starts after the renewal proves them; a conflict moves a key to the ID the
-// store gives it now, announced as `reassigned`; a failed release is retried by the sync; master-key
-// protection re-creates a deleted master. The conformance suites run the same paths on real stores.
+// store gives it now, announced as `reassigned`; the sync has failed reference deletions retried;
+// master-key protection re-creates a deleted master. The conformance suites run the same paths on
+// real stores.
 import assert from "node:assert/strict";
 import { Acquirer } from "../../src/allocator/acquire.ts";
 import { IdCache } from "../../src/allocator/cache.ts";
 import { CacheFeed } from "../../src/allocator/cache_feed.ts";
+import { ReferenceDeletions } from "../../src/allocator/deletions.ts";
 import { Fence } from "../../src/allocator/fence.ts";
 import { IdPool } from "../../src/allocator/id_pool.ts";
 import { IdSpace } from "../../src/allocator/id_space.ts";
@@ -45,6 +47,7 @@ function parts(session: SessionDouble) {
     telemetry,
     hooks,
   });
+  const deletions = new ReferenceDeletions({ session, local, signal: tasks.signal });
   const acquirer = new Acquirer<string>({
     session,
     cache,
@@ -52,7 +55,7 @@ function parts(session: SessionDouble) {
     space,
     policy: { maxAttempts: 3, lockWaitMs: 0, backoff: BACKOFF },
     record: (key, id, version) => feed.insertLocal(key, id, version),
-    abandoned: (key) => recheck.dropAbandoned(key),
+    deletions,
     onRetry: () => {},
   });
   const recheck: Recheck<string> = new Recheck({
@@ -63,6 +66,7 @@ function parts(session: SessionDouble) {
     cache,
     feed,
     acquirer,
+    deletions,
     codec,
     tasks,
     telemetry,
@@ -79,6 +83,7 @@ function parts(session: SessionDouble) {
     local,
     cache,
     feed,
+    deletions,
     tasks,
     async hold(key: string): Promise<number> {
       await feed.waitForInitialSync(tasks.signal);
@@ -161,17 +166,23 @@ Deno.test("Recheck: a conflict moves the key to the store's ID and announces it"
   await watching;
 });
 
-Deno.test("Recheck: a failed release is retried by the sync, unless the key is held again", async () => {
+Deno.test("Recheck: the sync retries failed reference deletions, not those of keys held again", async () => {
   const session = new SessionDouble();
   await using p = parts(session);
-  session.references.set("gone;", 7);
-  session.references.set("back;", 8);
-  p.recheck.releaseFailed("gone;", 7);
-  p.recheck.releaseFailed("back;", 8);
-  p.recheck.heldAgain("back;");
+  const gone = await p.hold("gone;");
+  const back = await p.hold("back;");
+  // Both last releases fail to delete their reference; "back;" is then acquired again.
+  session.releaseSteps.push(new Error("store down"), new Error("store down"));
+  for (const [key, id] of [["gone;", gone], ["back;", back]] as const) {
+    p.local.release(key);
+    assert.equal(await p.deletions.deleteNow(key, id, p.tasks.signal), false);
+  }
+  await p.deletions.settle("back;");
+  await p.hold("back;");
   await p.recheck.requestSync("requested");
   assert.equal(session.references.has("gone;"), false);
-  assert.equal(session.references.get("back;"), 8);
+  assert.equal(session.references.get("back;"), back);
+  assert.equal(p.deletions.failed, 0);
 });
 
 Deno.test("Recheck: master-key protection re-creates a held ID's deleted master", async () => {
