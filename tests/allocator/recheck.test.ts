@@ -22,6 +22,7 @@ import { SessionDouble } from "./_session_double.ts";
 
 const BACKOFF = { initialMs: 1, maxMs: 5, factor: 1 };
 
+/** The re-check and the parts it uses, built in dependency order as the allocator builds them. */
 function parts(session: SessionDouble) {
   const tasks = new TaskGroup("test");
   const space = new IdSpace(1, 100, 0);
@@ -31,10 +32,6 @@ function parts(session: SessionDouble) {
   const fence = new Fence();
   const mutex = new KeyedMutex();
   const telemetry = new AllocatorTelemetry({ backend: "session-double", prefix: "p", node: "n" });
-  const hooks = {
-    conflict: (key: string, why: string) => recheck.conflict(key, why),
-    deletedHeld: (key: string, id: number) => recheck.deletedHeld(key, id),
-  };
   const codec = { encode: (k: string) => k, decode: (k: string) => k };
   const feed = new CacheFeed<string>({
     session,
@@ -45,7 +42,6 @@ function parts(session: SessionDouble) {
     codec,
     backoff: BACKOFF,
     telemetry,
-    hooks,
   });
   const deletions = new ReferenceDeletions({ session, local, signal: tasks.signal });
   const acquirer = new Acquirer<string>({
@@ -58,7 +54,7 @@ function parts(session: SessionDouble) {
     deletions,
     onRetry: () => {},
   });
-  const recheck: Recheck<string> = new Recheck({
+  const recheck = new Recheck<string>({
     session,
     fence,
     local,
@@ -75,7 +71,7 @@ function parts(session: SessionDouble) {
     masterKeyProtection: true,
     readOnly: false,
   });
-  tasks.spawn(feed.run(tasks.signal));
+  tasks.spawn(feed.run(tasks.signal, recheck));
   recheck.start();
   return {
     recheck,
