@@ -59,7 +59,7 @@ export interface AllocatorParts<K> {
 
 /** Builds the parts of an allocator on `session`, in dependency order (see the module doc). */
 export function buildParts<K>(
-  backend: Backend,
+  backend: Pick<Backend, "kind" | "node" | "admin">,
   session: BackendSession,
   settings: AllocatorSettings<K>,
 ): AllocatorParts<K> {

@@ -4,83 +4,35 @@
 // master-key protection re-creates a deleted master. The conformance suites run the same paths on
 // real stores.
 import assert from "node:assert/strict";
-import { Acquirer } from "../../src/allocator/acquire.ts";
-import { IdCache } from "../../src/allocator/cache.ts";
-import { CacheFeed } from "../../src/allocator/cache_feed.ts";
-import { ReferenceDeletions } from "../../src/allocator/deletions.ts";
-import { Fence } from "../../src/allocator/fence.ts";
-import { IdPool } from "../../src/allocator/id_pool.ts";
-import { IdSpace } from "../../src/allocator/id_space.ts";
-import { KeyedMutex } from "../../src/allocator/keyed_mutex.ts";
-import { LocalKeys } from "../../src/allocator/local_keys.ts";
-import { Recheck } from "../../src/allocator/recheck.ts";
+import { resolveOptions } from "../../src/allocator/options.ts";
+import { buildParts, closeParts, startParts } from "../../src/allocator/parts.ts";
 import type { AllocatorEvent } from "../../src/allocator/types.ts";
-import { TaskGroup } from "../../src/task_group.ts";
-import { AllocatorTelemetry } from "../../src/telemetry/allocator.ts";
 import { eventually } from "../_support/eventually.ts";
 import { SessionDouble } from "./_session_double.ts";
 
-const BACKOFF = { initialMs: 1, maxMs: 5, factor: 1 };
+/** What the parts read of a backend: its names (it has no admin view here). */
+const BACKEND = {
+  kind: "session-double",
+  node: "n",
+  admin: (): never => {
+    throw new Error("no admin view");
+  },
+};
 
-/** The re-check and the parts it uses, built in dependency order as the allocator builds them. */
+/** The allocator's parts on `session`, built and started as the allocator builds them. */
 function parts(session: SessionDouble) {
-  const tasks = new TaskGroup("test");
-  const space = new IdSpace(1, 100, 0);
-  const cache = new IdCache<string>((k) => k);
-  const pool = new IdPool(1, 100);
-  const local = new LocalKeys();
-  const fence = new Fence();
-  const mutex = new KeyedMutex();
-  const telemetry = new AllocatorTelemetry({ backend: "session-double", prefix: "p", node: "n" });
-  const codec = { encode: (k: string) => k, decode: (k: string) => k };
-  const feed = new CacheFeed<string>({
-    session,
-    cache,
-    pool,
-    space,
-    local,
-    codec,
-    backoff: BACKOFF,
-    telemetry,
+  const settings = resolveOptions<string>({
+    min: 1,
+    max: 100,
+    maxAttempts: 3,
+    lockWaitMs: 0,
+    backoff: { initialMs: 1, maxMs: 5, factor: 1 },
   });
-  const deletions = new ReferenceDeletions({ session, local, signal: tasks.signal });
-  const acquirer = new Acquirer<string>({
-    session,
-    cache,
-    pool,
-    space,
-    policy: { maxAttempts: 3, lockWaitMs: 0, backoff: BACKOFF },
-    record: (key, id, version) => feed.insertLocal(key, id, version),
-    deletions,
-    onRetry: () => {},
-  });
-  const recheck = new Recheck<string>({
-    session,
-    fence,
-    local,
-    mutex,
-    cache,
-    feed,
-    acquirer,
-    deletions,
-    codec,
-    tasks,
-    telemetry,
-    node: "n",
-    backoff: BACKOFF,
-    masterKeyProtection: true,
-    readOnly: false,
-  });
-  tasks.spawn(feed.run(tasks.signal, recheck));
-  recheck.start();
+  const p = buildParts(BACKEND, session, settings);
+  startParts(p, settings, () => Promise.resolve());
+  const { tasks, feed, mutex, acquirer, local } = p;
   return {
-    recheck,
-    fence,
-    local,
-    cache,
-    feed,
-    deletions,
-    tasks,
+    ...p,
     async hold(key: string): Promise<number> {
       await feed.waitForInitialSync(tasks.signal);
       using _lock = await mutex.lock(key, tasks.signal);
@@ -88,11 +40,7 @@ function parts(session: SessionDouble) {
       local.add(key, id);
       return id;
     },
-    [Symbol.asyncDispose]: () =>
-      tasks.close(() => {
-        recheck.stop();
-        feed.close(new Error("closed"));
-      }),
+    [Symbol.asyncDispose]: () => closeParts(p),
   };
 }
 
