@@ -13,7 +13,8 @@
 import { execFile } from "node:child_process";
 import process from "node:process";
 import { type BenchRow, rateSpread } from "./_table.ts";
-import { etcdUnavailable, onPath, startEtcd } from "../src/backends/etcd/testing/cluster.ts";
+import { etcdUnavailable, startEtcd } from "../src/backends/etcd/testing/cluster.ts";
+import { onPath } from "../src/testing/runtime.ts";
 
 const EXAMPLE = new URL("../examples/node/main.ts", import.meta.url).pathname;
 const ROOT = new URL("../", import.meta.url).pathname;

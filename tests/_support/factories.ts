@@ -4,8 +4,8 @@
  *
  * @module
  */
-import { loadHarnesses } from "../../src/backends/testing.ts";
-import type { BackendFactory, BackendTraits } from "./fixture.ts";
+import { loadHarnesses } from "../../src/testing/harness.ts";
+import type { BackendFactory, BackendTraits } from "../../src/testing/fixture.ts";
 import { test } from "./test.ts";
 
 const harnesses = await loadHarnesses();

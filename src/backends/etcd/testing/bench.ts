@@ -6,7 +6,7 @@
  * @module
  */
 import type { Backend } from "../../../allocator/backend.ts";
-import type { BenchCell, BenchHooks, RawWriter } from "../../../../bench/backend.ts";
+import type { BenchCell, BenchHooks, RawWriter } from "../../../testing/bench.ts";
 import { EtcdBackend } from "../mod.ts";
 import { startEtcd } from "./cluster.ts";
 import { b, rawClient } from "./fixture.ts";

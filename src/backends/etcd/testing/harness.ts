@@ -1,11 +1,11 @@
 /**
  * etcd's development harness: its fixture for the shared test suites (a private etcd per test
  * process), its nemesis hooks and its bench opener, loaded by kind through
- * `src/backends/testing.ts`. Not published.
+ * `src/testing/harness.ts`. Not published.
  *
  * @module
  */
-import type { BackendHarness } from "../../../../tests/_support/harness.ts";
+import type { BackendHarness } from "../../../testing/harness.ts";
 import { etcdBench } from "./bench.ts";
 import { etcdUnavailable } from "./cluster.ts";
 import { etcdFactory } from "./fixture.ts";

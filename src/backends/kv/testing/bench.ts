@@ -6,7 +6,7 @@
  * @module
  */
 import type { Backend } from "../../../allocator/backend.ts";
-import type { BenchHooks, RawWriter } from "../../../../bench/backend.ts";
+import type { BenchHooks, RawWriter } from "../../../testing/bench.ts";
 import { DenoKvBackend } from "../mod.ts";
 
 /** The KV file a measurement's children open. */

@@ -1,10 +1,11 @@
 /**
- * The benchmarks' contract with a backend: what `bench/compare.ts` and `bench/scenario.ts` do per
- * backend, given by each backend's harness (`src/backends/<folder>/testing/bench.ts`).
+ * The benchmarks' contract with a backend: what `bench/compare.ts`, `bench/scenario.ts` and
+ * `bench/scale.ts` do per backend, given by each backend's harness
+ * (`src/backends/<folder>/testing/bench.ts`).
  *
  * @module
  */
-import type { Backend } from "../src/allocator/backend.ts";
+import type { Backend } from "../allocator/backend.ts";
 
 /** One cell of the side-by-side table: a scenario, its size and the backend options it runs with. */
 export interface BenchCell {
