@@ -1,6 +1,6 @@
 /**
- * The benchmarks' contract with a backend: what `bench/compare.ts`, `bench/scenario.ts` and
- * `bench/scale.ts` do per backend, given by each backend's harness
+ * The benchmarks' contract with a backend: what `bench/compare.ts`, `bench/scenario.ts`,
+ * `bench/scale.ts` and `bench/runtimes.ts` do per backend, given by each backend's harness
  * (`src/backends/<folder>/testing/bench.ts`).
  *
  * @module
@@ -30,6 +30,22 @@ export interface RawWriter extends AsyncDisposable {
   write(i: number, key: string): Promise<void>;
 }
 
+/** A store the Node.js example runs on; disposing it stops or removes it. */
+export interface ExampleStore extends AsyncDisposable {
+  /** The example's arguments that select the store. */
+  readonly args: readonly string[];
+  /** The environment that names it. */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/** How the Node.js example (`examples/node/main.ts`) runs on a backend, for `bench/runtimes.ts`. */
+export interface ExampleHooks {
+  /** A fresh store of the backend for one runtimes bench. */
+  start(): Promise<ExampleStore>;
+  /** Runtimes that cannot open the backend's store, each with why. */
+  readonly unsupported?: Readonly<Partial<Record<"deno" | "node" | "bun", string>>>;
+}
+
 /** What the benchmarks know of one backend. */
 export interface BenchHooks {
   /**
@@ -57,4 +73,6 @@ export interface BenchHooks {
    * at, for the side-by-side figures; absent for a backend Cilium cannot use.
    */
   ciliumPeer?(where: unknown): string;
+  /** How the Node.js example runs on the backend; absent when the example has no such store. */
+  readonly example?: ExampleHooks;
 }

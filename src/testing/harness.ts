@@ -1,6 +1,6 @@
 /**
  * The development harness of a backend, and its loader: everything the repository's tests, nemesis
- * suite and benchmarks need of one backend, in one object, found by kind. Each backend
+ * suite, benchmarks and examples need of one backend, in one object, found by kind. Each backend
  * exports it as `harness` from `src/backends/<folder>/testing/harness.ts`; the tests, nemesis and
  * bench load it from here ({@linkcode loadHarness}), so none of them lists backends, and no
  * published module names a harness.
@@ -22,6 +22,14 @@ import type { BenchHooks } from "./bench.ts";
 import type { BackendFactory } from "./fixture.ts";
 import type { NemesisHooks } from "./nemesis.ts";
 
+/** A private server of a backend's store on loopback, for examples; disposing it stops it. */
+export interface PrivateServer extends AsyncDisposable {
+  /** Its client URLs (`http://127.0.0.1:<port>`), one per member. */
+  readonly endpoints: readonly string[];
+  /** Stops it and removes its data. */
+  close(): Promise<void>;
+}
+
 /** One backend's test fixture, nemesis hooks and bench opener. */
 export interface BackendHarness {
   /** The backend's kind: the same as its `BackendDriver.kind`. */
@@ -37,6 +45,12 @@ export interface BackendHarness {
   readonly nemesis: NemesisHooks;
   /** What the benchmarks do per backend. */
   readonly bench: BenchHooks;
+  /**
+   * Starts a private server of the store (etcd: one member on free loopback ports), for examples
+   * run without a store of the user's; `undefined` when none can start here (no etcd binary).
+   * Absent for a store that is a file.
+   */
+  server?(): Promise<PrivateServer | undefined>;
 }
 
 /**

@@ -74,4 +74,14 @@ export const etcdBench: BenchHooks = {
   open,
   raw,
   ciliumPeer: (where) => endpoints(where)[0],
+  example: {
+    async start() {
+      const etcd = await startEtcd();
+      return {
+        args: [],
+        env: { ETCD_ENDPOINTS: etcd.endpoints.join(",") },
+        [Symbol.asyncDispose]: () => etcd.close(),
+      };
+    },
+  },
 };

@@ -61,4 +61,14 @@ export const kvBench: BenchHooks = {
   },
   open,
   raw,
+  example: {
+    // The example's own Deno KV file, which it removes.
+    start: () =>
+      Promise.resolve({
+        args: ["--store", "kv"],
+        env: {},
+        [Symbol.asyncDispose]: () => Promise.resolve(),
+      }),
+    unsupported: { bun: "@deno/kv needs V8 serialization" },
+  },
 };
