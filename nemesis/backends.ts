@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { loadHarnesses, UnknownBackendError } from "../src/testing/harness.ts";
+import { HarnessLoadError, loadHarnesses, UnknownBackendError } from "../src/testing/harness.ts";
 import { NEMESIS_FAULTS, type NemesisHooks } from "../src/testing/nemesis.ts";
 
 /** One backend as the nemesis suite knows it. */
@@ -59,7 +59,10 @@ function union(lists: readonly (readonly string[])[]): string[] {
 function checked(kind: string, hooks: NemesisHooks): NemesisHooks {
   for (const fault of Object.keys(hooks.storeFaults ?? {})) {
     if ((NEMESIS_FAULTS as readonly string[]).includes(fault) || fault.includes("/")) {
-      throw new Error(`${kind}'s store fault '${fault}' takes a name the nemesis reserves`);
+      throw new HarnessLoadError(
+        kind,
+        `its store fault '${fault}' takes a name the nemesis reserves`,
+      );
     }
   }
   return hooks;

@@ -76,7 +76,7 @@ export class UnknownBackendError extends Error {
   }
 }
 
-/** A backend whose harness module does not load, or is not of the backend's kind. */
+/** A backend's harness that does not load, is not of the backend's kind, or breaks its contract. */
 export class HarnessLoadError extends Error {
   /** The backend's kind. */
   readonly kind: string;
