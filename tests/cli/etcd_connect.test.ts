@@ -29,8 +29,9 @@ async function failing(
   assert.equal(human.code, code, human.stderr);
   assert.ok(isOneLineError(human.stderr), human.stderr);
   assert.ok(human.stderr.includes(names), `names ${names}: ${human.stderr}`);
-  // Well inside the default 5 s connect timeout (and far inside --timeout's 30 s).
-  assert.ok(ms < 8_000, `took ${Math.round(ms)} ms`);
+  // Ended by the connect timeout (5 s by default), not by --timeout (30 s): anything well below
+  // 30 s says so, with room for a loaded machine (process start, type check, slow loopback).
+  assert.ok(ms < 20_000, `took ${Math.round(ms)} ms`);
   const json = await cli([...args, "--json"]);
   assert.equal(json.code, code);
   const parsed = JSON.parse(json.stderr).error;
