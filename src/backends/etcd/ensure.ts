@@ -212,9 +212,8 @@ export function classify(held: HeldKey, read: KeyRead): Verdict {
   const disagreeing = read.refs.exact.filter((r) =>
     r.id !== undefined && r.id !== held.id && r.lease !== "0"
   );
-  if (
-    (master !== undefined && !master.corrupt && master.value !== held.key) || disagreeing.length > 0
-  ) {
+  const othersMaster = master !== undefined && !master.corrupt && master.value !== held.key;
+  if (othersMaster || disagreeing.length > 0) {
     return {
       kind: "conflict",
       master: read.master ? text(read.master.value) : undefined,

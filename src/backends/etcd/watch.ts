@@ -6,7 +6,6 @@
  * @example
  * ```ts
  * import type { EtcdContext } from "./context.ts";
-import type { EtcdLayout } from "./layout.ts";
  * import { watchMasters } from "./watch.ts";
  *
  * // Needs a session's context on a running etcd: a function here, so that it is type-checked.
