@@ -109,7 +109,8 @@ Deno.test("etcd that never answers: fails after the 5s connect timeout, not --ti
   const byDefault = await run();
   assert.equal(byDefault.code, 2, byDefault.stderr);
   assert.match(byDefault.stderr, /etcd at http:\/\/127\.0\.0\.1:\d+ did not answer within 5s/);
-  assert.ok(byDefault.ms < 15_000, `${byDefault.ms} ms: not the 30 s --timeout`);
+  // Well below --timeout's 30 s, with room for a loaded machine to start the process.
+  assert.ok(byDefault.ms < 20_000, `${byDefault.ms} ms: not the 30 s --timeout`);
   // A --timeout shorter than the connect timeout bounds connecting; the message still names
   // the endpoint and what happened.
   const short = await run("--timeout", "1s");
