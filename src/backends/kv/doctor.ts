@@ -139,7 +139,7 @@ export async function* findDamage(
       else if (owner !== undefined && owner.key !== key) orphan("whose master is another key's");
       else if (check !== undefined && !check.valid(id, key)) {
         // The master is the key's (or unreadable, reported as such): only the range is wrong.
-        const reason = `it names ${check.outside(id, key)}`;
+        const reason = check.outside(id, key);
         add({ finding: finding(entry, "index-out-of-range", reason, { id, key }), key });
       }
     }
@@ -182,7 +182,7 @@ export async function* findDamage(
       const reason = "the value is not { id, lease }";
       add({ finding: finding(e, "reference-undecodable", reason, { key, node }), node });
     } else if (check !== undefined && !check.valid(value.id, key)) {
-      const reason = `it names ${check.outside(value.id, key)}`;
+      const reason = check.outside(value.id, key);
       const about = { id: value.id, key, node };
       add({ finding: finding(e, "reference-out-of-range", reason, about), node });
     }
