@@ -231,7 +231,7 @@ function addGlobalOptionsHint(program: Command): void {
 type Pick = (run: (ctx: RunContext) => Promise<number>) => void;
 
 /** The program, with no options or commands yet: its output, help layout and usage errors. */
-function newProgram(output: Output, json: boolean): Command {
+function newProgram(output: Output): Command {
   const backends = BACKENDS.map((d) => d.title).join(" or ");
   return new Command("idalloc")
     .description(`Cluster-wide small integer IDs for keys, on ${backends} (Cilium's ID allocator).`)
@@ -240,19 +240,14 @@ function newProgram(output: Output, json: boolean): Command {
     .configureOutput({
       writeOut: (text) => output.out.write(text),
       writeErr: (text) => output.err.write(text),
-      outputError: (text, write) =>
-        write(
-          json
-            ? errorLine(true, 1, "UsageError", text.replace(/^error: /, "").trim()) + "\n"
-            : `idalloc: ${text}`,
-        ),
+      // Usage errors are reported by parseCommandLine, in one line with the fix (usageError).
+      outputError: () => {},
       getOutHelpWidth: () => 100,
       getErrHelpWidth: () => 100,
       getOutHasColors: () => false,
       getErrHasColors: () => false,
     })
     .configureHelp({ showGlobalOptions: false, sortSubcommands: false })
-    .showHelpAfterError(json ? false : "(run with --help for usage)")
     .addHelpText("after", EXAMPLES_HELP + EXIT_CODES_HELP);
 }
 
@@ -428,10 +423,55 @@ function addCompletionCommand(program: Command, pick: Pick): void {
     });
 }
 
+/**
+ * Makes every command record itself as the one that failed when commander reports a usage error
+ * (commander's error text does not say which command it was about).
+ */
+function recordFailingCommand(program: Command): { command?: Command } {
+  const failed: { command?: Command } = {};
+  const visit = (command: Command) => {
+    command.configureOutput({ outputError: () => void (failed.command = command) });
+    command.commands.forEach(visit);
+  };
+  visit(program);
+  return failed;
+}
+
+/** `idalloc identity allocate`: the command line that leads to `command`. */
+function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c !== null; c = c.parent) names.unshift(c.name());
+  return names.join(" ");
+}
+
+/**
+ * Commander's usage error (`error: unknown option '--jsn'` and maybe `(Did you mean --json?)` on
+ * a second line) as one line that names the fix: the suggestion, else where the right usage is.
+ */
+export function usageError(message: string, command: Command): string {
+  const [first, ...rest] = message.trim().split("\n");
+  const what = first.replace(/^error: /, "").replace(/\.$/, "");
+  const suggestion = /\(Did you mean (.+)\?\)/.exec(rest.join(" "))?.[1];
+  if (suggestion !== undefined) return `${what}; did you mean ${suggestion}?`;
+  const missing = /^option '(.+)' argument missing$/.exec(what);
+  if (missing !== null) return `option '${missing[1]}' needs a value: ${missing[1]}`;
+  const path = commandPath(command);
+  if (/^unknown (option|command)/.test(what)) {
+    return `${what}; '${path} --help' lists the ${
+      what.includes("option") ? "options" : "commands"
+    }`;
+  }
+  return `${what}; usage: ${path} ${command.usage()}`;
+}
+
 /** The global options commander collected, with where each came from. */
 function collectedOptions(program: Command): CollectedOptions {
   const values = program.opts();
-  return { values, sourceOf: (attribute) => program.getOptionValueSource(attribute) };
+  return {
+    values,
+    sourceOf: (attribute) => program.getOptionValueSource(attribute),
+    envOf: (attribute) => program.options.find((o) => o.attributeName() === attribute)?.envVar,
+  };
 }
 
 /**
@@ -447,18 +487,26 @@ export async function parseCommandLine(
   const pick: Pick = (run) => {
     selected = run;
   };
-  const program = newProgram(output, json);
+  const program = newProgram(output);
   addGlobalOptions(program);
   addKeyCommands(program, pick);
   addOperatorCommands(program, pick);
   addIdentityCommands(program, pick);
   addCompletionCommand(program, pick);
   addGlobalOptionsHint(program);
+  const failed = recordFailingCommand(program);
   try {
     await program.parseAsync(args, { from: "user" });
   } catch (err) {
-    if (err instanceof CommanderError) return { kind: "exit", code: err.exitCode === 0 ? 0 : 1 };
-    throw err;
+    if (!(err instanceof CommanderError)) throw err;
+    if (err.exitCode === 0) return { kind: "exit", code: 0 };
+    // Help shown for a command group (`idalloc identity`) is its own message.
+    if (err.code !== "commander.help" && err.code !== "commander.helpDisplayed") {
+      output.err.line(
+        errorLine(json, 1, "UsageError", usageError(err.message, failed.command ?? program)),
+      );
+    }
+    return { kind: "exit", code: 1 };
   }
   if (selected === undefined) {
     // `idalloc identity` alone: commander printed the group's help.
