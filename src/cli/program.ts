@@ -56,7 +56,8 @@ Exit codes:
   2    store unavailable: host name not resolvable, connection refused, no answer within
        --connect-timeout, a KV file that cannot be opened, or no answer within --timeout
   3    not found: get / get-id / identity get / release found no such key, ID or reference
-  4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry
+  4    refused: no free ID left, allocation failed after its retries, corrupt entry, a --node
+       whose lease is live (a running node, or a run that exited within its lease TTL)
   5    internal error (a bug; --debug prints the stack trace)
   130  interrupted (Ctrl-C) before a one-shot command finished
 `;
@@ -311,17 +312,25 @@ function addKeyCommands(program: Command, pick: Pick): void {
 function addOperatorCommands(program: Command, pick: Pick): void {
   program.command("gc")
     .description("delete IDs no node uses (two-round marking) and print what was deleted")
-    .option("--every <duration>", "keep running: one pass per interval, e.g. 15m")
-    .option("--grace <duration>", "time between the two passes of a single run", "5s")
+    .option("--every <duration>", "keep running: one pass per interval, e.g. 15m (>= --lease-ttl)")
+    .option(
+      "--grace <duration>",
+      "time between the two passes of a single run (default: --lease-ttl, the least allowed)",
+    )
+    .option("--force", "allow --grace or --every shorter than --lease-ttl (see below)")
     .addHelpText(
       "after",
       "\nA pass marks unused IDs; the next pass deletes the ones still unused and unchanged.\n" +
-        "Only IDs in [--min, --max] are considered.",
+        "Only IDs in [--min, --max] are considered.\n\n" +
+        "Passes are at least --lease-ttl apart (give it the longest lease TTL of your nodes): a\n" +
+        "node whose lease vanished without its knowing (revoked, or its record replaced) keeps\n" +
+        "using its IDs until its own lease deadline, and must notice before they go to other\n" +
+        "keys. --force allows less, for when no node can be in that state (all stopped, tests).",
     )
-    .action((o: { every?: string; grace: string }) => {
+    .action((o: { every?: string; grace?: string; force?: boolean }) => {
       const everyMs = o.every === undefined ? undefined : durationOption("every", o.every, 10);
-      const graceMs = durationOption("grace", o.grace);
-      pick((ctx) => gcCommand(ctx, { everyMs, graceMs }));
+      const graceMs = o.grace === undefined ? undefined : durationOption("grace", o.grace);
+      pick((ctx) => gcCommand(ctx, { everyMs, graceMs, force: o.force ?? false }));
     });
 
   program.command("status")
