@@ -260,8 +260,11 @@ function addKeyCommands(program: Command, pick: Pick): void {
     .option("--hold", "keep referencing the key until Ctrl-C, then release it")
     .addHelpText(
       "after",
-      "\nThe reference is this run's (--node): without --hold it lapses --lease-ttl after exit,\n" +
-        "and the ID lives on only while another node references the key.",
+      "\nThe reference is this run's (--node): without --hold it stays after exit until the\n" +
+        "run's lease lapses (the note says when; until then --node is refused to other runs),\n" +
+        "and the ID lives on only while another node references the key. --hold follows the\n" +
+        "key if its ID is given to another key (it says so) and releases what it holds.\n" +
+        "A --node whose lease is live (running, or a run that exited lately) is refused (exit 4).",
     )
     .action((key: string, o: { hold?: boolean }) =>
       pick((ctx) => allocateCommand(ctx, key, { hold: o.hold ?? false }))
@@ -274,9 +277,9 @@ function addKeyCommands(program: Command, pick: Pick): void {
       "after",
       "\nA new process holds nothing, so release names the node explicitly: --node <name>.\n" +
         "The reference is deleted directly, without taking that node's lease, and only if the\n" +
-        "node is not live (exit 4 otherwise: that would take the ID from under a running node,\n" +
-        "which writes it back at its next sync). A node is live while its lease is: a CLI run's\n" +
-        "lapses --lease-ttl after it exits; on etcd a dead node's references go with its lease.",
+        "node is not live (exit 4 otherwise, saying until when its lease runs: the node may\n" +
+        "still use the ID). A node is live while its lease is: a CLI run's lapses --lease-ttl\n" +
+        "after its last renewal; on etcd a dead node's references go with its lease.",
     )
     .action((key: string) => pick((ctx) => releaseCommand(ctx, key)));
 

@@ -232,3 +232,28 @@ testEachBackend(
     assert.equal(released.code, f.traits.deadReferencesStay ? 0 : 3, released.stderr);
   },
 );
+
+testEachBackend(
+  "identity allocate --hold releases the identity its labels have when Ctrl-C comes",
+  async (f) => {
+    await using fx = await f.create();
+    const args = [...fx.spec().cli, "--node", "ih"];
+    const { stdout, stderr, code, result: old } = await withHolder(
+      [...args, "identity", "allocate", "k8s:app=ih", "--hold", "--json"],
+      async (_, first) => {
+        const old = JSON.parse(first).id as number;
+        await fx.rewriteMaster(old, "k8s:app=other;");
+        await eventually(
+          async () => (await liveRefs(fx, "ih")).some((r) => r.id !== old),
+          "the identity moved",
+        );
+        return old;
+      },
+    );
+    assert.equal(code, 0, stderr);
+    const released = jsonLines(stdout)[1];
+    assert.notEqual(released.id, old);
+    assert.deepEqual(released, { id: released.id, released: true, node: "ih" });
+    assert.deepEqual(await liveRefs(fx, "ih"), []);
+  },
+);

@@ -2,10 +2,11 @@
  * `gc`: collects IDs that no node uses, by Cilium's two-round marking: a pass marks the unused
  * IDs, the next pass deletes those still unused and unchanged (every delete is a guarded write
  * that fails if a node referenced the key meanwhile). One run makes two passes `--grace` apart;
- * `--every 15m` keeps running, one pass per interval, like Cilium's operator.
+ * `--every 15m` keeps running, one pass per interval, like Cilium's operator. Either is at least
+ * `--lease-ttl` unless `--force` (see `passGapMs`).
  *
  * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
- * `--node` that names a live node is refused (exit 4): the run would take that node's lease.
+ * `--node` whose lease is live is refused (exit 4): the run would take that node's lease.
  *
  * @module
  */
