@@ -85,12 +85,15 @@ export async function liveLease(
   return leases.find((l) => l.node === node && l.live);
 }
 
+/** `until 2026-…Z (in 45s)`: until when other nodes count `lease` live. */
+function untilText(store: Store, lease: NodeLease): string {
+  const until = store.liveUntil(lease);
+  return until === undefined ? "until its lease lapses" : `until ${instant(until)}`;
+}
+
 /** `node web1 is live until 2026-…Z (in 45s)`: who holds a name, and until when. */
 export function liveNodeText(store: Store, lease: NodeLease): string {
-  const until = store.liveUntil(lease);
-  return `node ${lease.node} is live ${
-    until === undefined ? "until its lease lapses" : `until ${instant(until)}`
-  }`;
+  return `node ${lease.node} is live ${untilText(store, lease)}`;
 }
 
 /**
@@ -109,11 +112,8 @@ export async function refuseLiveNode(
   if (!ctx.options.nodeGiven) return undefined;
   const lease = await liveLease(ctx, store, ctx.options.node);
   if (lease === undefined) return undefined;
-  const until = store.liveUntil(lease);
-  const message =
-    `node ${lease.node} is in use: its lease is live ${
-      until === undefined ? "until it lapses" : `until ${instant(until)}`
-    } (it is running, or it exited and its lease has not lapsed yet); ${consequence}. Give --node ` +
+  const message = `node ${lease.node} is in use: its lease is live ${untilText(store, lease)} ` +
+    `(it is running, or it exited and its lease has not lapsed yet); ${consequence}. Give --node ` +
     "a name of its own (or none), or wait until then";
   ctx.output.err.line(errorLine(ctx.options.json, ExitCode.Refused, "NodeInUseError", message));
   return ExitCode.Refused;
@@ -133,10 +133,10 @@ export async function referenceNote(ctx: RunContext, store: Store): Promise<stri
   const lease = await liveLease(ctx, store, node).catch(() => undefined);
   const until = lease === undefined ? undefined : store.liveUntil(lease);
   const when = until === undefined
-    ? `${formatDuration(ctx.options.leaseTtlMs)} (--lease-ttl) after its last renewal`
-    : instant(until);
+    ? `, ${formatDuration(ctx.options.leaseTtlMs)} (--lease-ttl) after its last renewal`
+    : ` at ${instant(until)}`;
   const taken = ctx.options.nodeGiven ? `; until then --node ${node} is refused to other runs` : "";
-  return `note: node ${node} references it after this run exits, until its lease lapses at ` +
+  return `note: node ${node} references it after this run exits, until its lease lapses` +
     `${when}${taken}; --hold keeps it until Ctrl-C`;
 }
 
