@@ -4,18 +4,18 @@
  * repository), so the CLI sees what the quickstart wrote.
  */
 import assert from "node:assert/strict";
+import { runCommand, userEnv } from "../_support/commands.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 
-async function task(cwd: string, args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
+/** `deno task <args>` of this repository, started in `cwd` as a user's shell would. */
+function task(cwd: string, args: string[]) {
+  return runCommand(Deno.execPath(), {
     args: ["task", "-q", "--config", `${ROOT}deno.json`, ...args],
     cwd,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder();
-  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+    env: userEnv(),
+    clearEnv: true,
+  });
 }
 
 Deno.test("quickstart [file] and --store kv:<file> name the same file in the caller's directory", async () => {
