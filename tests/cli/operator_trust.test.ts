@@ -15,7 +15,7 @@
 import assert from "node:assert/strict";
 import { eventually } from "../_support/eventually.ts";
 import { testEachBackend } from "../_support/factories.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { cli, spawnCli, untilDead } from "./_run.ts";
 
 /** `2026-…Z (in 45s)` as the CLI prints an instant. */

@@ -18,7 +18,7 @@ import { delimiter, join } from "node:path";
 import process from "node:process";
 import { etcdUnavailable } from "../../src/backends/etcd/testing/cluster.ts";
 import { sharedEtcd } from "../../src/backends/etcd/testing/fixture.ts";
-import { runtime } from "../_support/runtime.ts";
+import { runtime } from "../../src/testing/runtime.ts";
 import { test } from "../_support/test.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;

@@ -6,15 +6,21 @@
  * scheduling is what is checked).
  */
 import assert from "node:assert/strict";
-import { GARBAGE_KINDS, type GarbageKind } from "../../nemesis/stores/store.ts";
-import { type FaultContext, type FaultRecord, runNemesis } from "../../nemesis/faults.ts";
-import type { FaultKind } from "../../nemesis/config.ts";
-import { openKvStore } from "../../src/backends/kv/testing/nemesis.ts";
-import { prng } from "../_support/prng.ts";
+import {
+  type FaultContext,
+  type FaultRecord,
+  garbageTargets,
+  runNemesis,
+} from "../../nemesis/faults.ts";
+import { kvNemesis, openKvStore } from "../../src/backends/kv/testing/nemesis.ts";
+import { prng } from "../../src/testing/prng.ts";
+
+/** Deno KV's garbage kinds: the store these runs plant in. */
+const GARBAGE_KINDS = kvNemesis.garbageKinds;
 
 async function shortRun(
-  kinds: FaultKind[],
-  garbage: readonly GarbageKind[],
+  kinds: string[],
+  garbage: readonly string[],
   overlapEveryMs?: readonly [number, number],
 ): Promise<FaultRecord[]> {
   const dir = await Deno.makeTempDir({ prefix: "idalloc-short-nemesis-" });
@@ -37,11 +43,12 @@ async function shortRun(
   const ctx: FaultContext = {
     random,
     store,
+    storeFaults: kvNemesis.storeFaults ?? {},
     // A stall of the shortest kind: 2 s.
     timings: { leaseTtlMs: 1, syncIntervalMs: 1, gcIntervalMs: 1, callTimeoutMs: 1 },
     skewMs: 0,
     garbage,
-    garbageTargets: { keys: ["k8s:app=a;"], range: { min: 256, max: 300 }, random },
+    garbageTargets: garbageTargets(["k8s:app=a;"], { min: 256, max: 300 }, random),
     slots: 3,
     target,
     restart: (slot) => Promise.resolve(target(slot)),
@@ -76,7 +83,7 @@ Deno.test("nemesis: a short run tries every fault kind once, each garbage kind t
 });
 
 Deno.test("nemesis: one fault at a time (the default), the first round runs whole too", async () => {
-  const garbage: GarbageKind[] = ["bad-ref", "empty-master"];
+  const garbage: string[] = ["bad-ref", "empty-master"];
   const records = await shortRun(["lease-revoke", "garbage"], garbage);
   assert.deepEqual(kindsTried(records), [
     "garbage/bad-ref",
