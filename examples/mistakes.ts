@@ -11,7 +11,7 @@
  * @module
  */
 import { IdallocError } from "@idalloc/idalloc";
-import { callerPath } from "../src/backends/kv/store_description.ts";
+import { callerPath } from "../src/caller_path.ts";
 
 /** A mistake in how an example was started or what it was pointed at, said in plain words. */
 export class ExampleError extends Error {
