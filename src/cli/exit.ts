@@ -76,6 +76,8 @@ const CORE_BY_NAME: Readonly<Record<string, number>> = {
   ConflictError: ExitCode.Refused,
   CorruptEntryError: ExitCode.Refused,
   AllocationFailedError: ExitCode.Refused,
+  // A live node's name (`--node`): the store's state refuses it, as `gc --node` refuses one.
+  NodeInUseError: ExitCode.Refused,
   KeyNotHeldError: ExitCode.NotFound,
   // The base class: a failure the store reported that has no class of its own. The store
   // answered, so it is not "down".

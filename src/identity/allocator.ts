@@ -76,6 +76,12 @@ export interface IdentityAllocatorOptions {
    * {@linkcode IdentityAllocator.flush}). @default {false}
    */
   readonly releaseInBackground?: boolean;
+  /**
+   * This process is the backend's node restarting: take over its live lease record (see
+   * `AllocatorOptions.restart`; without it a live node name throws `NodeInUseError`).
+   * @default {false}
+   */
+  readonly restart?: boolean;
 }
 
 /** Options of {@linkcode IdentityAllocator.allocate}. */
@@ -145,6 +151,7 @@ const optionsSchema = z.object({
   maxAttempts: z.number().optional(),
   backoff: z.object({}).loose().optional(),
   releaseInBackground: z.boolean().optional(),
+  restart: z.boolean().optional(),
 }).strict();
 
 const remoteSchema = z.object({
@@ -261,6 +268,7 @@ export class IdentityAllocator implements AsyncDisposable {
       maxAttempts: settings.maxAttempts,
       backoff: settings.backoff,
       releaseInBackground: settings.releaseInBackground,
+      restart: settings.restart,
     }, callOptions);
     return new IdentityAllocator(settings, range, reserved, main, new ChangeHub());
   }
