@@ -25,7 +25,9 @@ import type { IWatchResponse } from "../../deps/etcd3.ts";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
-import { closeStream, type DuplexStream } from "./client.ts";
+import { accessDenied, closeStream, type DuplexStream } from "./client.ts";
+import { StoreAccessDeniedError } from "./errors.ts";
+import { summarize } from "./failure.ts";
 import { sleep } from "../../abort.ts";
 import type { EtcdContext } from "./context.ts";
 import { type MasterEntry, parseMaster } from "./gc.ts";
@@ -228,6 +230,15 @@ export async function* watchMasters(
         log.info("watch of masters compacted at {rev}; re-listing", { rev: err.compactRevision });
         relist = "compacted";
         continue;
+      }
+      // Denied access stays denied: retrying would only hide it until the caller's deadline.
+      if (accessDenied(err)) {
+        client.noteError("watch", err);
+        if (err instanceof StoreAccessDeniedError) throw err;
+        throw new StoreAccessDeniedError(
+          `etcd refused the watch of ${ctx.layout.masterRange}: ${summarize(err)}`,
+          { cause: err },
+        );
       }
       client.noteError("watch", err);
       client.telemetry.reconnect(err);
