@@ -65,6 +65,7 @@ async function main(): Promise<number> {
   }
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
+  if (options.out === undefined && !options.keep) removeOnInterrupt(root);
   const runs = options.runs.map((r) => `${r.backend} for ${r.seconds} s`).join(", then ");
   const growth = options.growthOps > 0
     ? `then ${options.growthOps.toLocaleString("en-US")} growth cycles after each (on top)`
@@ -110,6 +111,26 @@ async function main(): Promise<number> {
     await Deno.remove(root, { recursive: true }).catch(() => {});
   }
   return !ok ? 1 : harness ? 2 : 0;
+}
+
+/**
+ * Ctrl-C or SIGTERM: an interrupted run has no verdict to keep evidence for, so its directory
+ * goes as a clean finished run's does (with `--keep` or `--out` it stays). The child processes end
+ * on their own when their stdin closes with this process; a private etcd's watchdog stops it.
+ */
+function removeOnInterrupt(root: string): void {
+  const stop = (signal: Deno.Signal) => {
+    console.error(`nemesis: ${signal}: removing ${root}`);
+    try {
+      Deno.removeSync(root, { recursive: true });
+    } catch {
+      // already gone
+    }
+    Deno.exit(130);
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    Deno.addSignalListener(signal, () => stop(signal));
+  }
 }
 
 Deno.exit(await main());
