@@ -567,9 +567,15 @@ export class IdentityAllocator implements AsyncDisposable {
     const old = this.#remotes.get(name);
     this.#remotes.set(name, remote);
     // Listen before any further await: an abort in between must still withdraw this remote.
-    const withdraw = () => void this.#withdraw(remote);
-    options.signal?.addEventListener("abort", withdraw, { once: true });
-    if (options.signal?.aborted) withdraw();
+    // Closing the remote removes the listener: a listener on a timeout signal (`AbortSignal.timeout`)
+    // keeps its timer, and so the process, alive until it fires.
+    const callerSignal = options.signal;
+    if (callerSignal) {
+      const withdraw = () => void this.#withdraw(remote);
+      callerSignal.addEventListener("abort", withdraw, { once: true });
+      remote.onClose(() => callerSignal.removeEventListener("abort", withdraw));
+      if (callerSignal.aborted) withdraw();
+    }
     if (old) {
       old.halt();
       for (const id of old.published.keys()) {
