@@ -29,6 +29,7 @@ import {
 import { runGrowth, writeGrowth } from "./growth.ts";
 import { clean, writeReport } from "./report.ts";
 import { runBackend } from "./run.ts";
+import { Child } from "./child.ts";
 
 /** The command that repeats `run` alone: its share of `--seconds`, its seed, no growth run. */
 function command(o: NemesisOptions, run: BackendRun): string {
@@ -65,7 +66,7 @@ async function main(): Promise<number> {
   }
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
-  if (options.out === undefined && !options.keep) removeOnInterrupt(root);
+  stopOnInterrupt(root, options.out === undefined && !options.keep);
   const runs = options.runs.map((r) => `${r.backend} for ${r.seconds} s`).join(", then ");
   const growth = options.growthOps > 0
     ? `then ${options.growthOps.toLocaleString("en-US")} growth cycles after each (on top)`
@@ -114,17 +115,22 @@ async function main(): Promise<number> {
 }
 
 /**
- * Ctrl-C or SIGTERM: an interrupted run has no verdict to keep evidence for, so its directory
- * goes as a clean finished run's does (with `--keep` or `--out` it stays). The child processes end
- * on their own when their stdin closes with this process; a private etcd's watchdog stops it.
+ * Ctrl-C or SIGTERM: the run's processes are killed (a private etcd's watchdog stops it when this
+ * process exits), and, as an interrupted run has no verdict to keep evidence for, its directory goes
+ * as a clean finished run's does, unless it is to be kept (`--keep`, `--out`).
  */
-function removeOnInterrupt(root: string): void {
+function stopOnInterrupt(root: string, remove: boolean): void {
   const stop = (signal: Deno.Signal) => {
-    console.error(`nemesis: ${signal}: removing ${root}`);
-    try {
-      Deno.removeSync(root, { recursive: true });
-    } catch {
-      // already gone
+    Child.killAll();
+    console.error(
+      `nemesis: ${signal}: stopped its processes, ${remove ? "removing" : "keeping"} ${root}`,
+    );
+    if (remove) {
+      try {
+        Deno.removeSync(root, { recursive: true });
+      } catch {
+        // already gone
+      }
     }
     Deno.exit(130);
   };

@@ -11,25 +11,11 @@ import { EtcdLayout } from "../../src/backends/etcd/layout.ts";
 import { nodeKey } from "../../src/backends/etcd/presence.ts";
 import { ChildOutput } from "../_support/child_output.ts";
 import { eventually } from "../_support/eventually.ts";
+import { processesWith } from "../_support/processes.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** Far beyond what stopping takes (a few seconds): only a hang reaches it. */
 const HANG_MS = 45_000;
-
-/** The PIDs of processes whose command line contains `text`. */
-function processesWith(text: string): number[] {
-  const pids: number[] = [];
-  for (const entry of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(entry.name)) continue;
-    try {
-      const cmdline = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).replaceAll("\0", " ");
-      if (cmdline.includes(text)) pids.push(Number(entry.name));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return pids;
-}
 
 /** The child's exit status, or `undefined` if it has not exited within `ms` (then it is killed). */
 async function exited(
