@@ -121,20 +121,8 @@ export class LeaseKeeper {
       if (nodeIsLive(record, settings.now(), settings.maxClockSkewMs)) {
         throw new NodeInUseError(settings.node, value!.expiresAt);
       }
-      const id = nonce();
-      const expiresAt = settings.now() + this.#ttlMs;
-      const op = this.#set(
-        this.#ctx.kv.atomic().check({ key, versionstamp: entry.versionstamp }),
-        id,
-        expiresAt,
-      );
-      const res = await commit(this.#stats, op, signal);
-      if (!res.ok) continue;
-      this.#id = id;
-      this.#setExpiry(expiresAt);
-      this.#versionstamp = res.versionstamp;
-      this.lastError = undefined;
-      return;
+      const guarded = this.#ctx.kv.atomic().check({ key, versionstamp: entry.versionstamp });
+      if (await this.#commitRecord(nonce(), guarded, signal)) return;
     }
   }
 
@@ -154,11 +142,11 @@ export class LeaseKeeper {
 
   /**
    * Stops renewing. The record stays and lapses on its own, unless `release`: then it is deleted
-   * if it is still the one this keeper wrote last (best effort, within `signal`), so that the name
-   * is free at once. Only a session that holds no reference may release: deleting the record
-   * kills every reference of its lease.
+   * if it is still the one this keeper wrote last (best effort, for {@linkcode RELEASE_ON_CLOSE_MS}),
+   * so that the name is free at once. Only a session that holds no reference may release: deleting
+   * the record kills every reference of its lease.
    */
-  async close(release = false, signal?: AbortSignal): Promise<void> {
+  async close(release = false): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
     this.#timer = undefined;
@@ -167,7 +155,7 @@ export class LeaseKeeper {
     const key = this.#ctx.layout.lease(this.#ctx.settings.node);
     const op = this.#ctx.kv.atomic().check({ key, versionstamp: this.#versionstamp }).delete(key);
     try {
-      await commit(this.#stats, op, signal ?? AbortSignal.timeout(RELEASE_ON_CLOSE_MS));
+      await commit(this.#stats, op, AbortSignal.timeout(RELEASE_ON_CLOSE_MS));
     } catch (err) {
       log.debug("deleting the lease record of {node} on close failed: {err}", {
         node: this.#ctx.settings.node,
@@ -237,14 +225,21 @@ export class LeaseKeeper {
   }
 
   async #write(id: string, signal: AbortSignal): Promise<void> {
+    if (!await this.#commitRecord(id, this.#ctx.kv.atomic(), signal)) {
+      throw new StoreUnavailableError("unguarded lease write was refused");
+    }
+  }
+
+  /** Commits `op` with the record of lease `id` set; on success, that lease is this keeper's. */
+  async #commitRecord(id: string, op: Deno.AtomicOperation, signal: AbortSignal): Promise<boolean> {
     const expiresAt = this.#ctx.settings.now() + this.#ttlMs;
-    const op = this.#set(this.#ctx.kv.atomic(), id, expiresAt);
-    const res = await commit(this.#stats, op, signal);
-    if (!res.ok) throw new StoreUnavailableError("unguarded lease write was refused");
+    const res = await commit(this.#stats, this.#set(op, id, expiresAt), signal);
+    if (!res.ok) return false;
     this.#id = id;
     this.#setExpiry(expiresAt);
     this.#versionstamp = res.versionstamp;
     this.lastError = undefined;
+    return true;
   }
 
   #setExpiry(expiresAt: number): void {
