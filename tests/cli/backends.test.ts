@@ -108,6 +108,7 @@ testEachBackend("cli: status lists split keys with the IDs their references name
   assert.deepEqual(JSON.parse((await cli([...args, "status", "--json"])).stdout).splitKeys, []);
 
   // Another writer (e.g. a Cilium agent) split a key: its two live references name two IDs.
+  // Another node: n1's lease (a run that exited) is live, and a live node name is refused.
   const split = JSON.parse(
     (await cli([...args, "--node", "n2", "allocate", "split;", "--json"]))
       .stdout,

@@ -19,7 +19,6 @@ import {
   labelsCodec,
   ReservedIdentities,
 } from "../../identity/mod.ts";
-import { LabelError, splitLabel } from "../../identity/mod.ts";
 import { parseIdArgument } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
@@ -64,23 +63,6 @@ function scopeOf(identities: IdentityAllocator, id: number): string {
   return "global";
 }
 
-/**
- * The label arguments as a set. `Labels.parse` skips a label with an empty key, as Cilium does
- * for stored label strings; on the command line that is a typo (`=x`, `k8s:`), and skipping it
- * silently would allocate another identity or end in "needs at least one label". Say which one.
- */
-function parseLabelArguments(texts: readonly string[]): Labels {
-  for (const text of texts) {
-    if (splitLabel(text).key === "") {
-      throw new LabelError(
-        `label ${JSON.stringify(text)} has an empty key: write [source:]key[=value], ` +
-          "e.g. k8s:app=web",
-      );
-    }
-  }
-  return Labels.parse(texts);
-}
-
 /** `identity allocate <labels…> [--hold]`. */
 export async function identityAllocateCommand(
   ctx: RunContext,
@@ -88,7 +70,8 @@ export async function identityAllocateCommand(
   options: IdentityAllocateOptions,
 ): Promise<number> {
   const { output } = ctx;
-  const labels = parseLabelArguments(labelTexts);
+  // The library's one label parser: a label with an empty key (`=x`, `k8s:`) is refused, naming it.
+  const labels = Labels.parse(labelTexts);
   const store = await ctx.store(true);
   const refused = await refuseLiveNode(ctx, store, WRITER_CONSEQUENCE);
   if (refused !== undefined) return refused;
