@@ -8,12 +8,17 @@
  *   the identity under that ID with this node's reference (the create by name is the atomic
  *   allocation, as in Cilium). 2 round trips.
  * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
- *   the identity it names, or create that identity when it is missing (a racing node's create then
- *   gets 409 and joins). A claim whose ID belongs to another key (or lies outside the range) is
- *   stale: it is moved to a new candidate by a merge patch guarded by its resource version (a lost
- *   race re-reads and follows the winner).
+ *   the identity it names, or, when it is missing, touch the claim under the version read and
+ *   create that identity (a racing node's create then gets 409 and joins). A claim whose ID
+ *   belongs to another key (or lies outside the range) is stale: it is moved to a new candidate by
+ *   a merge patch guarded by its resource version (a lost race re-reads and follows the winner).
  * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
  *   claim to the next candidate.
+ *
+ * An identity is created only right after this node's own guarded write of the claim (create,
+ * move or touch), and a create that came more than half a lease TTL after the call started is
+ * confirmed by another touch of the claim, or removed again (`claim.ts` has the argument: no
+ * idalloc node ever gives a key a second identity itself).
  *
  * Every step is planned by a plain function of what was read ({@linkcode firstStep},
  * {@linkcode afterClaimRead}, {@linkcode afterIdentityRead}), tested on plain data; the loop
@@ -29,6 +34,7 @@ import {
   InvalidIdError,
   PoolExhaustedError,
 } from "../../errors.ts";
+import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { countedClient, isStatus, type KubeClient, type KubeObject } from "./kube.ts";
 import {
@@ -61,7 +67,9 @@ export type AcquireStep =
   | { readonly kind: "claim" }
   /** Read the key's claim (it exists, or existed a moment ago). */
   | { readonly kind: "readClaim" }
-  /** Create identity `id` for the key, as the claim (at `claimRv`) names it. */
+  /** The claim (read at `claimRv`) names `id`, which is missing: touch it before re-creating `id`. */
+  | { readonly kind: "touch"; readonly id: number; readonly claimRv: string }
+  /** Create identity `id` for the key, right after this node's write of the claim (at `claimRv`). */
   | { readonly kind: "create"; readonly id: number; readonly claimRv: string }
   /** Read identity `id` after a refused write. */
   | { readonly kind: "readIdentity"; readonly id: number; readonly claimRv?: string }
@@ -112,7 +120,7 @@ export function afterClaimRead(
     );
   }
   if (!usable(range, claim.id)) return { kind: "moveClaim", from: claim.id, claimRv: claim.rv };
-  if (known === undefined) return { kind: "create", id: claim.id, claimRv: claim.rv };
+  if (known === undefined) return { kind: "touch", id: claim.id, claimRv: claim.rv };
   if (known.key === key) {
     return { kind: "join", id: claim.id, annotated: known.annotated, claimRv: claim.rv };
   }
@@ -121,8 +129,9 @@ export function afterClaimRead(
 
 /**
  * After reading identity `id` (`undefined`: it does not exist): join it when it carries the key;
- * otherwise create it (missing) or move the claim off it (another key's, or unreadable) when a
- * claim names it, or start over with the claim when none does (a stale index answer).
+ * otherwise touch the claim to re-create it (missing) or move the claim off it (another key's, or
+ * unreadable) when a claim names it, or start over with the claim when none does (a stale index
+ * answer).
  */
 export function afterIdentityRead(
   key: string,
@@ -131,7 +140,7 @@ export function afterIdentityRead(
   claimRv: string | undefined,
 ): AcquireStep {
   if (read === undefined) {
-    return claimRv === undefined ? { kind: "claim" } : { kind: "create", id, claimRv };
+    return claimRv === undefined ? { kind: "claim" } : { kind: "touch", id, claimRv };
   }
   if (read.ok && read.record.key === key) {
     return {
@@ -152,7 +161,13 @@ export interface AcquireParts {
 }
 
 /** The steps that write (the others read). */
-const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set(["join", "claim", "create", "moveClaim"]);
+const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set([
+  "join",
+  "claim",
+  "touch",
+  "create",
+  "moveClaim",
+]);
 
 /** What a step ends in: the next step, or the acquisition's result. */
 type Next = AcquireStep | { readonly kind: "done"; readonly result: AcquireResult };
@@ -173,6 +188,8 @@ class AcquireRun {
   #chases = 0;
   /** Whether this call created the identity (a later chase of a replaced lease only joins it). */
   #created = false;
+  /** When the call started (monotonic ms): everything it decided on was read after. */
+  readonly #since = performance.now();
 
   constructor(parts: AcquireParts, req: AcquireRequest) {
     this.#parts = parts;
@@ -206,6 +223,8 @@ class AcquireRun {
         return this.#newClaim();
       case "readClaim":
         return this.#readClaim();
+      case "touch":
+        return this.#touch(step);
       case "create":
         return this.#create(step, epoch);
       case "readIdentity":
@@ -255,7 +274,7 @@ class AcquireRun {
     }
     const id = pick(this.#req, this.#exclude);
     try {
-      const obj = claimObject(this.#claim, key, id, ctx.node);
+      const obj = claimObject(this.#claim, key, id, ctx.node, ctx.settings.now());
       const created = await this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal });
       return { kind: "create", id, claimRv: rvOf(created) };
     } catch (err) {
@@ -279,16 +298,33 @@ class AcquireRun {
     return afterClaimRead(key, record, known, range);
   }
 
-  async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
+  async #touch(step: Extract<AcquireStep, { kind: "touch" }>): Promise<Next> {
     const { ctx } = this.#parts;
-    const annotations = { [refAnnotation(ctx.node)]: epoch };
-    const obj = identityObject(ctx.identityKind, step.id, this.#req.key, annotations);
+    const rv = await touchClaim(this.#client, ctx, this.#claim, step.claimRv, this.#req.signal);
+    // Changed or removed since it was read: follow what it says now.
+    return rv === undefined ? { kind: "readClaim" } : { kind: "create", id: step.id, claimRv: rv };
+  }
+
+  async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
+    const { ctx, lease } = this.#parts;
+    const { key, signal } = this.#req;
+    const obj = identityObject(ctx.identityKind, step.id, key, {
+      [refAnnotation(ctx.node)]: epoch,
+    });
     let made: KubeObject;
     try {
-      made = await this.#client.create(ctx.identities, obj, { signal: this.#req.signal });
+      made = await this.#client.create(ctx.identities, obj, { signal });
     } catch (err) {
       if (!isStatus(err, 409)) throw err;
       return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    }
+    // Slow (a stall, a loaded server): the claim may have moved meanwhile (`claim.ts`).
+    if (performance.now() - this.#since > confirmAfterMs(lease.ttlMs)) {
+      if (!await confirmClaim(this.#client, ctx, key, step.id, step.claimRv, signal)) {
+        await retract(this.#client, ctx, made, key, signal);
+        this.#exclude.add(step.id);
+        return { kind: "readClaim" };
+      }
     }
     this.#created = true;
     return this.#written(step.id, made, epoch, step.claimRv);
@@ -309,7 +345,7 @@ class AcquireRun {
     this.#exclude.add(step.from);
     const id = pick(this.#req, this.#exclude);
     const body = guardedMergePatch(
-      claimObject(this.#claim, this.#req.key, id, ctx.node),
+      claimObject(this.#claim, this.#req.key, id, ctx.node, ctx.settings.now()),
       step.claimRv,
     );
     try {

@@ -138,6 +138,11 @@ export class LeaseKeeper {
     this.#signal = signal;
   }
 
+  /** The lease's lifetime, in ms. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
   /** The current epoch; references are written with it. */
   get epoch(): string {
     return this.#epoch;

@@ -215,7 +215,10 @@ export class K8sSession implements BackendSession {
     options?: GcListOptions,
   ): AsyncIterable<GcCandidate> {
     this.#open();
-    return gcList(this.#ctx, range, this.#group.bound(signal), options);
+    return gcList(this.#ctx, range, this.#group.bound(signal), {
+      ...options,
+      sweep: !this.#readOnly,
+    });
   }
 
   /** See {@linkcode BackendSession.gcMark}: Cilium's `io.cilium.heartbeat`, guarded. */

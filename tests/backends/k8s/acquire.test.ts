@@ -1,6 +1,7 @@
 // The acquire protocol's steps on plain data: join Cilium's answer or claim the key; follow a
-// claim (join what it names, create it when missing, confirm a foreign key before moving it, move
-// one outside the range); after reading an identity, join it, create it, or move the claim off it.
+// claim (join what it names, touch it to re-create a missing one, confirm a foreign key before
+// moving it, move one outside the range); after reading an identity, join it,
+// touch the claim to re-create it, or move the claim off it.
 import assert from "node:assert/strict";
 import {
   afterClaimRead,
@@ -29,8 +30,9 @@ Deno.test("first step: join Cilium's answer when the index has one, else claim t
 
 Deno.test("after reading the claim: follow it", () => {
   assert.deepEqual(afterClaimRead("k", undefined, undefined, RANGE), { kind: "claim" });
+  // Its identity is missing: touch the claim (under the version read) before re-creating it.
   assert.deepEqual(afterClaimRead("k", claim(300), undefined, RANGE), {
-    kind: "create",
+    kind: "touch",
     id: 300,
     claimRv: "5",
   });
@@ -63,7 +65,7 @@ Deno.test("after reading the identity: join it, create it, or move the claim off
       "security-labels": { "idalloc:key": key },
     });
   assert.deepEqual(afterIdentityRead("k", 300, undefined, "5"), {
-    kind: "create",
+    kind: "touch",
     id: 300,
     claimRv: "5",
   });

@@ -86,11 +86,38 @@ k8sTest(
     const second = await gc.runGc();
     assert.deepEqual(second.deletedIds, [free.id]);
     assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [held.id, named.id].sort());
-    const claim = await fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, "free;"), {
-      namespace: fx.namespace,
-      signal: deadline(),
-    });
-    assert.equal(claim, undefined, "the key's claim went with its identity");
+  },
+);
+
+k8sTest(
+  "the key's claim goes with its identity once quiet; a claim written recently stays for a later pass's sweep",
+  async () => {
+    await using fx = await fixture();
+    // Claims are quiet 2.5 s after their last write (half the heartbeat timeout, plus the skew).
+    const quick = { heartbeatTimeoutMs: 4_000 };
+    const a = await fx.allocator("a", {}, quick);
+    const gc = await fx.allocator("gc", {}, quick);
+    const claimOf = (key: string) =>
+      fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, key), {
+        namespace: fx.namespace,
+        signal: deadline(),
+      });
+    const young = await a.allocate("young;");
+    await a.release("young;");
+    await gc.runGc();
+    assert.deepEqual((await gc.runGc()).deletedIds, [young.id]);
+    assert.ok(await claimOf("young;"), "a claim written moments ago may be a node re-creating");
+    await eventually(async () => {
+      await gc.runGc();
+      return await claimOf("young;") === undefined;
+    }, "a later pass removes it once quiet");
+
+    const old = await a.allocate("old;");
+    await a.release("old;");
+    await gc.runGc();
+    await new Promise((resolve) => setTimeout(resolve, 2_600)); // until its claim is quiet
+    assert.deepEqual((await gc.runGc()).deletedIds, [old.id]);
+    assert.equal(await claimOf("old;"), undefined, "the key's claim went with its identity");
   },
 );
 
