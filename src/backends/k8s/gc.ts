@@ -17,7 +17,8 @@
  *   key's claim, if it still names the ID and is quiet (guarded by its own version; a claim a
  *   node wrote recently may be that node re-creating the identity, see `claim.ts`: a later
  *   pass's sweep removes it once quiet).
- * - **Sweep** (a writable session's listing, `sweep.ts`): quiet stale claims.
+ * - **Sweep** (a writable session's listing, `sweep.ts`): dead references of identities in use,
+ *   and quiet stale claims.
  *
  * @module
  */
@@ -41,7 +42,13 @@ import { readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
-import { listClaims, removableClaims, sweepClaims } from "./sweep.ts";
+import {
+  deadReferences,
+  listClaims,
+  removableClaims,
+  sweepClaims,
+  sweepReferences,
+} from "./sweep.ts";
 
 const log = idallocLogger("k8s");
 
@@ -130,8 +137,8 @@ async function readGcSnapshot(
 
 /**
  * Every identity with `min <= id <= max`, with its version, liveness and mark (module doc). With
- * `sweep` (a writable session), once the listing is complete, also removes quiet stale claims
- * (`sweep.ts`).
+ * `sweep` (a writable session), once the listing is complete, also removes the dead references
+ * of identities in use and quiet stale claims (`sweep.ts`).
  */
 export async function* gcList(
   ctx: K8sContext,
@@ -143,6 +150,7 @@ export async function* gcList(
   const snap = await readGcSnapshot(ctx, signal, tally);
   const { now, maxClockSkewMs } = ctx.settings;
   const holders = new Map<number, string | null>();
+  const dead = new Map<number, Map<string, string>>();
   for (const obj of snap.items) {
     const read = readIdentity(obj);
     if (!read.ok) {
@@ -163,10 +171,14 @@ export async function* gcList(
         reason: bad.reason,
       });
     }
-    yield candidateOf(record, inUse(record, snap.leases, snap.endpoints, now(), maxClockSkewMs));
+    const at = now();
+    const used = inUse(record, snap.leases, snap.endpoints, at, maxClockSkewMs);
+    const gone = deadReferences(record, snap.leases, at, maxClockSkewMs);
+    if (used && gone.size > 0) dead.set(record.id, gone);
+    yield candidateOf(record, used);
   }
   // Only after a complete listing (a consumer that stops early ends the generator before).
-  if (options.sweep) await sweep(ctx, { snap, holders, range }, signal, tally);
+  if (options.sweep) await sweep(ctx, { snap, holders, dead, range }, signal, tally);
 }
 
 /** An ID within `range`; an identity not named by an ID is reported whatever the range. */
@@ -180,6 +192,7 @@ async function sweep(
   pass: {
     readonly snap: GcSnapshot;
     readonly holders: ReadonlyMap<number, string | null>;
+    readonly dead: ReadonlyMap<number, ReadonlyMap<string, string>>;
     readonly range: { min: number; max: number };
   },
   signal: AbortSignal,
@@ -187,12 +200,13 @@ async function sweep(
 ): Promise<void> {
   const client = countedClient(ctx.client, tally);
   try {
+    await sweepReferences(client, ctx, pass.dead, signal);
     const claims = await listClaims(client, ctx, signal);
     const stale = removableClaims(claims, pass.holders, pass.range, pass.snap.listedAt, ctx);
     await sweepClaims(client, ctx, stale, signal);
   } catch (err) {
     if (signal.aborted) throw err;
-    log.warning("GC's sweep of stale claims failed: {err}", { err });
+    log.warning("GC's sweep of dead references and stale claims failed: {err}", { err });
   }
 }
 

@@ -84,6 +84,17 @@ export function releasePatch(key: string, node: string): JsonPatchOp[] {
   return [testKey(key), { op: "add", path, value: "" }, { op: "remove", path }];
 }
 
+/**
+ * The references `dead` (node → the dead epoch each carries) removed, each only if it still
+ * carries that epoch: a node that wrote its reference again since (a new epoch) fails the patch.
+ */
+export function sweepPatch(dead: ReadonlyMap<string, string>): JsonPatchOp[] {
+  return [...dead].flatMap(([node, epoch]): JsonPatchOp[] => {
+    const path = pointer("metadata", "annotations", refAnnotation(node));
+    return [{ op: "test", path, value: epoch }, { op: "remove", path }];
+  });
+}
+
 /** Cilium's GC mark removed, whatever else the object holds (a merge patch). */
 export function unmarkPatch(): unknown {
   return { metadata: { annotations: { [HEARTBEAT_ANNOTATION]: null } } };

@@ -1,13 +1,21 @@
 /**
  * The GC pass's sweep on Kubernetes (a writable session's `gcList`, after a complete listing), of
  * what nothing else removes:
+ * - **dead references on identities in use**: an identity that a live node or a
+ *   `CiliumEndpoint` keeps is never collected, so the `ref.idalloc.io/<node>` annotations of
+ *   nodes that are gone (their Lease lapsed, was deleted, or carries another epoch) would stay on
+ *   it for good. Each is removed by a JSON patch that `test`s the dead epoch first: a reference
+ *   that its node wrote again since (under a new epoch) fails the patch and stays. An epoch judged
+ *   dead never lives again (a node never renews a lease near its end; it takes a new epoch), and
+ *   the references were listed before the Leases they are judged by, so a dead value is dead for
+ *   good. A node's own older-epoch reference is overwritten by its `ensure` anyway.
  * - **stale claims**: a claim whose identity is gone (or carries another key), left by a GC that
  *   kept a claim written recently, or by an identity deleted by hand. Removed only once quiet
  *   (`claim.ts`: no node can be between writing it and creating its identity unconfirmed),
  *   judged at a time taken before the identities were listed, and guarded by its version.
  *
- * The sweep touches no identity, so the pass's candidates and their versions are unaffected.
- * Failures are logged; the next pass retries.
+ * Neither sweep touches an identity GC may collect (dead references go with the identity), so the
+ * pass's candidates and their versions are unaffected. Failures are logged; the next pass retries.
  *
  * @module
  */
@@ -15,11 +23,34 @@ import { idallocLogger } from "../../log.ts";
 import { claimQuiet, claimStaleness } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
-import { CLAIM_SELECTOR, claimName, type ClaimRecord, readClaim } from "./layout.ts";
+import {
+  CLAIM_SELECTOR,
+  claimName,
+  type ClaimRecord,
+  type IdentityRecord,
+  type NodeLeaseRecord,
+  readClaim,
+} from "./layout.ts";
+import { refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
+import { sweepPatch } from "./patch.ts";
 
 const log = idallocLogger("k8s", "gc");
+
+/** The dead references on `record`: node → epoch, judged on `leases` at `now`. */
+export function deadReferences(
+  record: Pick<IdentityRecord, "refs">,
+  leases: ReadonlyMap<string, NodeLeaseRecord>,
+  now: number,
+  maxClockSkewMs: number,
+): Map<string, string> {
+  const dead = new Map<string, string>();
+  for (const [node, epoch] of record.refs) {
+    if (!refLive(epoch, leases.get(node), now, maxClockSkewMs)) dead.set(node, epoch);
+  }
+  return dead;
+}
 
 /**
  * The claims GC may remove: ours (the resource is hashed into the name), naming an ID within
@@ -40,6 +71,30 @@ export function removableClaims(
     if (claimStaleness(claim, holders.get(claim.id)) === undefined) return [];
     return claimQuiet(claim, listedAt, ctx.settings) ? [claim] : [];
   });
+}
+
+/** Removes the dead references of each identity (ID → node → epoch); returns how many went. */
+export async function sweepReferences(
+  client: KubeClient,
+  ctx: K8sContext,
+  dead: ReadonlyMap<number, ReadonlyMap<string, string>>,
+  signal: AbortSignal,
+): Promise<number> {
+  let removed = 0;
+  for (const [id, refs] of dead) {
+    try {
+      await client.patch(ctx.identities, String(id), sweepPatch(refs), { type: "json", signal });
+      removed += refs.size;
+      log.info("removed dead references of {nodes} from identity {id}", {
+        nodes: [...refs.keys()],
+        id,
+      });
+    } catch (err) {
+      // 422: a reference was written again, or removed, since; 404: the identity is gone.
+      if (!isStatus(err, 422) && !isStatus(err, 404)) throw err;
+    }
+  }
+  return removed;
 }
 
 /** Every claim Lease of the namespace. */

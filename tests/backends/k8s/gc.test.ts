@@ -6,7 +6,8 @@
 // identities are collected.
 import assert from "node:assert/strict";
 import { candidateOf, endpointIds, inUse } from "../../../src/backends/k8s/gc.ts";
-import { claimName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { claimName, nodeLeaseName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { sweepPatch } from "../../../src/backends/k8s/patch.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
@@ -163,6 +164,53 @@ k8sTest("gcDelete never deletes a candidate listed in use, unchanged as it is", 
   assert.equal(await s.gcDelete(listed, deadline()), false, "a live reference keeps it");
   assert.ok(await fx.identity(300));
 });
+
+k8sTest(
+  "a writable GC listing sweeps the dead references of identities in use, each only while it still has its dead epoch",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.session("a");
+    const b = await fx.session("b");
+    const shared = await a.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+    await b.acquire({ key: "k;", pickCandidate: () => 301, signal: deadline() }); // joins 300
+    const alone = await b.acquire({ key: "j;", pickCandidate: () => 302, signal: deadline() });
+    const dead = b.lease!.epoch;
+    await b.close();
+    await fx.client.delete(LEASES, nodeLeaseName("b"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    const refs = async (id: number) =>
+      Object.keys((await fx.identity(id))!.metadata.annotations!)
+        .filter((k) => k.startsWith("ref.")).sort();
+
+    const reader = await (await fx.backend("reader")).openSession({
+      leaseTtlMs: 3_000,
+      readOnly: true,
+      onLeaseReplaced: () => {},
+    });
+    for await (const _ of reader.gcList({ min: 1, max: 65535 }, deadline()));
+    assert.deepEqual(await refs(shared.id), ["ref.idalloc.io/a", "ref.idalloc.io/b"], "read-only");
+
+    const gc = await fx.session("gc");
+    const listed = [];
+    for await (const c of gc.gcList({ min: 1, max: 65535 }, deadline())) listed.push(c);
+    assert.deepEqual(listed.map((c) => [c.id, c.inUse]), [[300, true], [302, false]]);
+    assert.deepEqual(await refs(shared.id), ["ref.idalloc.io/a"], "b's dead reference is gone");
+    assert.deepEqual(await refs(alone.id), ["ref.idalloc.io/b"], "it goes with its identity");
+
+    // The sweep's patch removes a reference only while it holds the dead epoch.
+    await fx.patchIdentity(alone.id, { metadata: { annotations: { "ref.idalloc.io/b": "new" } } });
+    await assert.rejects(
+      fx.client.patch(fx.identities, String(alone.id), sweepPatch(new Map([["b", dead]])), {
+        type: "json",
+        signal: deadline(),
+      }),
+      { name: "KubeApiError", code: 422 },
+    );
+    assert.deepEqual(await refs(alone.id), ["ref.idalloc.io/b"]);
+  },
+);
 
 k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
   await using fx = await fixture();
