@@ -10,8 +10,9 @@
  * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
  *   the identity it names, or, when it is missing, touch the claim under the version read and
  *   create that identity (a racing node's create then gets 409 and joins). A claim whose ID
- *   belongs to another key (or lies outside the range) is stale: it is moved to a new candidate by
- *   a merge patch guarded by its resource version (a lost race re-reads and follows the winner).
+ *   belongs to another key (or lies outside the range), or that names no key or ID (hand-made),
+ *   is stale: it is moved to a new candidate by a merge patch guarded by its resource version (a
+ *   lost race re-reads and follows the winner).
  * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
  *   claim to the next candidate.
  *
@@ -73,8 +74,14 @@ export type AcquireStep =
   | { readonly kind: "create"; readonly id: number; readonly claimRv: string }
   /** Read identity `id` after a refused write. */
   | { readonly kind: "readIdentity"; readonly id: number; readonly claimRv?: string }
-  /** The claim (at `claimRv`) names `from`, which cannot be the key's: move it to a new candidate. */
-  | { readonly kind: "moveClaim"; readonly from: number; readonly claimRv: string };
+  /**
+   * The claim (at `claimRv`) names `from`, which cannot be the key's, or names nothing readable
+   * (no `from`): move it to a new candidate.
+   */
+  | { readonly kind: "moveClaim"; readonly from?: number; readonly claimRv: string };
+
+/** A claim as read: its record, or the version of one that names no key or ID (hand-made). */
+export type ClaimRead = ClaimRecord | { readonly undecodable: true; readonly rv: string };
 
 /** Whether `id` may become a key's ID: a positive safe integer within `range`. */
 export function usable(range: AcquireRequest["range"], id: number): boolean {
@@ -104,15 +111,17 @@ export function firstStep(
 
 /**
  * After reading the key's claim: follow it. `known` is the index's identity of the ID the claim
- * names (a hint: a different key there is confirmed by a read before the claim moves).
+ * names (a hint: a different key there is confirmed by a read before the claim moves). A claim
+ * that names nothing readable is garbage, which must cost no key: it is moved like a stale one.
  */
 export function afterClaimRead(
   key: string,
-  claim: ClaimRecord | undefined,
+  claim: ClaimRead | undefined,
   known: Pick<IdentityRecord, "key" | "annotated"> | undefined,
   range: AcquireRequest["range"],
 ): AcquireStep {
   if (claim === undefined) return { kind: "claim" };
+  if ("undecodable" in claim) return { kind: "moveClaim", claimRv: claim.rv };
   if (claim.key !== key) {
     throw new CorruptEntryError(
       `the claim ${claim.name} of key '${key}' names another key ('${claim.key}'): a hash ` +
@@ -288,14 +297,11 @@ class AcquireRun {
     const { key, range, signal } = this.#req;
     const obj = await this.#client.get(LEASES, this.#claim, { namespace: ctx.namespace, signal });
     const record = obj === undefined ? undefined : readClaim(obj);
-    if (obj !== undefined && record === undefined) {
-      throw new CorruptEntryError(
-        `the claim ${this.#claim} of key '${key}' names no key or no ID: a hand-made object; ` +
-          "remove it",
-      );
-    }
+    const read: ClaimRead | undefined = obj === undefined || record !== undefined
+      ? record
+      : { undecodable: true, rv: rvOf(obj) };
     const known = record === undefined ? undefined : informer.index.get(record.id);
-    return afterClaimRead(key, record, known, range);
+    return afterClaimRead(key, read, known, range);
   }
 
   async #touch(step: Extract<AcquireStep, { kind: "touch" }>): Promise<Next> {
@@ -342,7 +348,7 @@ class AcquireRun {
 
   async #moveClaim(step: Extract<AcquireStep, { kind: "moveClaim" }>): Promise<Next> {
     const { ctx } = this.#parts;
-    this.#exclude.add(step.from);
+    if (step.from !== undefined) this.#exclude.add(step.from);
     const id = pick(this.#req, this.#exclude);
     const body = guardedMergePatch(
       claimObject(this.#claim, this.#req.key, id, ctx.node, ctx.settings.now()),

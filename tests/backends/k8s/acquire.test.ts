@@ -1,6 +1,6 @@
 // The acquire protocol's steps on plain data: join Cilium's answer or claim the key; follow a
 // claim (join what it names, touch it to re-create a missing one, confirm a foreign key before
-// moving it, move one outside the range); after reading an identity, join it,
+// moving it, move one outside the range or naming nothing); after reading an identity, join it,
 // touch the claim to re-create it, or move the claim off it.
 import assert from "node:assert/strict";
 import {
@@ -55,6 +55,11 @@ Deno.test("after reading the claim: follow it", () => {
   });
   assert.throws(() => afterClaimRead("k", claim(300, "other"), undefined, RANGE), {
     name: "CorruptEntryError",
+  });
+  // Naming no key or ID (hand-made): garbage must cost no key, so it is moved like a stale one.
+  assert.deepEqual(afterClaimRead("k", { undecodable: true, rv: "5" }, undefined, RANGE), {
+    kind: "moveClaim",
+    claimRv: "5",
   });
 });
 

@@ -232,3 +232,21 @@ k8sTest(
     assert.equal(await fx.identity(id), undefined, "the re-created identity was removed again");
   },
 );
+
+k8sTest("a claim that names no key or ID (planted garbage) costs no key: it is moved", async () => {
+  await using fx = await fixture();
+  const name = claimName(`ciliumidentities.${fx.group}`, KEY);
+  await fx.client.create(LEASES, {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      name,
+      labels: { "app.kubernetes.io/managed-by": "idalloc", "idalloc.io/role": "claim" },
+    },
+    spec: { holderIdentity: "garbage" },
+  }, { namespace: fx.namespace, signal: deadline() });
+  const s = await fx.session("a");
+  const { id } = await s.acquire({ key: KEY, pickCandidate: picker(400), signal: deadline() });
+  assert.equal(id, 400);
+  assert.equal(readClaim((await claimOf(fx, KEY))!)?.id, 400, "the claim names the answer now");
+});
