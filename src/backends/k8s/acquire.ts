@@ -14,7 +14,9 @@
  *   is stale: it is moved to a new candidate by a merge patch guarded by its resource version (a
  *   lost race re-reads and follows the winner).
  * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
- *   claim to the next candidate.
+ *   claim to the next candidate. One whose labels do not decode but that carries idalloc
+ *   references, while the key's claim names it, is the key's own, damaged: repaired (its labels
+ *   written again under its resource version, this node's reference added), never replaced.
  *
  * An identity is created only right after this node's own guarded write of the claim (create,
  * move or touch), and a create that came more than half a lease TTL after the call started is
@@ -52,8 +54,11 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
+import { idallocLogger } from "../../log.ts";
+
+const log = idallocLogger("k8s");
 
 /** The next step of an acquire. */
 export type AcquireStep =
@@ -74,6 +79,17 @@ export type AcquireStep =
   | { readonly kind: "create"; readonly id: number; readonly claimRv: string }
   /** Read identity `id` after a refused write. */
   | { readonly kind: "readIdentity"; readonly id: number; readonly claimRv?: string }
+  /**
+   * Identity `id` (at `rv`), which the claim names, is idalloc's but its labels do not decode:
+   * write the key's labels again and join it.
+   */
+  | {
+    readonly kind: "repair";
+    readonly id: number;
+    readonly rv: string;
+    readonly annotated: boolean;
+    readonly claimRv: string;
+  }
   /**
    * The claim (at `claimRv`) names `from`, which cannot be the key's, or names nothing readable
    * (no `from`): move it to a new candidate.
@@ -138,9 +154,10 @@ export function afterClaimRead(
 
 /**
  * After reading identity `id` (`undefined`: it does not exist): join it when it carries the key;
- * otherwise touch the claim to re-create it (missing) or move the claim off it (another key's, or
- * unreadable) when a claim names it, or start over with the claim when none does (a stale index
- * answer).
+ * otherwise, when a claim names it, touch the claim to re-create it (missing), repair it (labels
+ * that do not decode on an object carrying idalloc references: the key's own, damaged), or move
+ * the claim off it (another key's, or unreadable and never idalloc's); start over with the claim
+ * when none names it (a stale index answer).
  */
 export function afterIdentityRead(
   key: string,
@@ -159,7 +176,12 @@ export function afterIdentityRead(
       ...(claimRv === undefined ? {} : { claimRv }),
     };
   }
-  return claimRv === undefined ? { kind: "claim" } : { kind: "moveClaim", from: id, claimRv };
+  if (claimRv === undefined) return { kind: "claim" };
+  if (!read.ok && read.damage.kind === "master-undecodable" && read.damage.referenced) {
+    const { rv, annotated } = read.damage;
+    return { kind: "repair", id, rv, annotated, claimRv };
+  }
+  return { kind: "moveClaim", from: id, claimRv };
 }
 
 /** What one acquire works with. */
@@ -172,6 +194,7 @@ export interface AcquireParts {
 /** The steps that write (the others read). */
 const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set([
   "join",
+  "repair",
   "claim",
   "touch",
   "create",
@@ -240,6 +263,8 @@ class AcquireRun {
         return this.#readIdentity(step);
       case "moveClaim":
         return this.#moveClaim(step);
+      case "repair":
+        return this.#repair(step, epoch);
     }
   }
 
@@ -269,6 +294,19 @@ class AcquireRun {
         ...(step.claimRv ? { claimRv: step.claimRv } : {}),
       };
     }
+    return this.#written(step.id, written, epoch, step.claimRv);
+  }
+
+  async #repair(step: Extract<AcquireStep, { kind: "repair" }>, epoch: string): Promise<Next> {
+    const { ctx } = this.#parts;
+    const ops = repairPatch(this.#req.key, step.rv, ctx.node, epoch, step.annotated);
+    const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
+    // Changed since it was read: read it again.
+    if (written === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    log.warning("repaired the labels of identity {id} of {key} (its claim names it)", {
+      id: step.id,
+      key: this.#req.key,
+    });
     return this.#written(step.id, written, epoch, step.claimRv);
   }
 

@@ -10,9 +10,12 @@
  *   (touched first, under the version read), is absent (then it is created naming N) or names
  *   nothing readable (rewritten to name N); a re-creation slower than half a lease TTL confirms
  *   the claim again or removes what it created (`claim.ts`) — `master: recreated`;
- * - N carries another key (or cannot be read), an older identity of K exists, the claim names
- *   another ID, or N was taken while re-creating it → `conflict` (nothing written; the allocator
- *   re-acquires K, which joins Cilium's answer, and announces `reassigned`).
+ * - N's labels do not decode but it carries idalloc references (damaged: someone edited it) and
+ *   the claim names N or is absent → its labels written again under its resource version, with
+ *   this node's reference (`master: recreated`);
+ * - N carries another key (or cannot be read otherwise), an older identity of K exists, the claim
+ *   names another ID, or N was taken while re-creating it → `conflict` (nothing written; the
+ *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`).
  *
  * @module
  */
@@ -38,7 +41,7 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
@@ -50,6 +53,8 @@ export type EnsurePlan =
   | { readonly kind: "reference"; readonly annotated: boolean }
   /** The identity is missing: re-create it through the claim rule. */
   | { readonly kind: "recreate" }
+  /** The identity (at `rv`) is idalloc's but its labels do not decode: write them again. */
+  | { readonly kind: "repair"; readonly rv: string; readonly annotated: boolean }
   | { readonly kind: "conflict"; readonly why: string };
 
 /**
@@ -69,7 +74,12 @@ export function classifyHeld(
       ? { kind: "recreate" }
       : { kind: "conflict", why: `identity ${held.id} is gone and the key has ${answer.id}` };
   }
-  if (!read.ok) return { kind: "conflict", why: `identity ${held.id} cannot be read` };
+  if (!read.ok) {
+    const { kind, referenced, rv, annotated } = read.damage;
+    return kind === "master-undecodable" && referenced
+      ? { kind: "repair", rv, annotated }
+      : { kind: "conflict", why: `identity ${held.id} cannot be read` };
+  }
   const record = read.record;
   if (record.key !== held.key) {
     return { kind: "conflict", why: `identity ${held.id} carries another key` };
@@ -143,6 +153,12 @@ async function ensureOne(
         informer.observe(written);
         return { ...held, master: "ok", reference: "recreated" };
       }
+      case "repair": {
+        const outcome = await repair(parts, held, { ...plan, epoch }, signal);
+        if (outcome === "again") continue;
+        if (outcome === "conflict") return { ...held, master: "conflict", reference: "skipped" };
+        return { ...held, master: "recreated", reference: "recreated" };
+      }
       case "recreate": {
         const outcome = await recreate(parts, held, { epoch, since }, signal);
         if (outcome === "again") continue;
@@ -152,6 +168,31 @@ async function ensureOne(
     }
   }
   throw new ConflictError(`could not ensure key '${held.key}': the store kept changing`);
+}
+
+/**
+ * Repairs identity `held.id` (at `at.rv`), whose labels do not decode, when the key's claim names
+ * it or is absent. `again`: it changed meanwhile.
+ */
+async function repair(
+  parts: EnsureParts,
+  held: HeldKey,
+  at: { readonly rv: string; readonly annotated: boolean; readonly epoch: string },
+  signal: AbortSignal,
+): Promise<"repaired" | "conflict" | "again"> {
+  const { ctx, informer } = parts;
+  const name = claimName(ctx.resourceName, held.key);
+  const found = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
+  if (found !== undefined && !claimAllows(readClaim(found), held.key, held.id)) {
+    log.warning("cannot repair {key} → {id}: its claim names another ID", { ...held });
+    return "conflict";
+  }
+  const ops = repairPatch(held.key, at.rv, ctx.node, at.epoch, at.annotated);
+  const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
+  if (written === undefined) return "again";
+  informer.observe(written);
+  log.warning("repaired the labels of held identity {id} of {key}", { ...held });
+  return "repaired";
 }
 
 /**

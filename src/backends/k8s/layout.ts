@@ -299,6 +299,10 @@ export interface IdentityDamage {
   readonly reason: string;
   /** Its resource version. */
   readonly rv: string;
+  /** Whether it carries idalloc references (annotations `ref.idalloc.io/…`): idalloc made it. */
+  readonly referenced: boolean;
+  /** Whether the object has any annotation (see {@linkcode IdentityRecord.annotated}). */
+  readonly annotated: boolean;
 }
 
 /** One reference annotation that is not a reference (bad node part or empty epoch). */
@@ -319,19 +323,23 @@ export function readIdentity(obj: KubeObject): IdentityRead {
   const meta = obj.metadata ?? {};
   const name = String(meta.name ?? "");
   const rv = String(meta.resourceVersion ?? "");
+  const annotations = meta.annotations ?? {};
+  const marks = {
+    referenced: Object.keys(annotations).some((a) => a.startsWith(REF_PREFIX)),
+    annotated: Object.keys(annotations).length > 0,
+  };
   const id = idOfName(name);
   if (id === undefined) {
     const reason = "the name is not a positive decimal ID";
-    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv } };
+    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv, ...marks } };
   }
   const key = keyOfSecurityLabels(obj["security-labels"]);
   if (key === undefined) {
     const reason = "its security-labels are not a key idalloc can read";
-    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv } };
+    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv, ...marks } };
   }
   const refs = new Map<string, string>();
   const badRefs: BadReference[] = [];
-  const annotations = meta.annotations ?? {};
   for (const [annotation, value] of Object.entries(annotations)) {
     if (!annotation.startsWith(REF_PREFIX)) continue;
     const node = nodeOfRefAnnotation(annotation);
@@ -348,7 +356,7 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     created: parseTime(meta.creationTimestamp) ?? 0,
     refs,
     ...(typeof mark === "string" ? { mark } : {}),
-    annotated: Object.keys(annotations).length > 0,
+    annotated: marks.annotated,
   };
   return { ok: true, record, badRefs };
 }

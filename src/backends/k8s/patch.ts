@@ -31,7 +31,13 @@
  *
  * @module
  */
-import { HEARTBEAT_ANNOTATION, pointer, refAnnotation, securityLabelsOf } from "./layout.ts";
+import {
+  HEARTBEAT_ANNOTATION,
+  pointer,
+  refAnnotation,
+  sanitizedLabels,
+  securityLabelsOf,
+} from "./layout.ts";
 import type { KubeObject } from "./kube.ts";
 
 /** One JSON-patch operation. */
@@ -71,6 +77,28 @@ export function joinPatch(
     // Whether or not the mark is there: `add` then `remove` always succeeds.
     { op: "add", path: HEARTBEAT, value: "" },
     { op: "remove", path: HEARTBEAT },
+  ];
+}
+
+/**
+ * Identity damage repaired: its `security-labels` (and Kubernetes labels) set to `key`'s, only if
+ * it is still at `rv`, with `node`'s reference added and the GC mark removed as in
+ * {@linkcode joinPatch}, in one write.
+ */
+export function repairPatch(
+  key: string,
+  rv: string,
+  node: string,
+  epoch: string,
+  annotated: boolean,
+): JsonPatchOp[] {
+  const map = securityLabelsOf(key);
+  return [
+    { op: "test", path: pointer("metadata", "resourceVersion"), value: rv },
+    // `add` of an existing member replaces it.
+    { op: "add", path: pointer("security-labels"), value: map },
+    { op: "add", path: pointer("metadata", "labels"), value: sanitizedLabels(map) },
+    ...joinPatch(key, node, epoch, annotated).slice(1),
   ];
 }
 

@@ -98,4 +98,17 @@ Deno.test("after reading the identity: join it, create it, or move the claim off
     from: 300,
     claimRv: "5",
   });
+  // Damaged, but idalloc's (it carries references) and the claim names it: repaired, not replaced.
+  const ours = readIdentity({
+    metadata: { name: "300", resourceVersion: "8", annotations: { "ref.idalloc.io/a": "e1" } },
+    "security-labels": { x: "y" },
+  });
+  assert.deepEqual(afterIdentityRead("k", 300, ours, "5"), {
+    kind: "repair",
+    id: 300,
+    rv: "8",
+    annotated: true,
+    claimRv: "5",
+  });
+  assert.deepEqual(afterIdentityRead("k", 300, ours, undefined), { kind: "claim" });
 });

@@ -250,3 +250,27 @@ k8sTest("a claim that names no key or ID (planted garbage) costs no key: it is m
   assert.equal(id, 400);
   assert.equal(readClaim((await claimOf(fx, KEY))!)?.id, 400, "the claim names the answer now");
 });
+
+k8sTest(
+  "a damaged identity of a held key is repaired by a joining node and by the holder's ensure, never replaced",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.session("a");
+    const { id } = await a.acquire({ key: KEY, pickCandidate: picker(300), signal: deadline() });
+    const corrupt = () =>
+      fx.client.patch(fx.identities, String(id), [
+        { op: "replace", path: "/security-labels", value: { "idalloc:key": "k8s:corrupt=1;" } },
+      ], { type: "json", signal: deadline() });
+    await corrupt();
+    const b = await fx.session("b");
+    const joined = await b.acquire({ key: KEY, pickCandidate: picker(400), signal: deadline() });
+    assert.equal(joined.id, id, "no second ID for the key");
+    const keyOf = async () => (await fx.records()).find((r) => r.id === id)?.key;
+    assert.equal(await keyOf(), KEY, "repaired");
+    assert.equal(await fx.identity(400), undefined);
+    await corrupt();
+    const [report] = await a.ensure([{ key: KEY, id }], deadline());
+    assert.deepEqual([report.master, report.reference], ["recreated", "recreated"]);
+    assert.equal(await keyOf(), KEY, "repaired by the holder");
+  },
+);
