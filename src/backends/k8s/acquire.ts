@@ -18,6 +18,13 @@
  *   references, while the key's claim names it, is the key's own, damaged: repaired (its labels
  *   written again under its resource version, this node's reference added), never replaced.
  *
+ * **Cilium's answer, after the write.** Cilium's agents create identities without a lock: an older
+ * identity of the key may reach the informer while this call writes. After every successful
+ * write the index's answer is checked again; an older identity there is joined instead, and this
+ * node's reference is removed from the one it left (GC then collects that one, if unused), so the
+ * call answers what Cilium's own lookup answers. Later arrivals are the core's to catch (a second
+ * master of a held key).
+ *
  * An identity is created only right after this node's own guarded write of the claim (create,
  * move or touch), and a create that came more than half a lease TTL after the call started is
  * confirmed by another touch of the claim, or removed again (`claim.ts` has the argument: no
@@ -54,7 +61,7 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
 import { idallocLogger } from "../../log.ts";
 
@@ -218,8 +225,10 @@ class AcquireRun {
   readonly #claim: string;
   readonly #exclude = new Set<number>();
   #chases = 0;
-  /** Whether this call created the identity (a later chase of a replaced lease only joins it). */
-  #created = false;
+  /** The identity this call created (a later chase of a replaced lease only joins it). */
+  #createdId: number | undefined;
+  /** Identities this call wrote its reference on, then left for an older one of the key. */
+  readonly #left = new Set<number>();
   /** When the call started (monotonic ms): everything it decided on was read after. */
   readonly #since = performance.now();
 
@@ -240,7 +249,10 @@ class AcquireRun {
       const epoch = lease.epoch;
       if (WRITES.has(step.kind)) writes++;
       step = await this.#apply(step, epoch);
-      if (step.kind === "done") return step.result;
+      if (step.kind === "done") {
+        await this.#leave(step.result.id);
+        return step.result;
+      }
     }
     throw new ConflictError(
       `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} writes: the store kept changing`,
@@ -268,11 +280,25 @@ class AcquireRun {
     }
   }
 
-  /** The written object's result, or (the lease was replaced meanwhile) a join under the new epoch. */
+  /**
+   * The written object's result; a join of an older identity of the key the index shows now
+   * (Cilium's answer, see the module doc); or (the lease was replaced meanwhile) a join under the
+   * new epoch.
+   */
   #written(id: number, obj: KubeObject, epoch: string, claimRv?: string): Next {
-    this.#parts.informer.observe(obj);
-    if (this.#parts.lease.epoch === epoch) {
-      return { kind: "done", result: { id, created: this.#created, version: rvOf(obj) } };
+    const { informer, lease } = this.#parts;
+    informer.observe(obj);
+    if (lease.epoch === epoch) {
+      const older = informer.index.answer(this.#req.key);
+      if (
+        older !== undefined && older.id !== id && !this.#left.has(older.id) &&
+        usable(this.#req.range, older.id)
+      ) {
+        this.#left.add(id);
+        return { kind: "join", id: older.id, annotated: older.annotated };
+      }
+      const created = this.#createdId === id;
+      return { kind: "done", result: { id, created, version: rvOf(obj) } };
     }
     // The reference names a dead epoch: write it again under the new one.
     if (++this.#chases > MAX_LEASE_CHASES) {
@@ -308,6 +334,17 @@ class AcquireRun {
       key: this.#req.key,
     });
     return this.#written(step.id, written, epoch, step.claimRv);
+  }
+
+  /** Removes this node's reference from the identities it left for `answered`. */
+  async #leave(answered: number): Promise<void> {
+    const { ctx, informer } = this.#parts;
+    for (const id of this.#left) {
+      if (id === answered) continue;
+      const ops = releasePatch(this.#req.key, ctx.node);
+      const written = await patchOrUndefined(this.#client, ctx, id, ops, this.#req.signal);
+      if (written !== undefined) informer.observe(written);
+    }
   }
 
   async #newClaim(): Promise<Next> {
@@ -370,7 +407,7 @@ class AcquireRun {
         return { kind: "readClaim" };
       }
     }
-    this.#created = true;
+    this.#createdId = step.id;
     return this.#written(step.id, made, epoch, step.claimRv);
   }
 

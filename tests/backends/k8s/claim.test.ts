@@ -24,7 +24,7 @@ import {
 } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
-import { deadline, fixture, k8sTest } from "./_helpers.ts";
+import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const settings = { heartbeatTimeoutMs: 4_000, maxClockSkewMs: 500 };
 
@@ -272,5 +272,28 @@ k8sTest(
     const [report] = await a.ensure([{ key: KEY, id }], deadline());
     assert.deepEqual([report.master, report.reference], ["recreated", "recreated"]);
     assert.equal(await keyOf(), KEY, "repaired by the holder");
+  },
+);
+
+k8sTest(
+  "an older identity of the key that a Cilium node creates while the acquire writes is the answer: joined, and the younger one left",
+  async () => {
+    await using fx = await fixture();
+    const hooks: Hooks = {};
+    await using s = await hookedSession(fx, "a", hooks);
+    hooks.beforeIdentityCreate = async () => {
+      // A Cilium agent (no lock) creates the key's identity first; this node's index sees it.
+      await fx.createIdentity(200, { "k8s:app": "raced" });
+      await eventually(() => s.informer.index.get(200) !== undefined, "the index shows 200");
+    };
+    const result = await s.acquire({ key: KEY, pickCandidate: picker(400), signal: deadline() });
+    // Same creation second: the lower ID is Cilium's answer (else the older, which is 200 too).
+    assert.deepEqual([result.id, result.created], [200, false]);
+    const refs = async (id: number) =>
+      Object.keys((await fx.identity(id))?.metadata.annotations ?? {}).filter((k) =>
+        k.startsWith("ref.")
+      );
+    assert.deepEqual(await refs(200), ["ref.idalloc.io/a"]);
+    assert.deepEqual(await refs(400), [], "left: GC may collect it");
   },
 );
