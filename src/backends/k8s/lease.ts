@@ -36,6 +36,9 @@ const log = idallocLogger("k8s", "lease");
 /** How many read-decide-write rounds opening or replacing a lease tries before giving up. */
 const MAX_LEASE_ROUNDS = 5;
 
+/** How long `close()` tries to delete the Lease of a session that holds nothing, in ms. */
+const RELEASE_ON_CLOSE_MS = 2_000;
+
 /** What opening a writable session does with the node's Lease as read. */
 export type OpenPlan =
   | { readonly kind: "create" }
@@ -205,12 +208,28 @@ export class LeaseKeeper {
     return this.#serial(() => this.#renew());
   }
 
-  /** Stops renewing. The Lease stays and lapses on its own. */
-  async close(): Promise<void> {
+  /**
+   * Stops renewing. The Lease stays and lapses on its own, unless `release`: then it is deleted if
+   * it is still the one this keeper wrote last (guarded by that version; best effort, for
+   * {@linkcode RELEASE_ON_CLOSE_MS}), so that the name is free at once. Only a session that holds
+   * no reference may release: deleting the Lease kills every reference of its epoch.
+   */
+  async close(release = false): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#chain;
+    if (!release || this.#rv === undefined || this.#lost) return;
+    const { client, namespace, node } = this.#ctx;
+    try {
+      await client.delete(LEASES, nodeLeaseName(node), {
+        namespace,
+        resourceVersion: this.#rv,
+        signal: AbortSignal.timeout(RELEASE_ON_CLOSE_MS),
+      });
+    } catch (err) {
+      log.debug("deleting the Lease of {node} on close failed: {err}", { node, err });
+    }
   }
 
   #lostError(): NodeInUseError {

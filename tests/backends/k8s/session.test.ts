@@ -237,6 +237,25 @@ k8sTest(
 );
 
 k8sTest(
+  "a session that holds nothing frees its node name when it closes; one holding a reference leaves its Lease to lapse",
+  async () => {
+    await using fx = await fixture();
+    const leaseOf = (node: string) =>
+      fx.client.get(LEASES, nodeLeaseName(node), { namespace: fx.namespace, signal: deadline() });
+    const a = await fx.session("a");
+    const { id } = await a.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() });
+    await a.release("x", id, deadline());
+    await a.close();
+    assert.equal(await leaseOf("a"), undefined, "deleted with the session");
+    const again = await fx.session("a");
+    await again.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() });
+    await again.close();
+    assert.ok(await leaseOf("a"), "its reference lives until the Lease lapses");
+    await assert.rejects(() => fx.session("a"), { name: "NodeInUseError" });
+  },
+);
+
+k8sTest(
   "a node whose Lease vanished takes a new epoch, fences, and re-proves its references",
   async () => {
     await using fx = await fixture();
