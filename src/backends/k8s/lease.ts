@@ -13,7 +13,9 @@
  *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs.
  * - **Lost.** A renewal that finds the Lease under another live epoch (another process took the
  *   name with `restart`) does not take it back: the claim lapses, the allocator fences, and
- *   `lastError` says why; once that Lease lapses the node takes a new epoch.
+ *   `lastError` says why; once that Lease lapses the node takes a new epoch. Meanwhile writes
+ *   fail with a retryable `ConflictError` (its `cause` a `NodeInUseError`): unlike at open, where
+ *   `NodeInUseError` tells the caller to stop, this heals by itself.
  *
  * The decisions are plain functions ({@linkcode planOpen}, {@linkcode classifyRefusal}), tested on
  * plain data; {@linkcode LeaseKeeper} applies them.
@@ -189,8 +191,9 @@ export class LeaseKeeper {
 
   /**
    * Replaces the lease now if it is too close to its end to be renewed, so that a reference is
-   * never written under an epoch others may judge dead; throws {@linkcode NodeInUseError} while
-   * another process holds the Lease.
+   * never written under an epoch others may judge dead; throws a retryable
+   * {@linkcode ConflictError} (its `cause` a {@linkcode NodeInUseError}) while another process
+   * holds the Lease: the node takes a new epoch once that Lease lapses.
    */
   async ensureFresh(signal: AbortSignal): Promise<void> {
     if (this.#lost) throw this.#lostError();
@@ -232,8 +235,13 @@ export class LeaseKeeper {
     }
   }
 
-  #lostError(): NodeInUseError {
-    return new NodeInUseError(this.#ctx.node, this.#lost?.expiresAt);
+  #lostError(): ConflictError {
+    const cause = new NodeInUseError(this.#ctx.node, this.#lost?.expiresAt);
+    return new ConflictError(
+      `the Lease of node ${this.#ctx.node} was taken by another process; this node takes a new ` +
+        "epoch once that Lease lapses (retry then)",
+      { cause },
+    );
   }
 
   #stale(): boolean {
