@@ -1,9 +1,10 @@
 // The damage report's judgement on plain data: a snapshot of identities, node Leases and claims
 // in, findings out — a duplicate held by a live node (its reference under the Lease's epoch) is
 // marked held, a stale claim and a Lease without an epoch are found, another resource's claim is
-// not this store's business.
+// not this store's business; an oversized key.
 import assert from "node:assert/strict";
 import { judgeDamage } from "../../../src/backends/k8s/doctor.ts";
+import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { claimName, nodeLeaseObject } from "../../../src/backends/k8s/layout.ts";
 import { resolveK8sOptions } from "../../../src/backends/k8s/options.ts";
 
@@ -58,4 +59,16 @@ Deno.test("findings of a snapshot: held duplicates, stale claims, Leases without
       ["node-lease-undecodable", null, []],
     ],
   );
+});
+
+Deno.test("a key over the layout's limit is master-oversized", () => {
+  const findings = judgeDamage(ctx, {
+    identities: [{
+      metadata: { name: "5" },
+      "security-labels": { "idalloc:key": "k".repeat(MAX_KEY_BYTES + 1) },
+    }],
+    nodeLeases: [],
+    claims: [],
+  });
+  assert.deepEqual(findings.map((f) => [f.kind, f.id]), [["master-oversized", 5]]);
 });
