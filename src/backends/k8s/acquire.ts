@@ -41,7 +41,9 @@ import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
 import {
   ConflictError,
   CorruptEntryError,
+  errorMessage,
   InvalidIdError,
+  InvalidKeyError,
   PoolExhaustedError,
 } from "../../errors.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
@@ -396,6 +398,7 @@ class AcquireRun {
     try {
       made = await this.#client.create(ctx.identities, obj, { signal });
     } catch (err) {
+      if (isStatus(err, 422)) throw identityRefused(key, err);
       if (!isStatus(err, 409)) throw err;
       return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
     }
@@ -456,6 +459,18 @@ function pick(req: AcquireRequest, exclude: ReadonlySet<number>): number {
     });
   }
   return candidate;
+}
+
+/**
+ * The API server's validation refused an identity object of `key` (422): the key is one this
+ * cluster cannot store (e.g. v1.20 API servers built with an older JSON decoder refuse an empty
+ * label value in `security-labels`, which newer ones accept). Not retryable.
+ */
+export function identityRefused(key: string, err: unknown): InvalidKeyError {
+  return new InvalidKeyError(
+    `the API server refuses an identity of key '${key}': ${errorMessage(err)}`,
+    { cause: err },
+  );
 }
 
 /**
