@@ -38,7 +38,13 @@
  * @module
  */
 import { readFile } from "node:fs/promises";
-import { errorMessage, InvalidOptionsError, StoreUnavailableError } from "../../errors.ts";
+import {
+  errorMessage,
+  InvalidOptionsError,
+  StoreTlsError,
+  StoreUnavailableError,
+} from "../../errors.ts";
+import { certificateProblem } from "../etcd/failure.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
 import { createTransport, type HttpResponse, type HttpTransport } from "./http.ts";
 import {
@@ -973,6 +979,27 @@ export async function createKubeClient(
   if (connection.tlsServerName !== undefined && connection.server.startsWith("http:")) {
     throw new InvalidOptionsError(`${connection.source}: tls-server-name needs an https:// server`);
   }
-  const transport = await createTransport(connection);
+  // Checked here, in words: Deno's TLS stack refuses such a file with "BadEncoding", Node's only
+  // at the first connection.
+  for (const [what, pem] of [["CA", connection.ca], ["client certificate", connection.cert]]) {
+    const problem = pem === undefined ? undefined : certificateProblem(pem);
+    if (problem !== undefined) {
+      throw new StoreTlsError(
+        `${connection.server} (${connection.source}): the ${what} is not a PEM certificate: ${problem}`,
+        "not-a-certificate",
+      );
+    }
+  }
+  let transport: HttpTransport;
+  try {
+    transport = await createTransport(connection);
+  } catch (err) {
+    throw new StoreTlsError(
+      `${connection.server} (${connection.source}): the TLS settings are not usable ` +
+        `(${errorMessage(err)})`,
+      "handshake",
+      { cause: err },
+    );
+  }
   return new HttpKubeClient(connection, transport, options);
 }
