@@ -563,34 +563,47 @@ class HttpKubeClient implements KubeClient {
     };
   }
 
+  /**
+   * The call of `verb` on `res` (on object `name`, if given) in the namespace `options` select:
+   * the REST path, and the context every failure message names.
+   */
+  #call(
+    verb: KubeVerb,
+    res: KubeResourceDescriptor,
+    options: (ScopeOptions & { allNamespaces?: boolean }) | undefined,
+    request: Pick<Call, "method" | "query" | "body" | "contentType"> & { name?: string },
+  ): Call {
+    const namespace = this.#namespaceOf(res, options);
+    const { name, ...rest } = request;
+    // A create names its object in the body, not in the path.
+    const pathName = request.method === "POST" ? undefined : name;
+    return {
+      verb,
+      res,
+      namespace,
+      ...(name !== undefined && { name }),
+      path: resourcePath(res, namespace, pathName),
+      signal: options?.signal,
+      ...rest,
+    };
+  }
+
   async get<T extends KubeObject = KubeObject>(
     res: KubeResourceDescriptor,
     name: string,
     options?: ScopeOptions,
   ): Promise<T | undefined> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "get",
-      res,
-      namespace,
-      name,
-      method: "GET",
-      path: resourcePath(res, namespace, name),
-      signal: options?.signal,
-    }, true) as T | undefined;
+    return await this.#json(this.#call("get", res, options, { method: "GET", name }), true) as
+      | T
+      | undefined;
   }
 
   async list<T extends KubeObject = KubeObject>(
     res: KubeResourceDescriptor,
     options?: ListOptions,
   ): Promise<KubeList<T>> {
-    const namespace = this.#namespaceOf(res, options);
-    const call: Call = {
-      verb: "list",
-      res,
-      namespace,
+    const call = this.#call("list", res, options, {
       method: "GET",
-      path: resourcePath(res, namespace),
       query: {
         labelSelector: options?.labelSelector,
         fieldSelector: options?.fieldSelector,
@@ -598,8 +611,7 @@ class HttpKubeClient implements KubeClient {
         continue: options?.continue,
         resourceVersion: options?.resourceVersion,
       },
-      signal: options?.signal,
-    };
+    });
     const body = await this.#json(call) as {
       items?: unknown;
       metadata?: { resourceVersion?: unknown; continue?: unknown };
@@ -620,17 +632,11 @@ class HttpKubeClient implements KubeClient {
     object: KubeObject,
     options?: ScopeOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "create",
-      res,
-      namespace,
-      name: object.metadata?.name,
+    return await this.#json(this.#call("create", res, options, {
       method: "POST",
-      path: resourcePath(res, namespace),
+      name: object.metadata?.name,
       body: this.#withKind(res, object),
-      signal: options?.signal,
-    }) as T;
+    })) as T;
   }
 
   async update<T extends KubeObject = KubeObject>(
@@ -638,21 +644,15 @@ class HttpKubeClient implements KubeClient {
     object: KubeObject,
     options?: ScopeOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
     const name = object.metadata?.name;
     if (typeof name !== "string" || name === "") {
       throw new InvalidOptionsError("update: the object has no metadata.name");
     }
-    return await this.#json({
-      verb: "update",
-      res,
-      namespace,
-      name,
+    return await this.#json(this.#call("update", res, options, {
       method: "PUT",
-      path: resourcePath(res, namespace, name),
+      name,
       body: this.#withKind(res, object),
-      signal: options?.signal,
-    }) as T;
+    })) as T;
   }
 
   async patch<T extends KubeObject = KubeObject>(
@@ -661,20 +661,14 @@ class HttpKubeClient implements KubeClient {
     body: unknown,
     options: PatchOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "patch",
-      res,
-      namespace,
-      name,
+    return await this.#json(this.#call("patch", res, options, {
       method: "PATCH",
-      path: resourcePath(res, namespace, name),
+      name,
       body,
       contentType: options.type === "json"
         ? "application/json-patch+json"
         : "application/merge-patch+json",
-      signal: options.signal,
-    }) as T;
+    })) as T;
   }
 
   async delete(
@@ -682,25 +676,22 @@ class HttpKubeClient implements KubeClient {
     name: string,
     options?: DeleteOptions,
   ): Promise<boolean> {
-    const namespace = this.#namespaceOf(res, options);
     const preconditions = {
       ...(options?.resourceVersion !== undefined && { resourceVersion: options.resourceVersion }),
       ...(options?.uid !== undefined && { uid: options.uid }),
     };
-    const answer = await this.#json({
-      verb: "delete",
-      res,
-      namespace,
-      name,
-      method: "DELETE",
-      path: resourcePath(res, namespace, name),
-      body: {
-        kind: "DeleteOptions",
-        apiVersion: "v1",
-        ...(Object.keys(preconditions).length > 0 && { preconditions }),
-      },
-      signal: options?.signal,
-    }, true);
+    const answer = await this.#json(
+      this.#call("delete", res, options, {
+        method: "DELETE",
+        name,
+        body: {
+          kind: "DeleteOptions",
+          apiVersion: "v1",
+          ...(Object.keys(preconditions).length > 0 && { preconditions }),
+        },
+      }),
+      true,
+    );
     return answer !== undefined;
   }
 
@@ -710,13 +701,8 @@ class HttpKubeClient implements KubeClient {
   ): AsyncGenerator<KubeWatchEvent<T>> {
     const { signal } = options;
     if (signal?.aborted) return;
-    const namespace = this.#namespaceOf(res, options);
-    const call: Call = {
-      verb: "watch",
-      res,
-      namespace,
+    const call = this.#call("watch", res, options, {
       method: "GET",
-      path: resourcePath(res, namespace),
       query: {
         watch: 1,
         resourceVersion: options.resourceVersion,
@@ -725,8 +711,7 @@ class HttpKubeClient implements KubeClient {
         fieldSelector: options.fieldSelector,
         timeoutSeconds: options.timeoutSeconds,
       },
-      signal,
-    };
+    });
     // The stream's signal bounds everything, the body included: the request timeout until the
     // answer's head arrives, then the idle timeout (if any) between chunks.
     const stream = new WatchStream(signal, this.#timeoutMs, options.idleTimeoutMs);

@@ -9,19 +9,14 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parse } from "../../../src/deps/yaml.ts";
 import { alive } from "../../../src/backends/etcd/testing/cluster.ts";
-import {
-  CILIUM_CRD_DIR,
-  kubeApiserverUnavailable,
-  startKubeApiServer,
-} from "../../../src/backends/k8s/testing/cluster.ts";
+import { CILIUM_CRD_DIR, startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
 import {
   type CrdManifest,
   endpointCrd,
   identityCrd,
 } from "../../../src/backends/k8s/testing/crds.ts";
 import { test } from "../../_support/test.ts";
-
-const skip = kubeApiserverUnavailable() !== undefined;
+import { skipApiServer } from "./_client_support.ts";
 
 /** Cilium's YAML with the descriptions (which ours leave out) removed, at every depth. */
 function withoutDescriptions(value: unknown): unknown {
@@ -82,7 +77,7 @@ for (
 
 test({
   name: "k8s testing: a private API server starts, restarts on its port, and is gone after close",
-  ignore: skip,
+  ignore: skipApiServer,
   async fn() {
     const cluster = await startKubeApiServer();
     let closed = false;

@@ -20,7 +20,6 @@ import { freePort } from "../../../src/backends/etcd/testing/cluster.ts";
 import { endpointCrd } from "../../../src/backends/k8s/testing/crds.ts";
 import {
   identityResource,
-  kubeApiserverUnavailable,
   sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
 import {
@@ -32,12 +31,9 @@ import {
 } from "../../../src/errors.ts";
 import { eventually } from "../../_support/eventually.ts";
 import { test } from "../../_support/test.ts";
+import { apiServerTests } from "./_client_support.ts";
 
-const skip = kubeApiserverUnavailable() !== undefined;
-
-function k8sTest(name: string, fn: () => Promise<void>): void {
-  test({ name: `k8s failures: ${name}`, ignore: skip, fn });
-}
+const k8sTest = apiServerTests("failures");
 
 const CILIUM = identityResource();
 
