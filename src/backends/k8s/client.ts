@@ -451,12 +451,15 @@ class HttpKubeClient implements KubeClient {
         serverName: this.connection.tlsServerName,
       }),
     });
+    const kind = transportFailureKind(err);
     if (
-      transportFailureKind(err) === "tls" && this.server.startsWith("https:") &&
-      (failure as { problem?: string }).problem !== "untrusted"
+      this.server.startsWith("https:") &&
+      (kind === "reset" ||
+        kind === "tls" && (failure as { problem?: string }).problem !== "untrusted")
     ) {
-      // A TLS handshake that fails without a word about certificates: if something answers plain
-      // HTTP there, it is no Kubernetes API server (those speak TLS only).
+      // A TLS handshake that fails, or a connection closed, without a word about certificates:
+      // if something answers plain HTTP there, it is no Kubernetes API server (those speak TLS
+      // only).
       const plain = await plainAnswer(this.server.replace(/^https:/, "http:"));
       if (
         plain !== undefined && !/Client sent an HTTP request to an HTTPS server/.test(plain.text)

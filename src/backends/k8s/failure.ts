@@ -267,7 +267,8 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
     return "tls";
   }
   if (
-    /ECONNRESET|EPIPE|socket hang up|connection closed|connection reset|broken pipe/i.test(text)
+    /ECONNRESET|EPIPE|ERR_SOCKET_CLOSED|socket hang up|socket is closed|connection closed|connection reset|broken pipe/i
+      .test(text)
   ) {
     return "reset";
   }
