@@ -37,7 +37,6 @@
  *
  * @module
  */
-import { readFile } from "node:fs/promises";
 import {
   errorMessage,
   InvalidOptionsError,
@@ -58,6 +57,8 @@ import {
 } from "./failure.ts";
 import { KubeApiError } from "./errors.ts";
 import { type AccessReport, probeAccess, type ProbeTarget } from "./client_probe.ts";
+import { TokenSource } from "./client_token.ts";
+import { WatchStream } from "./client_watch.ts";
 
 export type { AccessReport, KubeResource, KubeVerb, ProbeTarget };
 
@@ -298,47 +299,6 @@ interface Call {
   readonly body?: unknown;
   readonly contentType?: string;
   readonly signal?: AbortSignal;
-}
-
-/** The bearer token, re-read from its file when older than the refresh period. */
-class TokenSource {
-  #value: string | undefined;
-  #readAt = 0;
-  readonly connection: KubeConnection;
-  readonly refreshMs: number;
-
-  constructor(connection: KubeConnection, refreshMs: number) {
-    this.connection = connection;
-    this.refreshMs = refreshMs;
-    this.#value = connection.token;
-  }
-
-  async header(): Promise<string | undefined> {
-    const file = this.connection.tokenFile;
-    if (file !== undefined && Date.now() - this.#readAt >= this.refreshMs) await this.reload();
-    return this.#value === undefined ? undefined : `Bearer ${this.#value}`;
-  }
-
-  /** Re-reads the file now; whether the token changed. */
-  async reload(): Promise<boolean> {
-    const file = this.connection.tokenFile;
-    if (file === undefined) return false;
-    const before = this.#value;
-    try {
-      this.#value = (await readFile(file, "utf8")).trim();
-    } catch (err) {
-      // A token that vanished mid-run (a rotation in progress) keeps the last one; a first read
-      // that fails is the setup's mistake.
-      if (before === undefined) {
-        throw new InvalidOptionsError(
-          `cannot read the token file ${file} (${errorMessage(err)})`,
-          { cause: err },
-        );
-      }
-    }
-    this.#readAt = Date.now();
-    return this.#value !== before;
-  }
 }
 
 /** The REST path of `res` (in `namespace` for namespaced resources), and of `name` in it. */
@@ -845,91 +805,6 @@ class HttpKubeClient implements KubeClient {
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
-  }
-}
-
-/**
- * The state of one watch's stream: the caller's signal linked to an idle deadline that restarts
- * with every chunk, and the split of chunks into lines.
- */
-class WatchStream {
-  readonly #controller = new AbortController();
-  readonly #caller: AbortSignal | undefined;
-  readonly #idleMs: number | undefined;
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  /** The error that ended the stream for silence (or a late head), if that happened. */
-  idle: StoreUnavailableError | undefined;
-  readonly #onAbort = () => this.#controller.abort(this.#caller!.reason);
-
-  constructor(caller: AbortSignal | undefined, headMs: number, idleMs: number | undefined) {
-    this.#caller = caller;
-    this.#idleMs = idleMs;
-    caller?.addEventListener("abort", this.#onAbort, { once: true });
-    this.#arm(headMs, `the watch got no answer within ${headMs} ms`);
-  }
-
-  /** The answer's head arrived: from now on only silence longer than the idle timeout fails. */
-  headReceived(): void {
-    clearTimeout(this.#timer);
-    this.#arm(this.#idleMs);
-  }
-
-  get signal(): AbortSignal {
-    return this.#controller.signal;
-  }
-
-  get aborted(): boolean {
-    return this.#caller?.aborted === true;
-  }
-
-  #arm(ms: number | undefined, message?: string): void {
-    if (ms === undefined) return;
-    clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.idle = new StoreUnavailableError(
-        message ??
-          `the watch got no data for ${ms} ms: the API server is stalled or the connection is gone`,
-      );
-      this.#controller.abort(this.idle);
-    }, ms);
-  }
-
-  /** The lines of `chunks`; ends (or throws) when the stream's signal aborts. */
-  async *lines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
-    const decoder = new TextDecoder();
-    let buffer = "";
-    const iterator = chunks[Symbol.asyncIterator]();
-    // Each read races the stream's signal: a stalled body must not outlive an abort.
-    const aborted = new Promise<never>((_, reject) => {
-      const signal = this.#controller.signal;
-      if (signal.aborted) reject(signal.reason);
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-    });
-    aborted.catch(() => {});
-    try {
-      for (;;) {
-        const next = await Promise.race([iterator.next(), aborted]);
-        if (next.done) break;
-        this.#arm(this.#idleMs);
-        buffer += decoder.decode(next.value, { stream: true });
-        let at: number;
-        while ((at = buffer.indexOf("\n")) >= 0) {
-          const line = buffer.slice(0, at).trim();
-          buffer = buffer.slice(at + 1);
-          if (line !== "") yield line;
-        }
-      }
-      const rest = (buffer + decoder.decode()).trim();
-      if (rest !== "") yield rest;
-    } finally {
-      await iterator.return?.();
-    }
-  }
-
-  dispose(): void {
-    clearTimeout(this.#timer);
-    this.#caller?.removeEventListener("abort", this.#onAbort);
-    if (!this.#controller.signal.aborted) this.#controller.abort();
   }
 }
 
