@@ -38,7 +38,9 @@
  * @module
  */
 import {
+  ClosedError,
   errorMessage,
+  IdallocError,
   InvalidOptionsError,
   StoreTlsError,
   StoreUnavailableError,
@@ -371,7 +373,7 @@ class HttpKubeClient implements KubeClient {
    * deadline by the caller of this).
    */
   async #send(call: Call, signal: AbortSignal): Promise<HttpResponse> {
-    if (this.#closed) throw new StoreUnavailableError(`the client of ${this.server} is closed`);
+    if (this.#closed) throw new ClosedError(`the Kubernetes API client of ${this.server}`);
     for (let attempt = 0;; attempt++) {
       const auth = await this.#token.header();
       const headers: Record<string, string> = {
@@ -711,7 +713,8 @@ class HttpKubeClient implements KubeClient {
     } catch (err) {
       if (stream.idle !== undefined) throw stream.idle;
       if (stream.aborted) return;
-      if (err instanceof Error && err.name === "KubeApiError") throw err;
+      // The server's own failure (an ERROR event: 410, 500…) as it was classified.
+      if (err instanceof IdallocError) throw err;
       throw new StoreUnavailableError(
         `${this.server} (${this.source}): the watch of ${call.path} broke off ` +
           `(${errorMessage(err)})`,
