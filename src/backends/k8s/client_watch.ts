@@ -76,16 +76,9 @@ export class WatchStream {
     const decoder = new TextDecoder();
     let buffer = "";
     const iterator = chunks[Symbol.asyncIterator]();
-    // Each read races the stream's signal: a stalled body must not outlive an abort.
-    const aborted = new Promise<never>((_, reject) => {
-      const signal = this.#controller.signal;
-      if (signal.aborted) reject(signal.reason);
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-    });
-    aborted.catch(() => {});
     try {
       for (;;) {
-        const next = await Promise.race([iterator.next(), aborted]);
+        const next = await this.#read(iterator);
         if (next.done) break;
         this.#arm(this.#idleMs);
         buffer += decoder.decode(next.value, { stream: true });
@@ -101,6 +94,23 @@ export class WatchStream {
     } finally {
       await iterator.return?.();
     }
+  }
+
+  /**
+   * The next chunk, or the stream signal's reason once it aborts: a stalled body must not outlive
+   * an abort. One listener per read, removed when the read settles — never a race against one
+   * long-lived promise, whose reactions would keep every chunk read alive until the stream ends.
+   */
+  #read(iterator: AsyncIterator<Uint8Array>): Promise<IteratorResult<Uint8Array>> {
+    const signal = this.#controller.signal;
+    if (signal.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const onAbort = () => reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      iterator.next().then(resolve, reject).finally(() => {
+        signal.removeEventListener("abort", onAbort);
+      });
+    });
   }
 
   dispose(): void {
