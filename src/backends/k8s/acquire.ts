@@ -45,6 +45,7 @@ import {
   InvalidIdError,
   InvalidKeyError,
 } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
 import { pickCandidate, usable } from "../shared/candidates.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
@@ -65,7 +66,6 @@ import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
-import { idallocLogger } from "../../log.ts";
 
 const log = idallocLogger("k8s");
 
