@@ -55,3 +55,12 @@ Deno.test("--clock-skew (shared with Deno KV) sets the margin; the lease TTL mus
   assert.throws(() => describeK8sStore("k", { clockSkew: "x" }, CONTEXT), /--clock-skew/);
   assert.ok(k8sDriver.options.some((o) => o.flags === "--clock-skew <duration>"));
 });
+
+Deno.test("the CLI's hints for Kubernetes failures name kubeconfig things, not etcd flags", () => {
+  for (const name of ["StoreAccessDeniedError", "StoreTlsError", "StoreConnectionRefusedError"]) {
+    const hint = k8sDriver.failures?.[name]?.hint?.(new Error("x")) ?? "";
+    assert.match(hint, /kubeconfig/, name);
+    assert.doesNotMatch(hint, /--user|--password|2379/, name);
+  }
+  assert.equal(k8sDriver.failures?.StoreHostNotFoundError?.kind, "unavailable");
+});
