@@ -37,6 +37,13 @@ const log = idallocLogger("allocator");
 const SYNC_BATCH = 32;
 /** Cap of the linear retry delay when re-creating a protected master key. */
 const PROTECT_MAX_DELAY_MS = 10_000;
+/**
+ * How long a held key stays fenced after a re-check found a newer master of it that no reference
+ * names yet (Cilium's `UpdateKey` writes a master, then its reference, without a mutex). Past it
+ * the key keeps the ID its references agree on; the periodic sync still moves it once the newer
+ * master is referenced (a split, judged by the store's rule).
+ */
+const NEWER_MASTER_WAIT_MS = 5_000;
 
 /** The session calls the re-check makes. */
 export type RecheckSession = Pick<
@@ -71,6 +78,8 @@ export class Recheck<K> {
   readonly #pendingReleases = new Map<string, number>();
   /** IDs whose master is being re-created by master-key protection. */
   readonly #protecting = new Set<number>();
+  /** Held keys waiting for a newer master's reference: since when (see `#awaitsNewerMaster`). */
+  readonly #awaitingNewer = new Map<string, number>();
   /** Fires when the session's claim runs out, unless a renewal pushed it further. */
   #claimTimer: ReturnType<typeof setTimeout> | undefined;
   /** A loop re-checking held keys until the fence is down is running. */
@@ -146,6 +155,7 @@ export class Recheck<K> {
   /** `key` is held again: a deletion still pending for it must not run. */
   heldAgain(key: string): void {
     this.#pendingReleases.delete(key);
+    this.#awaitingNewer.delete(key);
   }
 
   /** An aborted acquisition of `key` may have written a reference: delete it unless held. */
@@ -394,6 +404,11 @@ export class Recheck<K> {
       // stays fenced and the next pass tries again.
       const { id, version } = await acquirer.acquire(key, signal, 0);
       local.rekey(key, id);
+      if (this.#awaitsNewerMaster(key, id, version)) {
+        // Still fenced: the fence's passes come back to it (from a periodic pass too).
+        this.#resolveFence();
+        return false;
+      }
       fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;
       fence.reassigned();
@@ -415,6 +430,34 @@ export class Recheck<K> {
   }
 
   /**
+   * Whether `key`, just re-acquired as `id`, should stay fenced a while longer: the cache knows a
+   * master of the key newer than `id`'s, which Cilium's lookup (`cache.OnUpsert`: the newest
+   * master wins) already answers, but no reference names it yet, so the store's rule still gave
+   * `id`. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}.
+   */
+  #awaitsNewerMaster(key: string, id: number, version: string | undefined): boolean {
+    const { cache } = this.#p;
+    const mine = version ?? cache.entry(id)?.version;
+    const newer = cache.otherIds(key, id).some((other) => {
+      const v = cache.entry(other)?.version;
+      return v !== undefined && (mine === undefined || newerVersion(v, mine));
+    });
+    const since = this.#awaitingNewer.get(key);
+    if (!newer || (since !== undefined && Date.now() - since >= NEWER_MASTER_WAIT_MS)) {
+      this.#awaitingNewer.delete(key);
+      return false;
+    }
+    if (since === undefined) {
+      this.#awaitingNewer.set(key, Date.now());
+      log.warning("held key {key}: a newer master than ID {id} has no reference yet; waiting", {
+        key,
+        id,
+      });
+    }
+    return true;
+  }
+
+  /**
    * After `key` left `oldId`: a master deletion that protection kept from the cache is applied
    * now if the store has no master for `oldId` any more (when another key has it, the watch
    * reports that).
@@ -424,4 +467,12 @@ export class Recheck<K> {
     if (await this.#p.session.getById(oldId, signal) !== undefined) return;
     this.#p.feed.forget(oldId);
   }
+}
+
+/**
+ * Whether master version `a` is newer than `b`: etcd's mod revisions (decimal) and Deno KV's
+ * versionstamps (fixed-width hex) both order by length, then text.
+ */
+function newerVersion(a: string, b: string): boolean {
+  return a.length !== b.length ? a.length > b.length : a > b;
 }

@@ -91,6 +91,37 @@ etcdTest("a held key moves to the newer master Cilium's UpdateKey made, announce
 });
 
 etcdTest(
+  "a held key waits for the newer master's reference when UpdateKey is between its writes",
+  async () => {
+    await using ns = await namespace();
+    await using c0 = await CiliumDouble.start(ns.raw, ns.prefix, "c0");
+    await using c1 = await CiliumDouble.start(ns.raw, ns.prefix, "c1");
+    await using a = await Allocator.open(await ns.backend("idalloc-a"), OPTIONS);
+    const { id: old } = await a.allocate(K, { signal: deadline() });
+    assert.equal(await c0.allocate(K, () => 150), old);
+    const moved = firstReassignment(a);
+    const newer = old === 120 ? 121 : 120;
+    // UpdateKey wrote the master; its reference comes later. Until it does, the key's references
+    // all name `old`, but Cilium's lookup already answers `newer`: idalloc answers neither.
+    const steps = c1.updateKeySteps(K, newer);
+    await steps.next();
+    // Each re-check re-writes idalloc's reference: two of them show the key was re-checked and
+    // kept fenced (a key proven on `old` would be re-checked no more).
+    const rewrites = new Set<string>();
+    await eventually(async () => {
+      const own = (await ns.dump()).find((kv) => kv.key === ns.layout.refKey(K, "idalloc-a"));
+      if (own) rewrites.add(own.mod);
+      return rewrites.size >= 3;
+    }, "the key is re-checked again and again");
+    assert.equal(a.cachedId(K), undefined, "still fenced");
+    await steps.next();
+    assert.deepEqual(await moved, { type: "reassigned", key: K, oldId: old, newId: newer });
+    await eventually(() => a.status().healthy, "the fence is down");
+    assert.equal(a.cachedId(K), newer);
+  },
+);
+
+etcdTest(
   "the real Cilium v1.16 node and idalloc answer a split key alike (skipped when not built)",
   async (t) => {
     const why = ciliumUnavailable();
