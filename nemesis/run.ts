@@ -15,6 +15,8 @@ import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import { CiliumNodes } from "./cilium.ts";
+import { attributeRun } from "./cilium_attribution.ts";
+import { type AttributionSummary, IDALLOC_CLASSES } from "./checks/attribution.ts";
 import {
   type FaultKind,
   IDENTITY_RANGE,
@@ -36,6 +38,9 @@ import {
 } from "./records.ts";
 import type { GarbageKind, NemesisRunStore, NemesisStore } from "./stores/store.ts";
 import type { Workload } from "./workload.ts";
+
+/** The store's record of its changes, in the run's directory (beside Cilium nodes). */
+const STORE_LOG = "store.jsonl";
 
 /** Check name of the drain. */
 export const DRAIN_CHECK = "GC collects every released key (drain)";
@@ -82,6 +87,8 @@ export interface BackendReport {
   readonly checks: ReadonlyMap<string, { failed: number; note: string }>;
   readonly violations: readonly Violation[];
   readonly recoveries: readonly Recovery[];
+  /** Beside Cilium nodes: every violation of the history, the store and the probe attributed. */
+  readonly attribution?: AttributionSummary;
   /** Problems of the harness itself (unparseable log lines, a worker that did not answer). */
   readonly harness: readonly string[];
   readonly dir: string;
@@ -123,6 +130,8 @@ interface RunState {
   readonly probeLog: LineLog;
   gc?: Child;
   cilium?: CiliumNodes;
+  /** The store's record of its changes (beside Cilium nodes: the attribution's evidence). */
+  storeLog?: AsyncDisposable;
 }
 
 /** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
@@ -157,6 +166,9 @@ export async function runBackend(
     probeLog: new LineLog(`${dir}/probe.jsonl`),
   };
   try {
+    if (options.cilium > 0) {
+      run.storeLog = await run.store.recordChanges?.(`${dir}/${STORE_LOG}`);
+    }
     await startProcesses(run);
     await faultPhase(run);
     await settleAndCompare(run);
@@ -403,6 +415,11 @@ async function shutdown(run: RunState): Promise<void> {
     await gc[Symbol.asyncDispose]();
   }
   run.probeLog.close();
+  try {
+    await run.storeLog?.[Symbol.asyncDispose]();
+  } catch (err) {
+    harness.push(`store log: ${err}`);
+  }
   await run.store[Symbol.asyncDispose]();
 }
 
@@ -412,6 +429,9 @@ interface LogChecks {
   readonly history: ReturnType<typeof checkHistory>;
   readonly calls: ReturnType<typeof checkCalls>;
   readonly ciliumOutcomes?: ReadonlyMap<string, OpOutcomes>;
+  readonly attribution?: AttributionSummary;
+  /** Violations beyond the limit, per check, of the attributed history. */
+  readonly attributedDropped?: Record<string, number>;
 }
 
 /** Reads every log back and runs the history and call checks. */
@@ -432,20 +452,57 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   const history = checkHistory([...records, ...ciliumCalls?.records ?? []], {
     silentChangeAllowed: new Set([...run.identityIncs, ...cilium?.incs ?? []]),
     stops,
+    // Beside Cilium every violation is attributed before any is left out.
+    limit: cilium ? Infinity : undefined,
   });
   const calls = checkCalls(records, {
     callTimeoutMs: run.workload.timings.callTimeoutMs,
     stops,
     alsoAllowed: run.options.cilium > 0 ? new Set(["SplitKeyError"]) : undefined,
   });
+  // Beside Cilium only idalloc's share of the history's, the store's and the probe's violations
+  // fails the run.
+  const checks = {
+    oneLiveId: STORE_CHECKS.oneLiveId,
+    oneKey: STORE_CHECKS.oneKey,
+    holds: STORE_CHECKS.holds,
+    probe: PROBE_CHECK,
+  };
+  const attributable = new Set<string>(Object.values(checks));
+  const earlier = cilium ? run.violations.filter((v) => attributable.has(v.check)) : [];
+  if (cilium) {
+    const rest = run.violations.filter((v) => !attributable.has(v.check));
+    run.violations.splice(0, run.violations.length, ...rest);
+  }
+  const attributed = cilium
+    ? await attributeRun({
+      violations: [...earlier, ...history.overlaps, ...history.splits],
+      checks,
+      storeLogPath: run.storeLog ? `${dir}/${STORE_LOG}` : undefined,
+      ciliumIncs: cilium.incs,
+      ciliumNodes: cilium.nodes,
+      faults: run.faults,
+      stops,
+      records: [...records, ...ciliumCalls?.records ?? []],
+      leaseTtlMs: run.workload.timings.leaseTtlMs,
+      limit: 25,
+    })
+    : undefined;
+  for (const line of attributed?.bad ?? []) harness.push(`${STORE_LOG}: unparseable line ${line}`);
   run.violations.push(
-    ...history.overlaps,
-    ...history.splits,
+    ...attributed?.charged ?? [...history.overlaps, ...history.splits],
     ...history.idChanges,
     ...calls.hangs,
     ...calls.errors,
   );
-  return { records, history, calls, ciliumOutcomes: ciliumCalls?.outcomes };
+  return {
+    records,
+    history,
+    calls,
+    ciliumOutcomes: ciliumCalls?.outcomes,
+    attribution: attributed?.summary,
+    attributedDropped: attributed?.dropped,
+  };
 }
 
 /** The run's report, also written to `report.json` in its directory. */
@@ -454,10 +511,20 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
   const counts = new Map<string, { failed: number; note: string }>();
   for (const name of CHECK_ORDER) counts.set(name, { failed: 0, note: "" });
   for (const v of run.violations) counts.get(v.check)!.failed++;
-  for (const dropped of [history.dropped, calls.dropped]) {
+  for (const dropped of [history.dropped, calls.dropped, logs.attributedDropped ?? {}]) {
     for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
   }
   counts.get(HISTORY_CHECK)!.note = `${history.answers} answers in ${history.runs} runs`;
+  // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
+  const inherited = new Map<string, number>();
+  for (const a of logs.attribution?.attributions ?? []) {
+    if (IDALLOC_CLASSES.has(a.class)) continue;
+    inherited.set(a.violation.check, (inherited.get(a.violation.check) ?? 0) + 1);
+  }
+  for (const [check, n] of inherited) {
+    const c = counts.get(check)!;
+    c.note = [c.note, `${n} of Cilium's not counted`].filter((x) => x !== "").join("; ");
+  }
   const callTotal = [...calls.outcomes.values()].reduce((n, o) => n + o.ok + sum(o.errors), 0);
   counts.get("every call ends within its signal")!.note = `${callTotal} calls`;
 
@@ -477,6 +544,7 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     checks: counts,
     violations: run.violations,
     recoveries: recoveries(run.faults, logs.records),
+    attribution: logs.attribution,
     harness: run.harness,
     dir: run.dir,
   };

@@ -101,6 +101,12 @@ export interface NemesisRunStore extends NemesisStore {
    * Absent when the backend is not Cilium's kvstore.
    */
   readonly cilium?: { readonly endpoints: readonly string[]; readonly prefix: string };
+  /**
+   * Starts recording every change of a master, a reference or a Cilium mutex, in the store's
+   * order, as JSON lines in `path` (`nemesis/checks/store_history.ts`): the evidence that
+   * attributes a violation beside Cilium nodes. Absent where the store keeps no such order.
+   */
+  recordChanges?(path: string): Promise<AsyncDisposable>;
 }
 
 /** A backend node's handle in a child process, and what closes it (a KV handle, a client). */

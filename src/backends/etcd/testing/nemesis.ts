@@ -14,6 +14,7 @@ import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
 import { type EtcdCluster, startEtcd } from "./cluster.ts";
 import { rawClient } from "./fixture.ts";
+import { recordEtcdChanges } from "./store_changes.ts";
 import type {
   SnapshotMaster,
   SnapshotRef,
@@ -116,6 +117,10 @@ class EtcdNemesisStore implements NemesisRunStore {
     const res = await this.#raw.if(key, "Create", "==", 0).then(this.#raw.put(key).value(value))
       .commit();
     return res.succeeded;
+  }
+
+  recordChanges(path: string): Promise<AsyncDisposable> {
+    return recordEtcdChanges(this.spec.endpoints, this.spec.prefix, path);
   }
 
   async snapshot(): Promise<StoreSnapshot> {
