@@ -403,12 +403,13 @@ export class Recheck<K> {
       // No waiting for another writer's lock here: this pass holds other keys' locks too; the key
       // stays fenced and the next pass tries again.
       const { id, version } = await acquirer.acquire(key, signal, 0);
-      local.rekey(key, id);
-      if (this.#awaitsNewerMaster(key, id, version)) {
-        // Still fenced: the fence's passes come back to it (from a periodic pass too).
+      if (this.#awaitsNewerMaster(key, id, oldId, version)) {
+        // Still fenced, and still held as `oldId` (so that a move is announced from it): the
+        // fence's passes come back to it (from a periodic pass too).
         this.#resolveFence();
         return false;
       }
+      local.rekey(key, id);
       fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;
       fence.reassigned();
@@ -430,15 +431,22 @@ export class Recheck<K> {
   }
 
   /**
-   * Whether `key`, just re-acquired as `id`, should stay fenced a while longer: the cache knows a
-   * master of the key newer than `id`'s, which Cilium's lookup (`cache.OnUpsert`: the newest
-   * master wins) already answers, but no reference names it yet, so the store's rule still gave
-   * `id`. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}.
+   * Whether `key`, just re-acquired as `id` (held as `oldId`), should stay fenced a while longer:
+   * the cache knows a master of the key newer than `id`'s, which Cilium's lookup
+   * (`cache.OnUpsert`: the newest master wins) already answers, but no reference names it yet, so
+   * the store's rule still gave `id`. The master of `oldId` itself does not count: this node just
+   * left it. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}.
    */
-  #awaitsNewerMaster(key: string, id: number, version: string | undefined): boolean {
+  #awaitsNewerMaster(
+    key: string,
+    id: number,
+    oldId: number,
+    version: string | undefined,
+  ): boolean {
     const { cache } = this.#p;
     const mine = version ?? cache.entry(id)?.version;
     const newer = cache.otherIds(key, id).some((other) => {
+      if (other === oldId) return false;
       const v = cache.entry(other)?.version;
       return v !== undefined && (mine === undefined || newerVersion(v, mine));
     });
