@@ -60,8 +60,8 @@ export async function attributeRun(input: RunAttributionInput): Promise<RunAttri
       if (line.trim() === "") continue;
       try {
         changes.push(storeChangeSchema.parse(JSON.parse(line)));
-      } catch {
-        bad.push(line.slice(0, 200));
+      } catch (err) {
+        bad.push(`${line.slice(0, 200)} (${String(err).slice(0, 200)})`);
       }
     }
   }
