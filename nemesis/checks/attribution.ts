@@ -19,8 +19,9 @@
  *   which idalloc must move; or
  * - **unreferenced**: no live reference of the node to K for longer than the lease (idalloc
  *   fences itself within its lease; beyond it, an answer from memory is unfounded).
- * A Cilium answer is judged the same way, without the lease's allowance: a Cilium node answers
- * from its local keys whatever the store holds.
+ * A Cilium answer is judged by what the store held when it was given (less the recorder's delay),
+ * without the lease's allowance and without excusing a stall: a Cilium node answers from its
+ * local keys whatever the store holds, and re-checks nothing when it resumes.
  *
  * For every mixed violation the evidence also says which write made the conflicting master (the
  * newer master of the key, or the master that gave the ID to the other key), whether idalloc's
@@ -311,6 +312,13 @@ function judge(
   const reference = own[0] ? { from: own[0].from, to: own[0].to, lease: own[0].lease } : undefined;
   const found: Unjustified[] = [];
   const check = (reason: Unjustified["reason"], since: number, detail: string, allow = slack) => {
+    if (side === "cilium") {
+      // A Cilium node checks nothing before it answers from its local keys (after a stall too):
+      // what the store held when it answered judges it, less the recorder's own delay.
+      const ms = last - since;
+      if (ms > RECORDER_LAG_MS) found.push({ reason, since, runningMs: ms, detail });
+      return;
+    }
     const ms = runningMs(run.inc, since, last, stops);
     // A run that began after the node resumed from a stop follows a re-check of the store: what
     // changed before the resume was known to it, but for the recorder's own delay.
@@ -357,7 +365,7 @@ function judge(
       "unreferenced",
       gapStart,
       `answered ${run.key} → ${run.id} with no live reference of its own since ${clock(gapStart)}`,
-      side === "idalloc" ? input.leaseTtlMs + slack : RECORDER_LAG_MS,
+      input.leaseTtlMs + slack,
     );
   }
   // The most telling reason first: another key's master, a newer master, then no reference.
