@@ -42,7 +42,13 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     output.err.line(errorLine(ctx.options.json, ExitCode.Refused, "LiveEntryError", what));
     return ExitCode.Refused;
   }
-  await using allocator = await Allocator.open(store.backend, allocatorOptions(ctx), {
+  // The operator paces the passes (two --grace apart, or one per --every): that gap is the grace
+  // (the allocator's default, a lease TTL, is for passes a caller does not pace this way).
+  const grace = { gcGraceMs: options.everyMs ?? options.graceMs };
+  await using allocator = await Allocator.open(store.backend, {
+    ...allocatorOptions(ctx),
+    ...grace,
+  }, {
     signal: ctx.signal,
   });
   await allocator.waitForInitialSync({ signal: ctx.signal });
