@@ -266,6 +266,7 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
         ? `reassigned ${reassigned.oldId} → ${reassigned.newId} ${reassigned.ms} ms after`
         : "no reassigned event"
       : "",
+    mixed ? acrossStop(sides) : "",
   ];
   return {
     violation: v,
@@ -282,6 +283,25 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
 
 /** How late the recorder may see a change that a node acted on (both on one busy machine). */
 const RECORDER_LAG_MS = 250;
+
+/**
+ * For a mixed violation after a stop of the idalloc node: whether the Cilium side's reference
+ * (its hold in the store) ended while the idalloc node was stopped, or lasted past its resume.
+ */
+function acrossStop(sides: readonly SideEvidence[]): string {
+  const idalloc = sides.find((s) => s.side === "idalloc");
+  const cilium = sides.find((s) => s.side === "cilium");
+  const stop = idalloc?.lastStop;
+  if (!stop || !cilium) return "";
+  const ref = cilium.reference;
+  const who = `${idalloc!.run.inc} stopped ${clock(stop.from)}–${clock(stop.to)}`;
+  if (!ref) return `${who}; Cilium's answers had no reference of their own in the store`;
+  if (ref.to !== undefined && ref.to <= stop.to) {
+    return `${who}; Cilium's reference ended ${clock(ref.to)}, while it was stopped`;
+  }
+  return `${who}; Cilium's reference (from ${clock(ref.from)}) lasted past the resume` +
+    (ref.to === undefined ? "" : `, until ${clock(ref.to)}`);
+}
 
 /** Running time of `inc` in `[from, to]`, less its stop windows. */
 function runningMs(inc: string, from: number, to: number, stops: readonly StopWindow[]): number {

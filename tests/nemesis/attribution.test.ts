@@ -197,6 +197,7 @@ Deno.test("attribution: across a stall, a hold that ended while idalloc was stop
   assert.deepEqual(idalloc.lastStop, stops[0]);
   assert.deepEqual(cilium.reference, { from: T + 4_010, to: T + 6_000, lease: "7" });
   assert.ok(cilium.reference!.to! < stops[0].to, "c0's hold ended while w3 was stopped");
+  assert.match(a.line, /Cilium's reference ended [\d:.]+, while it was stopped/);
 });
 
 Deno.test("attribution: idalloc answering a taken ID right after a stall is idalloc's", () => {
@@ -224,6 +225,10 @@ Deno.test("attribution: idalloc answering a taken ID right after a stall is idal
   assert.equal(s.counts["mixed (idalloc's)"], 1);
   const idalloc = s.attributions[0].sides.find((x) => x.side === "idalloc")!;
   assert.equal(idalloc.unjustified?.reason, "taken");
+  assert.match(
+    s.attributions[0].line,
+    /Cilium's reference \(from [\d:.]+\) lasted past the resume/,
+  );
 });
 
 Deno.test("attribution: idalloc keeping a key's old ID after a newer referenced master is idalloc's", () => {
