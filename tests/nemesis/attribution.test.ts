@@ -133,30 +133,37 @@ Deno.test("attribution: a Cilium node answering from memory after its reference 
   assert.match(a.line, /no reassigned event/);
 });
 
+/**
+ * w3 held K → 33; its reference vanished at 3 s, GC deleted 33, and Cilium's c0 got K2 → 33 at 4 s
+ * (master, then its reference).
+ */
+const TAKEN: StoreChange[] = [
+  master(10, 0, 33, K),
+  ref(10, 0, K, "w3", 33),
+  ref(15, 3_000, K, "w3", null),
+  master(16, 3_600, 33, null),
+  master(20, 4_000, 33, K2),
+  ref(21, 4_010, K2, "c0", 33),
+];
+
+/** w3 stopped from 1 s to 9 s. */
+const W3_STOPPED = [{ inc: "w3@4", from: T + 1_000, to: T + 9_000 }];
+
 Deno.test("attribution: idalloc answering an ID whose master names another key is idalloc's (taken)", () => {
-  // w3 held K → 33, its reference vanished, GC deleted 33, Cilium's c0 got K2 → 33 (master, then
-  // its reference). w3 answered K → 33 for seconds after (no stall to excuse it).
-  const store = [
-    master(10, 0, 33, K),
-    ref(10, 0, K, "w3", 33),
-    ref(15, 500, K, "w3", null),
-    master(16, 600, 33, null),
-    master(20, 1_000, 33, K2),
-    ref(21, 1_010, K2, "c0", 33),
-  ];
+  // w3 answered K → 33 for seconds after c0 got it (no stall to excuse it).
   const records = [
     answer("w3@4", "allocate", K, 33, 0),
-    answer("w3@4", "get", K, 33, 4_000),
-    answer("c0@c1", "allocate", K2, 33, 1_000),
-    answer("c0@c1", "get", K2, 33, 5_000),
-    { t: "reassigned", node: "w3", inc: "w3@4", key: K, oldId: 33, newId: 40, at: T + 4_500 },
+    answer("w3@4", "get", K, 33, 7_000),
+    answer("c0@c1", "allocate", K2, 33, 4_000),
+    answer("c0@c1", "get", K2, 33, 8_000),
+    { t: "reassigned", node: "w3", inc: "w3@4", key: K, oldId: 33, newId: 40, at: T + 7_500 },
   ] satisfies LogRecord[];
-  const s = classify(records, store);
+  const s = classify(records, TAKEN);
   assert.equal(s.counts["mixed (idalloc's)"], 1);
   const [a] = s.attributions;
   const idalloc = a.sides.find((x) => x.side === "idalloc")!;
   assert.equal(idalloc.unjustified?.reason, "taken");
-  assert.deepEqual(a.reassigned, { oldId: 33, newId: 40, ms: 4_500 - 1_005 });
+  assert.deepEqual(a.reassigned, { oldId: 33, newId: 40, ms: 7_500 - 4_005 });
   assert.deepEqual(a.master?.writer, { node: "c0", how: "next reference", side: "cilium" });
 });
 
@@ -167,18 +174,13 @@ Deno.test("attribution: across a stall, a hold that ended while idalloc was stop
   // stops (as in the run that could not tell) sees w3's hold across c0's; the store's record
   // shows c0's reference ended while w3 was stopped.
   const store = [
-    master(10, 0, 33, K),
-    ref(10, 0, K, "w3", 33),
-    ref(15, 3_000, K, "w3", null),
-    master(16, 3_600, 33, null),
-    master(20, 4_000, 33, K2),
-    ref(21, 4_010, K2, "c0", 33),
+    ...TAKEN,
     ref(25, 6_000, K2, "c0", null),
     master(26, 7_000, 33, null),
     master(30, 9_100, 33, K),
     ref(30, 9_100, K, "w3", 33),
   ];
-  const stops = [{ inc: "w3@4", from: T + 1_000, to: T + 9_000 }];
+  const stops = W3_STOPPED;
   const records = [
     answer("w3@4", "allocate", K, 33, 0),
     answer("w3@4", "get", K, 33, 500),
@@ -203,15 +205,8 @@ Deno.test("attribution: across a stall, a hold that ended while idalloc was stop
 Deno.test("attribution: idalloc answering a taken ID right after a stall is idalloc's", () => {
   // As above, but c0 still holds K2 → 33 when w3 resumes, and w3 answers K → 33 at once: its
   // re-check after the resume must have read master 33 naming K2.
-  const store = [
-    master(10, 0, 33, K),
-    ref(10, 0, K, "w3", 33),
-    ref(15, 3_000, K, "w3", null),
-    master(16, 3_600, 33, null),
-    master(20, 4_000, 33, K2),
-    ref(21, 4_010, K2, "c0", 33),
-  ];
-  const stops = [{ inc: "w3@4", from: T + 1_000, to: T + 9_000 }];
+  const store = TAKEN;
+  const stops = W3_STOPPED;
   const records = [
     answer("w3@4", "allocate", K, 33, 0),
     answer("c0@c1", "allocate", K2, 33, 4_000),

@@ -10,19 +10,10 @@
  */
 import type { IKeyValue, IWatchResponse } from "../../../deps/etcd3.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
+import { strictText as utf8 } from "../txn.ts";
 import { rawClient } from "./fixture.ts";
 import type { StoreChange } from "../../../../nemesis/checks/store_history.ts";
 import { LineLog } from "../../../../nemesis/records.ts";
-
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
-
-function utf8(bytes: Uint8Array): string | undefined {
-  try {
-    return strictUtf8.decode(bytes);
-  } catch {
-    return undefined;
-  }
-}
 
 /** What one etcd event is, in the layout's words; `undefined` for locks and garbage. */
 export function changeOf(
