@@ -396,7 +396,8 @@ async function probeAndDrain(run: RunState): Promise<void> {
       } s after every node released everything: ${
         drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
       }`,
-      evidence: drain,
+      // When it gave up: the attribution asks which Cilium mutexes were held then.
+      evidence: { ...drain, until: Date.now() },
     });
   }
 }
@@ -470,6 +471,7 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     oneKey: STORE_CHECKS.oneKey,
     holds: STORE_CHECKS.holds,
     probe: PROBE_CHECK,
+    drain: DRAIN_CHECK,
   };
   const attributable = new Set<string>(Object.values(checks));
   const earlier = cilium ? run.violations.filter((v) => attributable.has(v.check)) : [];

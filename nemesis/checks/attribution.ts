@@ -5,10 +5,13 @@
  *
  * - **Cilium-only**: both runs are Cilium nodes' (Cilium's own holes: it fences nothing, and its
  *   `UpdateKey` re-creates masters without its mutex or a look at the key's other masters);
- * - **idalloc-only**: both are idalloc's (always idalloc's fault);
- * - **mixed**: one of each. A mixed violation is **idalloc's** when idalloc answered something no
- *   store state justified at the time, or when an idalloc write made the conflicting master while
- *   a live reference contradicted it; otherwise it is **inherited** from the Cilium side.
+ * - **idalloc-only**: both are idalloc's, and so was what made them conflict (idalloc's fault);
+ * - **mixed**: Cilium took part — one answer each, or two idalloc answers that both followed the
+ *   store while a Cilium write had just split it (its `UpdateKey` re-creating a master beside a
+ *   live reference: the nodes move off it, each within its watch's delay). A mixed violation is
+ *   **idalloc's** when idalloc answered something no store state justified at the time, or when
+ *   an idalloc write made the conflicting master while a live reference contradicted it;
+ *   otherwise it is **inherited** from the Cilium side.
  *
  * What the store justified is read from its own history (`store_history.ts`). An idalloc answer
  * of key K with ID x was unjustified when, for longer than `slackMs` of the node's running time
@@ -156,6 +159,7 @@ export interface AttributionInput {
     readonly oneKey?: string;
     readonly holds?: string;
     readonly probe?: string;
+    readonly drain?: string;
   };
   /**
    * How long the store may contradict an answer before it counts (the watch's delay).
@@ -222,9 +226,20 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
   const idallocSide = sides.find((s) => s.side === "idalloc");
   let cls: AttributionClass;
   let why = "";
+  // Both answers idalloc's, but the conflicting master a Cilium write against a live reference
+  // (its `UpdateKey`), each idalloc answer justified: the nodes were moving off the split Cilium
+  // made, each within its watch's delay.
+  const ciliumMade = cilium === 0 && master?.writer?.side === "cilium" &&
+    master.contradicted.length > 0 && sides.every((s) => !s.unjustified);
   if (cilium === 2) cls = "Cilium-only";
-  else if (cilium === 0) cls = "idalloc-only";
-  else if (idallocSide!.unjustified) {
+  else if (cilium === 0 && !ciliumMade) cls = "idalloc-only";
+  else if (ciliumMade) {
+    cls = "mixed (inherited from Cilium)";
+    why = `both answers idalloc's and justified; Cilium's write (${master!.writer!.node}) made ` +
+      `master ${master!.id} → ${master!.key} beside live references ${
+        master!.contradicted.join(", ")
+      }`;
+  } else if (idallocSide!.unjustified) {
     cls = "mixed (idalloc's)";
     why = `idalloc ${idallocSide!.unjustified.detail}`;
   } else if (master?.writer?.side === "idalloc" && master.contradicted.length > 0) {
@@ -238,7 +253,7 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
       ? `Cilium ${c.unjustified.detail}`
       : "both sides justified by the store, no idalloc write against a live reference";
   }
-  const mixed = cilium === 1;
+  const mixed = cilium === 1 || ciliumMade;
   const idallocRun = idallocSide?.run;
   const agreedWith = mixed && idallocRun ? agreements(idallocRun, conflict, input) : undefined;
   const reassigned = mixed && idallocRun
@@ -313,7 +328,13 @@ function runningMs(inc: string, from: number, to: number, stops: readonly StopWi
   return Math.max(0, ms);
 }
 
-/** Judges one run's answers in the conflict against the store (see the module doc). */
+/**
+ * Judges one run's answers in the conflict against the store (see the module doc). A contradicting
+ * master counts over the time it certainly existed (from when it was seen written until the
+ * earliest it can have been deleted); the node's own reference over the time it possibly existed.
+ * A point (one answer, or a store read) happened at some instant of its window: it is judged at
+ * the last one, so a change in its window counts for it.
+ */
 function judge(
   run: Run,
   side: "cilium" | "idalloc",
@@ -322,24 +343,34 @@ function judge(
 ): SideEvidence {
   const { store, stops } = input;
   const slack = input.slackMs ?? 1_000;
-  // The run's last answer in the conflict: points happened somewhere in their window.
-  const last = run.point ? run.lo : conflict.to;
+  // The run's last answer in the conflict.
+  const last = run.point ? run.hi : conflict.to;
   const lastStop = stops.filter((w) => w.inc === run.inc && w.from < conflict.to)
     .sort((x, y) => y.to - x.to)[0];
   const own = store.refsOf(run.key, run.node).filter((r) =>
-    r.id === run.id && r.from <= conflict.to && (r.to === undefined || r.to >= conflict.from)
+    r.id === run.id && r.fromEarly <= conflict.to && (r.to === undefined || r.to >= conflict.from)
   );
   const reference = own[0] ? { from: own[0].from, to: own[0].to, lease: own[0].lease } : undefined;
   const found: Unjustified[] = [];
-  const check = (reason: Unjustified["reason"], since: number, detail: string, allow = slack) => {
+  /** Records `reason` if the store contradicted the run over `[since, until]` for too long. */
+  const check = (
+    reason: Unjustified["reason"],
+    since: number,
+    until: number,
+    detail: string,
+    allow = slack,
+  ) => {
+    // A point is judged at its last instant: a contradiction must still hold there.
+    if (run.point && until < last) return;
+    const end = Math.min(until, last);
     if (side === "cilium") {
       // A Cilium node checks nothing before it answers from its local keys (after a stall too):
       // what the store held when it answered judges it, less the recorder's own delay.
-      const ms = last - since;
+      const ms = end - since;
       if (ms > RECORDER_LAG_MS) found.push({ reason, since, runningMs: ms, detail });
       return;
     }
-    const ms = runningMs(run.inc, since, last, stops);
+    const ms = runningMs(run.inc, since, end, stops);
     // A run that began after the node resumed from a stop follows a re-check of the store: what
     // changed before the resume was known to it, but for the recorder's own delay.
     const resumed = stops.some((w) => w.inc === run.inc && since < w.to && w.to <= run.lo);
@@ -348,42 +379,44 @@ function judge(
     }
   };
   // Taken: x's master named another key.
-  for (const m of store.mastersOfIdDuring(run.id, conflict.from, conflict.to)) {
+  for (const m of store.mastersOfIdDuring(run.id, conflict.from, last)) {
     if (m.key === run.key) continue;
     check(
       "taken",
       m.from,
+      m.toEarly ?? Infinity,
       `answered ${run.key} → ${run.id} while master ${run.id} named ${m.key} (since ${
         clock(m.from)
       })`,
     );
   }
   // Superseded: a newer master of the key with a live reference.
-  const mine = store.mastersOfKeyDuring(run.key, conflict.from, conflict.to)
-    .filter((m) => m.id === run.id);
-  const newest = mine.reduce((n, m) => Math.max(n, m.fromRev), 0);
-  for (const m of store.mastersOfKeyDuring(run.key, conflict.from, conflict.to)) {
+  const newest = store.mastersOfKeyDuring(run.key, conflict.from, last)
+    .filter((m) => m.id === run.id)
+    .reduce((n, m) => Math.max(n, m.fromRev), 0);
+  for (const m of store.mastersOfKeyDuring(run.key, conflict.from, last)) {
     if (m.id === run.id || m.fromRev <= newest || newest === 0) continue;
-    const referenced = store.refsToDuring(run.key, m.id, Math.max(m.from, conflict.from), last)
-      .filter((r) => r.lease !== "0")
-      .reduce((t, r) => Math.min(t, r.from), Infinity);
-    if (referenced === Infinity) continue;
+    const refs = store.refsToDuring(run.key, m.id, Math.max(m.from, conflict.from), last)
+      .filter((r) => r.lease !== "0");
+    if (refs.length === 0) continue;
+    const referenced = Math.min(...refs.map((r) => r.from));
     check(
       "superseded",
       Math.max(m.from, referenced),
+      Math.min(m.toEarly ?? Infinity, Math.max(...refs.map((r) => r.toEarly ?? Infinity))),
       `kept answering ${run.key} → ${run.id} after its newer master ${m.id} (${
         clock(m.from)
       }) was referenced`,
     );
   }
   // Unreferenced: no live reference of the node to the key for longer than the lease (idalloc)
-  // or at all (Cilium: it never fences).
-  // A point may be a store read, which no hold backs.
+  // or at all (Cilium: it never fences). A point may be a store read, which no hold backs.
   const gapStart = run.point ? undefined : unreferencedSince(run, last, input);
   if (gapStart !== undefined) {
     check(
       "unreferenced",
       gapStart,
+      Infinity,
       `answered ${run.key} → ${run.id} with no live reference of its own since ${clock(gapStart)}`,
       input.leaseTtlMs + slack,
     );
@@ -395,8 +428,8 @@ function judge(
 }
 
 /**
- * Since when the node had had no live reference naming the run's ID at the run's last answer in
- * the conflict (`undefined`: it had one then, or the store kept no record).
+ * Since when the node had certainly had no live reference naming the run's ID at the run's last
+ * answer in the conflict (`undefined`: it had one then, possibly, or the store kept no record).
  */
 function unreferencedSince(
   run: Run,
@@ -405,9 +438,11 @@ function unreferencedSince(
 ): number | undefined {
   if (store.size === 0) return undefined;
   const spans = store.refsOf(run.key, run.node).filter((r) => r.id === run.id && r.lease !== "0");
-  if (spans.some((s) => s.from <= last && (s.to === undefined || s.to > last))) return undefined;
+  if (spans.some((s) => s.fromEarly <= last && (s.to === undefined || s.to > last))) {
+    return undefined;
+  }
   // The gap began when the latest reference before it ended; with none, at the run's start.
-  const ends = spans.filter((s) => s.from <= last).map((s) => s.to!);
+  const ends = spans.filter((s) => s.fromEarly <= last).map((s) => s.to!);
   return ends.length > 0 ? Math.max(...ends) : run.lo;
 }
 
@@ -556,7 +591,37 @@ function attributeStore(v: Violation, input: AttributionInput): Attribution | un
       );
   }
   if (v.check === names.probe) return attributeProbe(v, input, done);
+  if (v.check === names.drain) return attributeDrain(v, input, done);
   return undefined;
+}
+
+/**
+ * Masters GC left after the drain: Cilium's (inherited) when each of them has a Cilium mutex of
+ * its key or ID still held as the drain gave up (a stale lock: GC honours it), idalloc's otherwise.
+ */
+function attributeDrain(
+  v: Violation,
+  { store }: AttributionInput,
+  done: (cls: AttributionClass, why: string) => Attribution,
+): Attribution | undefined {
+  const e = v.evidence as
+    | { left?: ReadonlyArray<{ id: number; key: string }>; until?: number }
+    | undefined;
+  if (!e?.left || e.until === undefined) return undefined;
+  const at = e.until;
+  const locked = e.left.map((
+    m,
+  ) => [...store.locksDuring(m.key, at, at), ...store.locksDuring(`id/${m.id}`, at, at)]);
+  if (locked.every((l) => l.length > 0)) {
+    return done(
+      "mixed (inherited from Cilium)",
+      `a Cilium mutex of each was still held (lock lease ${
+        [...new Set(locked.flat().map((l) => `${l.lease} on ${l.of} since ${clock(l.from)}`))]
+          .join(", ")
+      })`,
+    );
+  }
+  return done("idalloc-only", "GC is idalloc's");
 }
 
 /** The newest master (by revision, at the end of the record) among `ids` that names `key`. */

@@ -7,8 +7,9 @@
  *
  * Spans are half-open in revisions: a master or reference exists from the revision that wrote it
  * until the one that deleted or replaced it. Times are the recorder's, so they lag the store's
- * commit by the watch's delay (more while a member is down: a resumed watch replays what it
- * missed).
+ * commit by the watch's delay — by seconds while a member is down, as the resumed watch replays
+ * what it missed: a change that arrived in such a window (`uncertain`) may have happened as early
+ * as the window's start (`fromEarly`, `toEarly`).
  *
  * @example A master created with a reference in one transaction is that node's write
  * ```ts
@@ -65,27 +66,31 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
 /** One recorded change. */
 export type StoreChange = z.infer<typeof storeChangeSchema>;
 
-/** A master's life: from the change that wrote it to the one that deleted it. */
-export interface MasterSpan {
-  readonly id: number;
-  readonly key: string;
+/** When a span began and ended: as recorded (the latest it can have been), and the earliest. */
+export interface Timed {
   readonly fromRev: number;
+  /** When the recorder saw it written. */
   readonly from: number;
+  /** The earliest it can have been written (earlier than `from` only in an uncertain window). */
+  readonly fromEarly: number;
   /** Deletion; absent while it still existed at the end of the record. */
   toRev?: number;
   to?: number;
+  toEarly?: number;
+}
+
+/** A master's life: from the change that wrote it to the one that deleted it. */
+export interface MasterSpan extends Timed {
+  readonly id: number;
+  readonly key: string;
 }
 
 /** A reference's life (one value on one lease). */
-export interface RefSpan {
+export interface RefSpan extends Timed {
   readonly key: string;
   readonly node: string;
   readonly id: number;
   readonly lease: string;
-  readonly fromRev: number;
-  readonly from: number;
-  toRev?: number;
-  to?: number;
 }
 
 /** A Cilium mutex held by one lease. */
@@ -127,8 +132,17 @@ export class StoreHistory {
   /** Number of changes recorded. */
   readonly size: number;
 
-  /** Builds the spans of `changes` (any order: sorted by revision here). */
-  constructor(changes: readonly StoreChange[]) {
+  /**
+   * Builds the spans of `changes` (any order: sorted by revision here). `uncertain` are windows
+   * in which the recorder's watch may have lagged (a store member down): a change seen in one may
+   * have happened as early as its start.
+   */
+  constructor(
+    changes: readonly StoreChange[],
+    uncertain: ReadonlyArray<{ readonly from: number; readonly to: number }> = [],
+  ) {
+    const early = (at: number) =>
+      uncertain.reduce((e, w) => (w.from <= at && at <= w.to ? Math.min(e, w.from) : e), at);
     const gaps: { at: number; why: string }[] = [];
     const sorted = changes.filter((c) => c.t !== "gap" || (gaps.push(c), false)) as Exclude<
       StoreChange,
@@ -159,10 +173,17 @@ export class StoreHistory {
         if (open) {
           open.toRev = c.rev;
           open.to = c.at;
+          open.toEarly = early(c.at);
           openMaster.delete(c.id);
         }
         if (c.key === null) continue;
-        const span: MasterSpan = { id: c.id, key: c.key, fromRev: c.rev, from: c.at };
+        const span: MasterSpan = {
+          id: c.id,
+          key: c.key,
+          fromRev: c.rev,
+          from: c.at,
+          fromEarly: early(c.at),
+        };
         openMaster.set(c.id, span);
         push(this.#masters, c.id, span);
         push(this.#mastersOfKey, c.key, span);
@@ -173,6 +194,7 @@ export class StoreHistory {
       if (open) {
         open.toRev = c.rev;
         open.to = c.at;
+        open.toEarly = early(c.at);
         openRef.delete(ref);
       }
       if (c.id === null) continue;
@@ -183,6 +205,7 @@ export class StoreHistory {
         lease: c.lease ?? "0",
         fromRev: c.rev,
         from: c.at,
+        fromEarly: early(c.at),
       };
       openRef.set(ref, span);
       push(this.#refs, c.key, span);

@@ -11,6 +11,7 @@ import {
 import { checkHistory } from "../../nemesis/checks/history.ts";
 import { type StoreChange, StoreHistory } from "../../nemesis/checks/store_history.ts";
 import type { FaultRecord } from "../../nemesis/faults.ts";
+import { uncertainWindows } from "../../nemesis/cilium_attribution.ts";
 import type { LogRecord } from "../../nemesis/records.ts";
 import type { Violation } from "../../nemesis/checks/violation.ts";
 
@@ -413,4 +414,127 @@ Deno.test("attribution: a probe stuck on Cilium's stale mutex is inherited, othe
     s.attributions[0].line,
     /mutex of the key was held through the call \(lock lease 694d/,
   );
+});
+
+Deno.test("attribution: two idalloc nodes moving off a split Cilium's UpdateKey made is inherited", () => {
+  // w0 holds K → 58; Cilium's c1 re-creates master 57 of K beside w0's live reference (master-key
+  // protection); w1 joins 57 (the newest), w0 moves there 400 ms later, within its watch's delay.
+  const store = [
+    master(10, 0, 58, K),
+    ref(10, 0, K, "w0", 58),
+    master(20, 1_000, 57, K),
+    ref(21, 1_005, K, "c1", 57),
+    ref(22, 1_020, K, "w1", 57),
+    ref(30, 1_400, K, "w0", 57),
+  ];
+  const records = [
+    answer("w0@1", "allocate", K, 58, 0),
+    answer("w0@1", "get", K, 58, 1_300),
+    answer("w1@2", "allocate", K, 57, 1_010),
+    answer("w1@2", "get", K, 57, 2_000),
+  ];
+  const s = classify(records, store);
+  assert.deepEqual(s.counts["idalloc-only"], 0);
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  assert.match(s.attributions[0].line, /Cilium's write \(c1\) made master 57/);
+  // Had idalloc's w1 written the second master itself, beside w0's live reference, it would be
+  // idalloc's own.
+  const ours = classify(records, [
+    master(10, 0, 58, K),
+    ref(10, 0, K, "w0", 58),
+    master(22, 1_005, 57, K),
+    ref(22, 1_005, K, "w1", 57),
+    ref(30, 1_400, K, "w0", 57),
+  ]);
+  assert.equal(ours.counts["idalloc-only"], 1);
+});
+
+Deno.test("attribution: a single answer is judged at the last instant of its window", () => {
+  // w0's allocate of K ran from 8 s to 10 s: master 3 named K2 until 9.9 s, when GC deleted it and
+  // w0 wrote master 3 for K (its answer came after). c0 answered K2 → 3 all along.
+  const store = [
+    master(10, 0, 3, K2),
+    ref(11, 0, K2, "c0", 3),
+    ref(12, 500, K2, "c0", null),
+    master(20, 9_900, 3, null),
+    master(21, 9_950, 3, K),
+    ref(21, 9_950, K, "w0", 3),
+  ];
+  const records = [
+    answer("c0@c1", "allocate", K2, 3, 0),
+    answer("c0@c1", "get", K2, 3, 12_000),
+    answer("w0@1", "allocate", K, 3, 8_000, 10_000),
+  ];
+  const s = classify(records, store);
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+  // c0 answered from memory: its reference went at 0.5 s.
+  assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified?.reason, "unreferenced");
+});
+
+Deno.test("attribution: a reference the recorder saw late, while a member was down, may have been there", () => {
+  // w0 answered K → 50 at 9.6 s; its reference arrived in the record at 10 s, replayed by the
+  // recorder's watch after an etcd outage (4–9.5 s): it may have been written at 4 s already.
+  const store = [
+    master(10, 0, 50, K),
+    ref(11, 0, K, "c0", 50),
+    ref(12, 1_000, K, "w0", 50),
+    ref(13, 2_000, K, "w0", null),
+    ref(14, 3_000, K, "c0", null),
+    master(20, 3_500, 51, K2),
+    ref(21, 3_500, K2, "c1", 51),
+    ref(30, 10_000, K, "w0", 50),
+  ];
+  const records = [
+    answer("w0@1", "allocate", K, 50, 1_000),
+    answer("w0@1", "get", K, 50, 9_600),
+    answer("c1@c2", "allocate", K2, 50, 8_000),
+    answer("c1@c2", "get", K2, 50, 9_800),
+  ];
+  const outage: FaultRecord = {
+    kind: "outage",
+    label: "etcd outage",
+    start: T + 4_000,
+    end: T + 9_500,
+    backAt: T + 9_500,
+    detail: "",
+  };
+  const h = checkHistory(records);
+  const late = attribute(
+    [...h.overlaps, ...h.splits],
+    input([], records, {
+      faults: [outage],
+      store: new StoreHistory(store, uncertainWindows([outage])),
+    }),
+  );
+  assert.equal(late.counts["mixed (idalloc's)"], 0);
+  assert.equal(late.counts["mixed (inherited from Cilium)"], 1);
+  // Without the outage, the same record says w0 answered for 7.6 s with no reference of its own.
+  const strict = attribute([...h.overlaps, ...h.splits], input(store, records));
+  assert.equal(
+    strict.attributions[0].sides.find((x) => x.side === "idalloc")!.unjustified?.reason,
+    "unreferenced",
+  );
+});
+
+Deno.test("attribution: masters left by the drain under a stale Cilium mutex are inherited", () => {
+  const drain = (until: number): Violation => ({
+    check: "drain",
+    message: "1 master(s) of released keys still stored",
+    evidence: { left: [{ id: 56, key: K }], waitedMs: 21_000, refs: [], until: T + until },
+  });
+  const store: StoreChange[] = [{
+    t: "lock",
+    rev: 5,
+    at: T + 1_000,
+    of: K,
+    lease: "fa22",
+    held: true,
+  }];
+  const checks = { ...CHECKS, drain: "drain" };
+  const held = attribute([drain(30_000)], input(store, [], { checks }));
+  assert.equal(held.attributions[0].class, "mixed (inherited from Cilium)");
+  const free = attribute([drain(500)], input(store, [], { checks }));
+  assert.equal(free.attributions[0].class, "idalloc-only");
 });
