@@ -68,7 +68,7 @@ export async function attributeRun(input: RunAttributionInput): Promise<RunAttri
   const summary = attribute(input.violations, {
     ciliumIncs: input.ciliumIncs,
     ciliumNodes: input.ciliumNodes,
-    store: new StoreHistory(changes, uncertainWindows(input.faults)),
+    store: new StoreHistory(changes),
     faults: input.faults,
     stops: input.stops,
     records: input.records,
@@ -91,18 +91,3 @@ export async function attributeRun(input: RunAttributionInput): Promise<RunAttri
   );
   return { summary, charged, dropped, bad };
 }
-
-/**
- * While a store member is down (and a moment after it is back) the recorder's watch may lag:
- * changes it saw then may have happened as early as the fault's start.
- */
-export function uncertainWindows(
-  faults: readonly FaultRecord[],
-): Array<{ from: number; to: number }> {
-  return faults
-    .filter((f) => f.backAt !== undefined)
-    .map((f) => ({ from: f.start, to: f.backAt! + WATCH_RESUME_MS }));
-}
-
-/** How long after a member is back the recorder's watch may still be replaying. */
-const WATCH_RESUME_MS = 2_000;

@@ -8,8 +8,8 @@
  * Spans are half-open in revisions: a master or reference exists from the revision that wrote it
  * until the one that deleted or replaced it. Times are the recorder's, so they lag the store's
  * commit by the watch's delay — by seconds while a member is down, as the resumed watch replays
- * what it missed: a change that arrived in such a window (`uncertain`) may have happened as early
- * as the window's start (`fromEarly`, `toEarly`).
+ * what it missed in one batch: a change may have happened as early as the arrival of the last
+ * change before its own batch (`fromEarly`, `toEarly`; the recorder stamps a batch at once).
  *
  * @example A master created with a reference in one transaction is that node's write
  * ```ts
@@ -132,17 +132,8 @@ export class StoreHistory {
   /** Number of changes recorded. */
   readonly size: number;
 
-  /**
-   * Builds the spans of `changes` (any order: sorted by revision here). `uncertain` are windows
-   * in which the recorder's watch may have lagged (a store member down): a change seen in one may
-   * have happened as early as its start.
-   */
-  constructor(
-    changes: readonly StoreChange[],
-    uncertain: ReadonlyArray<{ readonly from: number; readonly to: number }> = [],
-  ) {
-    const early = (at: number) =>
-      uncertain.reduce((e, w) => (w.from <= at && at <= w.to ? Math.min(e, w.from) : e), at);
+  /** Builds the spans of `changes` (any order: sorted by revision here). */
+  constructor(changes: readonly StoreChange[]) {
     const gaps: { at: number; why: string }[] = [];
     const sorted = changes.filter((c) => c.t !== "gap" || (gaps.push(c), false)) as Exclude<
       StoreChange,
@@ -154,7 +145,15 @@ export class StoreHistory {
     const openMaster = new Map<number, MasterSpan>();
     const openRef = new Map<string, RefSpan>();
     const openLock = new Map<string, LockSpan>();
+    // The arrival of the batch before a change's own: the earliest it can have happened.
+    let batchAt = sorted[0]?.at ?? 0;
+    let previousBatchAt = batchAt;
     for (const c of sorted) {
+      if (c.at !== batchAt) {
+        previousBatchAt = batchAt;
+        batchAt = c.at;
+      }
+      const early = previousBatchAt;
       if (c.t === "lock") {
         const name = `${c.of}\u0000${c.lease}`;
         const open = openLock.get(name);
@@ -173,7 +172,7 @@ export class StoreHistory {
         if (open) {
           open.toRev = c.rev;
           open.to = c.at;
-          open.toEarly = early(c.at);
+          open.toEarly = early;
           openMaster.delete(c.id);
         }
         if (c.key === null) continue;
@@ -182,7 +181,7 @@ export class StoreHistory {
           key: c.key,
           fromRev: c.rev,
           from: c.at,
-          fromEarly: early(c.at),
+          fromEarly: early,
         };
         openMaster.set(c.id, span);
         push(this.#masters, c.id, span);
@@ -194,7 +193,7 @@ export class StoreHistory {
       if (open) {
         open.toRev = c.rev;
         open.to = c.at;
-        open.toEarly = early(c.at);
+        open.toEarly = early;
         openRef.delete(ref);
       }
       if (c.id === null) continue;
@@ -205,7 +204,7 @@ export class StoreHistory {
         lease: c.lease ?? "0",
         fromRev: c.rev,
         from: c.at,
-        fromEarly: early(c.at),
+        fromEarly: early,
       };
       openRef.set(ref, span);
       push(this.#refs, c.key, span);
