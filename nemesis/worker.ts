@@ -325,18 +325,23 @@ async function heartbeat(w: Worker): Promise<void> {
 function logHolds(w: Worker): void {
   const { config, log } = w;
   const holds: Record<string, number> = {};
+  const fenced: string[] = [];
+  const status = w.client.status();
+  // A held key still fenced answers no ID (beside Cilium: its mutex held by a stuck Cilium node).
+  const fencing = (status as { fence?: { active?: boolean } }).fence?.active === true;
   for (const key of w.refs.keys()) {
     const id = w.client.heldId(key);
     if (id !== undefined) holds[key] = id;
+    else if (fencing) fenced.push(key);
     else note(config, log, `holds ${key} but has no ID for it`);
   }
-  const status = w.client.status();
   log.write({
     t: "holds",
     node: config.node,
     inc: config.inc,
     at: Date.now(),
     holds,
+    fenced,
     heldKeys: typeof status.heldKeys === "number" ? status.heldKeys : -1,
     status,
   });
