@@ -360,8 +360,9 @@ function judge(
     detail: string,
     allow = slack,
   ) => {
-    // A point is judged at its last instant: a contradiction must still hold there.
-    if (run.point && until < last) return;
+    // The contradiction must certainly hold while the node answered: a point is judged at its
+    // last instant, a run over the conflict.
+    if (run.point ? until < last : until <= conflict.from) return;
     const end = Math.min(until, last);
     if (side === "cilium") {
       // A Cilium node checks nothing before it answers from its local keys (after a stall too):
