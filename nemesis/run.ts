@@ -7,25 +7,31 @@
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import { prng, shuffle } from "../tests/_support/prng.ts";
-import { hooksOf } from "./backends.ts";
+import type { NemesisRunStore, NemesisStore, StoreSnapshot } from "../src/testing/nemesis.ts";
+import { prng, shuffle } from "../src/testing/prng.ts";
+import { faultKindsOf, hooksOf } from "./backends.ts";
 import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
-import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
+import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import { CiliumNodes } from "./cilium.ts";
 import { attributeRun } from "./cilium_attribution.ts";
 import { type AttributionSummary, IDALLOC_CLASSES } from "./checks/attribution.ts";
 import {
-  type FaultKind,
   IDENTITY_RANGE,
   identityKeys,
   isIdentityWorker,
   type NemesisOptions,
   workloadFor,
 } from "./config.ts";
-import { type FaultContext, type FaultRecord, type FaultTarget, runNemesis } from "./faults.ts";
+import {
+  type FaultContext,
+  type FaultRecord,
+  type FaultTarget,
+  garbageTargets,
+  runNemesis,
+} from "./faults.ts";
 import { PROBE_CHECK, probeKeys } from "./probe.ts";
 import {
   type CallRecord,
@@ -36,7 +42,6 @@ import {
   parseRecords,
   type WorkerConfig,
 } from "./records.ts";
-import type { GarbageKind, NemesisRunStore, NemesisStore } from "./stores/store.ts";
 import type { Workload } from "./workload.ts";
 
 /** The store's record of its changes, in the run's directory (beside Cilium nodes). */
@@ -134,6 +139,33 @@ interface RunState {
   storeLog?: AsyncDisposable;
 }
 
+/**
+ * Writes the store's record of its changes to `path` as JSON lines, if the store keeps one; the
+ * handle stops the record and closes the file.
+ */
+async function recordStore(
+  store: NemesisRunStore,
+  path: string,
+): Promise<AsyncDisposable | undefined> {
+  if (!store.recordChanges) return undefined;
+  const log = new LineLog(path);
+  try {
+    const recorder = await store.recordChanges((change) => log.writeLine(JSON.stringify(change)));
+    return {
+      async [Symbol.asyncDispose]() {
+        try {
+          await recorder[Symbol.asyncDispose]();
+        } finally {
+          log.close();
+        }
+      },
+    };
+  } catch (err) {
+    log.close();
+    throw err;
+  }
+}
+
 /** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
 export async function runBackend(
   backend: string,
@@ -166,9 +198,7 @@ export async function runBackend(
     probeLog: new LineLog(`${dir}/probe.jsonl`),
   };
   try {
-    if (options.cilium > 0) {
-      run.storeLog = await run.store.recordChanges?.(`${dir}/${STORE_LOG}`);
-    }
+    if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
     await startProcesses(run);
     await faultPhase(run);
     await settleAndCompare(run);
@@ -269,18 +299,19 @@ async function startProcesses(run: RunState): Promise<void> {
 /** What the nemesis acts on in this run. */
 function faultContext(run: RunState): FaultContext {
   const { store, slots, cilium, random, workload } = run;
+  const hooks = hooksOf(run.backend);
   return {
     random,
     store,
-    members: store.members,
+    storeFaults: hooks.storeFaults ?? {},
     timings: workload.timings,
     skewMs: store.skewMs,
-    garbage: store.garbageKinds.filter((g) => run.options.garbage.has(g)) as GarbageKind[],
-    garbageTargets: {
-      keys: [...run.families.plain, ...run.families.identity],
-      range: workload.plainRange,
+    garbage: hooks.garbageKinds.filter((g) => run.options.garbage.has(g)),
+    garbageTargets: garbageTargets(
+      [...run.families.plain, ...run.families.identity],
+      workload.plainRange,
       random,
-    },
+    ),
     // Slots past the idalloc workers are Cilium nodes: every fault on a node may hit either.
     slots: slots.length + (cilium?.count ?? 0),
     target: (i) => i < slots.length ? target(slots[i]) : cilium!.target(i - slots.length),
@@ -305,8 +336,8 @@ function faultContext(run: RunState): FaultContext {
 async function faultPhase(run: RunState): Promise<void> {
   const t0 = Date.now();
   const end = t0 + run.options.seconds * 1_000;
-  const supported = hooksOf(run.backend).faults;
-  const kinds: FaultKind[] = [...run.options.faults].filter((k) => supported.includes(k));
+  const supported = faultKindsOf(run.backend);
+  const kinds = [...run.options.faults].filter((k) => supported.includes(k));
   const ctx = faultContext(run);
   if (kinds.includes("garbage") && ctx.garbage.length === 0) {
     kinds.splice(kinds.indexOf("garbage"), 1);

@@ -25,46 +25,9 @@
  *
  * @module
  */
-import { z } from "zod";
+import type { StoreChange } from "../../src/testing/store_changes.ts";
 
-/** One change of a master (`key: null`: deleted) or a reference (`id: null`: deleted). */
-export const storeChangeSchema = z.discriminatedUnion("t", [
-  z.object({
-    t: z.literal("master"),
-    /** The store's revision of the change. */
-    rev: z.number().int(),
-    /** When the recorder saw it (ms since the epoch). */
-    at: z.number(),
-    id: z.number().int(),
-    key: z.string().nullable(),
-  }),
-  z.object({
-    t: z.literal("ref"),
-    rev: z.number().int(),
-    at: z.number(),
-    key: z.string(),
-    node: z.string(),
-    /** The ID it names; `null` when deleted (or, for a value that is no ID, garbage: skipped). */
-    id: z.number().int().nullable(),
-    /** Its lease (`"0"`: none). */
-    lease: z.string().optional(),
-  }),
-  /** A Cilium mutex key was written (`held`) or deleted: `of` is the key, or `id/<N>` for GC's. */
-  z.object({
-    t: z.literal("lock"),
-    rev: z.number().int(),
-    at: z.number(),
-    of: z.string(),
-    /** The holder's lock lease, as the mutex key's last segment (hex). */
-    lease: z.string(),
-    held: z.boolean(),
-  }),
-  /** The recorder lost events (a compaction under its watch): spans around it may be wrong. */
-  z.object({ t: z.literal("gap"), at: z.number(), why: z.string() }),
-]);
-
-/** One recorded change. */
-export type StoreChange = z.infer<typeof storeChangeSchema>;
+export { type StoreChange, storeChangeSchema } from "../../src/testing/store_changes.ts";
 
 /** When a span began and ended: as recorded (the latest it can have been), and the earliest. */
 export interface Timed {

@@ -27,6 +27,11 @@ export interface StoreOption {
   readonly default?: string;
   /** The environment variable that gives the value when the flag does not. */
   readonly env?: string;
+  /**
+   * The long flag without which a value from {@linkcode StoreOption.env} is not used (`--user`
+   * for the password): an exported password must not break the commands that name no user.
+   */
+  readonly envOnlyWith?: string;
   /** Whether the value is a file name (shell completion then offers files). */
   readonly file?: boolean;
 }
@@ -98,12 +103,6 @@ export interface DriverFailure {
 export interface BackendDriver<D = unknown> {
   /** The backend's one name, everywhere (`Backend.kind`, telemetry, CLI, nemesis, bench). */
   readonly kind: string;
-  /**
-   * URL of the backend's development harness module (`testing/harness.ts` in its folder: test
-   * fixture, nemesis hooks, bench opener). Not published; loaded only by the repository's tests,
-   * nemesis suite and benchmarks, through `src/backends/testing.ts`.
-   */
-  readonly harness: string;
   /** The backend's name for people (help, messages): `Deno KV`, `etcd`. */
   readonly title: string;
   /** The start of `--store` that selects the backend: `kv:`, `etcd://`. */

@@ -24,15 +24,10 @@
  * @module
  */
 import { idallocLogger } from "../../log.ts";
-import type { EtcdContext } from "./context.ts";
-import { kvsAt, read, type RefSnapshot, strictText } from "./txn.ts";
+import type { MasterState } from "./acquire.ts";
+import type { RefSnapshot } from "./txn.ts";
 
 const log = idallocLogger("etcd", "split");
-
-/** A master as read: absent (`null`), or its value and mod revision. */
-export type StoredMaster =
-  | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
-  | null;
 
 /** The distinct IDs that the key's well-formed references on a lease name, ascending. */
 export function referencedIds(snapshot: RefSnapshot): number[] {
@@ -50,7 +45,7 @@ export function referencedIds(snapshot: RefSnapshot): number[] {
 export function newestMaster(
   key: string,
   ids: readonly number[],
-  masters: ReadonlyMap<number, StoredMaster>,
+  masters: ReadonlyMap<number, MasterState>,
 ): { id: number; mod: string } | undefined {
   let best: { id: number; mod: string } | undefined;
   for (const id of ids) {
@@ -59,28 +54,6 @@ export function newestMaster(
     if (!best || BigInt(m.mod) > BigInt(best.mod)) best = { id, mod: m.mod };
   }
   return best;
-}
-
-/** Reads the masters of `ids` in one request. */
-export async function readMasters(
-  ctx: EtcdContext,
-  ids: readonly number[],
-  signal: AbortSignal,
-): Promise<Map<number, StoredMaster>> {
-  const { client, layout } = ctx;
-  const res = await client.call(
-    "read masters",
-    signal,
-    (o) => client.raw.kv.txn({ success: ids.map((id) => read(layout.masterKey(id))) }, o),
-  );
-  const out = new Map<number, StoredMaster>();
-  ids.forEach((id, i) => {
-    const kv = kvsAt(res.responses, i)[0];
-    if (!kv) return out.set(id, null);
-    const value = strictText(kv.value);
-    out.set(id, { value: value ?? "", mod: String(kv.mod_revision), corrupt: !value });
-  });
-  return out;
 }
 
 /** Logs, once per decision, that `key` is split and which ID idalloc takes. */

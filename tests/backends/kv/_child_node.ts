@@ -7,7 +7,7 @@
  * Prints one JSON line: `{key: id}` for acquire, `[deleted ids]` for collect.
  */
 import type { BackendSession, GcCandidate } from "../../../src/allocator/backend.ts";
-import type { StoreSpec } from "../../_support/fixture.ts";
+import type { StoreSpec } from "../../../src/testing/fixture.ts";
 import { openBackendFromSpec } from "../../_support/open_backend.ts";
 
 const [specJson, node, mode, ...rest] = Deno.args;
@@ -17,6 +17,8 @@ await using opened = await openBackendFromSpec(JSON.parse(specJson) as StoreSpec
 await using session: BackendSession = await opened.backend.openSession({
   leaseTtlMs: 2_000,
   readOnly: false,
+  // `collect` is the acquiring node started again: it takes over its live lease record.
+  restart: mode === "collect",
   onLeaseReplaced: () => {},
 });
 const signal = new AbortController().signal;

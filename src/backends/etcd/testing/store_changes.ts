@@ -1,7 +1,7 @@
 /**
  * The nemesis's record of an etcd store's changes (a run beside Cilium nodes): one watch of the
- * prefix for the whole run, every change of a master, a reference or a Cilium mutex written as a
- * JSON line (`nemesis/checks/store_history.ts`) with its revision and the instant it arrived.
+ * prefix for the whole run, every change of a master, a reference or a Cilium mutex passed on as a
+ * {@linkcode StoreChange} with its revision and the instant it arrived.
  * The watch resumes after the revision it saw last when a member dies or the cluster is down, so
  * nothing is lost but the arrival times of what it replays; a compaction under it is written as a
  * gap.
@@ -12,8 +12,7 @@ import type { IKeyValue, IWatchResponse } from "../../../deps/etcd3.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
 import { strictText as utf8 } from "../txn.ts";
 import { rawClient } from "./fixture.ts";
-import type { StoreChange } from "../../../../nemesis/checks/store_history.ts";
-import { LineLog } from "../../../../nemesis/records.ts";
+import type { StoreChange } from "../../../testing/store_changes.ts";
 
 /** What one etcd event is, in the layout's words; `undefined` for locks and garbage. */
 export function changeOf(
@@ -53,18 +52,17 @@ export function changeOf(
 }
 
 /**
- * Starts recording the changes under `prefix` into `path`; resolves once the watch is attached
+ * Starts passing the changes under `prefix` to `record`; resolves once the watch is attached
  * (nothing written after that is missed). Disposing it waits until the watch caught up with the
  * store's revision at that moment (at most 5 s), then stops.
  */
 export async function recordEtcdChanges(
   endpoints: readonly string[],
   prefix: string,
-  path: string,
+  record: (change: StoreChange) => void,
 ): Promise<AsyncDisposable> {
   const raw = rawClient(endpoints);
   const layout = new EtcdLayout(prefix);
-  const log = new LineLog(path);
   let seen = 0;
   let caughtUp: (() => void) | undefined;
   let target = Infinity;
@@ -73,14 +71,14 @@ export async function recordEtcdChanges(
     const at = Date.now();
     for (const ev of res.events) {
       const change = changeOf(layout, ev.type, ev.kv, at);
-      if (change) log.writeLine(JSON.stringify(change));
+      if (change) record(change);
     }
     seen = Math.max(seen, Number(res.header.revision));
     if (seen >= target) caughtUp?.();
   });
   watcher.on("error", (err: unknown) => {
     const gap: StoreChange = { t: "gap", at: Date.now(), why: String(err).slice(0, 300) };
-    log.writeLine(JSON.stringify(gap));
+    record(gap);
   });
   return {
     async [Symbol.asyncDispose]() {
@@ -100,7 +98,6 @@ export async function recordEtcdChanges(
       } finally {
         await watcher.cancel().catch(() => {});
         raw.close();
-        log.close();
       }
     },
   };

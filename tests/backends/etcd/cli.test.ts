@@ -3,10 +3,10 @@
  * that is down.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable } from "../../src/backends/etcd/testing/cluster.ts";
-import { sharedEtcd } from "../../src/backends/etcd/testing/fixture.ts";
-import { main } from "../../src/cli/main.ts";
-import { Capture, cli, isOneLineError } from "./_run.ts";
+import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
+import { sharedEtcd } from "../../../src/backends/etcd/testing/fixture.ts";
+import { main } from "../../../src/cli/main.ts";
+import { Capture, cli, isOneLineError } from "../../cli/_run.ts";
 
 const ignore = etcdUnavailable() !== undefined;
 
@@ -56,10 +56,13 @@ Deno.test({
     // A live node's reference is never deleted; its own release (Ctrl-C of --hold) is.
     const refused = await cli([...args, "release", "app=web;", "--node", web.node]);
     assert.equal(refused.code, 4, refused.stderr);
-    assert.match(refused.stderr, /is live: its reference to app=web; \(ID \d+\) stays/);
+    assert.match(
+      refused.stderr,
+      /is live until \S+ \(in \d+s\): its reference to app=web; \(ID \d+\) stays/,
+    );
     stopWeb.abort();
     assert.equal(await holding, 0);
-    const gc = await cli([...args, "gc", "--grace", "0s", "--json"]);
+    const gc = await cli([...args, "gc", "--grace", "0s", "--force", "--json"]);
     assert.equal(gc.code, 0, gc.stderr);
     const passes = gc.stdout.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(passes.map((p) => p.deleted), [[], [{ id: web.id, key: "app=web;" }]]);
