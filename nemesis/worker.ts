@@ -54,6 +54,10 @@ interface KeyClient {
 /** The allocator options both layers take. */
 function allocatorOptions(config: WorkerConfig) {
   return {
+    // A worker killed and started again under its name (`kill (same name)`) is that node
+    // restarting: the killed incarnation's lease is still live until it lapses, and without this
+    // the new one dies with NodeInUseError. The nemesis never runs two workers under one name.
+    restart: true,
     leaseTtlMs: config.timings.leaseTtlMs,
     syncIntervalMs: config.timings.syncIntervalMs,
     backoff: { initialMs: 10, maxMs: 500, factor: 2 },
