@@ -4,18 +4,22 @@
  * and a removal guarded by the listed resource version.
  *
  * Reported:
- * - identities named not as a decimal ID (`master-bad-id`) or whose `security-labels` do not
- *   decode (`master-undecodable`);
+ * - identities named not as a decimal ID (`master-bad-id`), whose `security-labels` do not
+ *   decode (`master-undecodable`) or decode to a key over the layout's limit (`master-oversized`);
+ *   removing one also removes the key's claim naming it, if that was quiet when listed;
  * - reference annotations that name no node or no epoch (`reference-bad-key`,
  *   `reference-undecodable`), and (with valid ranges) references on an identity outside them
  *   (`reference-out-of-range`);
  * - keys with several identities (`key-duplicate`, one finding per identity that is not Cilium's
  *   answer: the oldest stays; removing a duplicate deletes it);
  * - claims that name no key or ID (`claim-undecodable`) or whose identity is gone or carries
- *   another key (`claim-stale`);
- * - node Leases without an epoch or an end (`lease-undecodable`).
+ *   another key (`claim-stale`) — only once quiet (`claim.ts`: a claim written recently may be a
+ *   node between its claim write and its identity create), judged at a time before the listing;
+ *   a claim naming a damaged identity is not stale (the identity's finding covers it);
+ * - node Leases without an epoch or an end (`node-lease-undecodable`).
  *
- * Each finding names the live nodes holding it (their live references on the identity); such a
+ * Each finding names the live nodes holding it (their live references on the identity; for a
+ * reference annotation without an epoch, its node while that node's Lease is live); such a
  * finding is refused by {@linkcode removeDamage} with `LiveEntryError`.
  *
  * @module
@@ -28,6 +32,7 @@ import {
   decodeToken,
   encodeToken,
   heldBy,
+  type RangeCheck,
   rangeCheck,
   shorten,
 } from "../../allocator/damage.ts";
@@ -39,6 +44,7 @@ import {
   answerOf,
   CLAIM_SELECTOR,
   claimName,
+  type ClaimRecord,
   type IdentityRecord,
   NODE_SELECTOR,
   nodeLeaseName,
@@ -49,7 +55,8 @@ import {
   readNodeLease,
   REF_PREFIX,
 } from "./layout.ts";
-import { refLive } from "./liveness.ts";
+import { leaseLive, refLive } from "./liveness.ts";
+import { claimQuiet, claimStaleness } from "./claim.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
 
@@ -68,27 +75,34 @@ const tokenSchema = z.object({
   rv: z.string(),
   kind: z.string(),
   held: z.array(z.string()).optional(),
+  /** A damaged identity's quiet claim (name and version as listed), removed with it. */
+  claim: z.object({ name: z.string().min(1), rv: z.string() }).strict().optional(),
 }).strict();
 
 type Token = z.infer<typeof tokenSchema>;
 
-function storeOf(ctx: K8sContext): string {
+function storeOf(ctx: Pick<K8sContext, "resourceName" | "namespace">): string {
   return `${ctx.resourceName}@${ctx.namespace}`;
 }
 
-/** The live nodes whose references (by annotation, however malformed the rest) name `obj`. */
-function holdersOf(
-  obj: KubeObject,
-  leases: ReadonlyMap<string, NodeLeaseRecord>,
-  now: number,
-  skew: number,
-): string[] {
-  const out: string[] = [];
-  for (const [annotation, epoch] of Object.entries(obj.metadata.annotations ?? {})) {
-    const node = nodeOfRefAnnotation(annotation);
-    if (node !== undefined && refLive(epoch, leases.get(node), now, skew)) out.push(node);
-  }
-  return out;
+/** What a damage scan read: one list of each, identities first (as GC reads them). */
+export interface DamageSnapshot {
+  /** The time (own clock) before the identities were listed; claims are judged quiet at it. */
+  readonly readAt?: number;
+  readonly identities: readonly KubeObject[];
+  readonly nodeLeases: readonly KubeObject[];
+  readonly claims: readonly KubeObject[];
+}
+
+/** Reads the snapshot a scan judges. */
+async function readSnapshot(ctx: K8sContext, signal: AbortSignal): Promise<DamageSnapshot> {
+  const leases = (labelSelector: string) =>
+    listAll(ctx.client, LEASES, { namespace: ctx.namespace, labelSelector, signal });
+  const readAt = ctx.settings.now();
+  const identities = (await listAll(ctx.client, ctx.identities, { signal })).items;
+  const nodeLeases = (await leases(NODE_SELECTOR)).items;
+  const claims = (await leases(CLAIM_SELECTOR)).items;
+  return { readAt, identities, nodeLeases, claims };
 }
 
 /** Lists the damaged entries of the store (see the module doc). Reads only. */
@@ -97,147 +111,216 @@ export async function* findDamage(
   options: DamageScanOptions = {},
 ): AsyncGenerator<DamageFinding> {
   const signal = options.signal ?? new AbortController().signal;
-  const check = rangeCheck(options);
-  const store = storeOf(ctx);
-  const { items } = await listAll(ctx.client, ctx.identities, { signal });
-  const leaseObjs = (await listAll(ctx.client, LEASES, {
-    namespace: ctx.namespace,
-    labelSelector: NODE_SELECTOR,
-    signal,
-  })).items;
-  const leases = new Map<string, NodeLeaseRecord>();
-  for (const obj of leaseObjs) {
-    const l = readNodeLease(obj);
-    if (l !== undefined && l.name === nodeLeaseName(l.node)) leases.set(l.node, l);
+  yield* judgeDamage(ctx, await readSnapshot(ctx, signal), options);
+}
+
+/** The findings of `snapshot` (plain data in, findings out; see the module doc). */
+export function judgeDamage(
+  ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
+  snapshot: DamageSnapshot,
+  options: DamageScanOptions = {},
+): DamageFinding[] {
+  const scan = new Scan(ctx, snapshot, options);
+  const records: IdentityRecord[] = [];
+  const out: DamageFinding[] = [];
+  for (const obj of snapshot.identities) out.push(...scan.identity(obj, records));
+  out.push(...scan.duplicates(records));
+  for (const obj of snapshot.claims) out.push(...scan.claim(obj));
+  for (const obj of snapshot.nodeLeases) out.push(...scan.nodeLease(obj));
+  return out;
+}
+
+/**
+ * One scan's judgement: the node Leases' liveness, what each ID holds, the quiet claims, the
+ * valid ranges, and how findings look.
+ */
+class Scan {
+  readonly #ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">;
+  readonly #leases = new Map<string, NodeLeaseRecord>();
+  /** ID → the key its identity carries, `null` for a damaged one. */
+  readonly #holding = new Map<number, string | null>();
+  /** Our claims, by the ID they name. */
+  readonly #claims = new Map<number, ClaimRecord>();
+  readonly #check: RangeCheck | undefined;
+  readonly #now: number;
+  readonly #readAt: number;
+
+  constructor(
+    ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
+    snapshot: DamageSnapshot,
+    options: DamageScanOptions,
+  ) {
+    this.#ctx = ctx;
+    this.#check = rangeCheck(options);
+    this.#now = ctx.settings.now();
+    this.#readAt = snapshot.readAt ?? this.#now;
+    for (const obj of snapshot.nodeLeases) {
+      const l = readNodeLease(obj);
+      if (l !== undefined && l.name === nodeLeaseName(l.node)) this.#leases.set(l.node, l);
+    }
+    for (const obj of snapshot.identities) {
+      const read = readIdentity(obj);
+      if (read.ok) this.#holding.set(read.record.id, read.record.key);
+      else if (read.damage.id !== undefined) this.#holding.set(read.damage.id, null);
+    }
+    for (const obj of snapshot.claims) {
+      const claim = readClaim(obj);
+      if (claim !== undefined && claimName(ctx.resourceName, claim.key) === claim.name) {
+        this.#claims.set(claim.id, claim);
+      }
+    }
   }
-  const now = ctx.settings.now();
-  const skew = ctx.settings.maxClockSkewMs;
-  const entry = (name: string, annotation?: string) =>
-    shorten(`${ctx.resourceName}/${name}${annotation === undefined ? "" : ` ${annotation}`}`);
-  const finding = (
+
+  #live(node: string, epoch: string): boolean {
+    return refLive(epoch, this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+  }
+
+  #quiet(claim: ClaimRecord): boolean {
+    return claimQuiet(claim, this.#readAt, this.#ctx.settings);
+  }
+
+  /** The live nodes whose references (by annotation, however malformed the rest) name `obj`. */
+  #holders(annotations: Readonly<Record<string, string>>): string[] {
+    return Object.entries(annotations).flatMap(([annotation, epoch]) => {
+      const node = nodeOfRefAnnotation(annotation);
+      return node !== undefined && this.#live(node, epoch) ? [node] : [];
+    });
+  }
+
+  #finding(
     kind: DamageKind,
     token: Omit<Token, "store" | "kind">,
     reason: string,
     about: { id?: number; key?: string; node?: string },
     holders: readonly string[] = [],
-  ): DamageFinding =>
-    heldBy({
+  ): DamageFinding {
+    const { namespace, resourceName } = this.#ctx;
+    const entry = token.what === "claim" || token.what === "lease"
+      ? `${namespace}/${token.name}`
+      : `${resourceName}/${token.name}${
+        token.annotation === undefined ? "" : ` ${token.annotation}`
+      }`;
+    return heldBy({
       kind,
-      entry: token.what === "claim" || token.what === "lease"
-        ? shorten(`${ctx.namespace}/${token.name}`)
-        : entry(token.name, token.annotation),
+      entry: shorten(entry),
       reason: shorten(reason),
       ...(about.id === undefined ? {} : { id: about.id }),
       ...(about.key === undefined ? {} : { key: shorten(about.key) }),
       ...(about.node === undefined ? {} : { node: shorten(about.node) }),
-      token: encodeToken(TAG, { ...token, store, kind }),
+      token: encodeToken(TAG, { ...token, store: storeOf(this.#ctx), kind }),
     }, holders);
+  }
 
-  const records: IdentityRecord[] = [];
-  for (const obj of items) {
+  /** An identity's own damage; a readable one joins `records`. */
+  identity(obj: KubeObject, records: IdentityRecord[]): DamageFinding[] {
     const read = readIdentity(obj);
     const name = String(obj.metadata.name ?? "");
     const rv = String(obj.metadata.resourceVersion ?? "");
-    const holders = holdersOf(obj, leases, now, skew);
     if (!read.ok) {
       const { damage } = read;
-      yield finding(damage.kind, { what: "identity", name, rv }, damage.reason, {
-        id: damage.id,
-      }, holders);
-      continue;
+      const holders = this.#holders(obj.metadata.annotations ?? {});
+      // Removing it removes the key's claim naming it too, when quiet (else the claim is stale).
+      const claim = damage.id === undefined ? undefined : this.#claims.get(damage.id);
+      const token = {
+        what: "identity" as const,
+        name,
+        rv,
+        ...(claim && this.#quiet(claim) ? { claim: { name: claim.name, rv: claim.rv } } : {}),
+      };
+      return [this.#finding(damage.kind, token, damage.reason, { id: damage.id }, holders)];
     }
     const { record, badRefs } = read;
     records.push(record);
-    for (const bad of badRefs) {
-      const kind = nodeOfRefAnnotation(bad.annotation) === undefined
-        ? "reference-bad-key"
-        : "reference-undecodable";
-      yield finding(
-        kind,
+    const about = { id: record.id, key: record.key };
+    const out = badRefs.map((bad) => {
+      const node = nodeOfRefAnnotation(bad.annotation);
+      // Not a reference, but its node's: held while that node's Lease is live, whatever epoch
+      // (the node is there and may write it again), as `deleteReference` refuses it.
+      const live = node !== undefined &&
+        leaseLive(this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+      return this.#finding(
+        node === undefined ? "reference-bad-key" : "reference-undecodable",
         { what: "annotation", name, annotation: bad.annotation, rv },
         bad.reason,
-        {
-          id: record.id,
-          key: record.key,
-        },
+        about,
+        live ? [node] : [],
       );
+    });
+    const check = this.#check;
+    if (check === undefined || check.valid(record.id, record.key)) return out;
+    for (const [node, epoch] of record.refs) {
+      out.push(this.#finding(
+        "reference-out-of-range",
+        { what: "annotation", name, annotation: REF_PREFIX + node, rv },
+        check.outside(record.id, record.key),
+        { ...about, node },
+        this.#live(node, epoch) ? [node] : [],
+      ));
     }
-    if (check !== undefined && !check.valid(record.id, record.key)) {
-      for (const [node, epoch] of record.refs) {
-        const live = refLive(epoch, leases.get(node), now, skew);
-        yield finding(
-          "reference-out-of-range",
-          { what: "annotation", name, annotation: REF_PREFIX + node, rv },
-          check.outside(record.id, record.key),
-          { id: record.id, key: record.key, node },
-          live ? [node] : [],
-        );
+    return out;
+  }
+
+  /** Every identity of a key that is not Cilium's answer for it. */
+  duplicates(records: readonly IdentityRecord[]): DamageFinding[] {
+    const byKey = new Map<string, IdentityRecord[]>();
+    for (const r of records) byKey.set(r.key, [...byKey.get(r.key) ?? [], r]);
+    const out: DamageFinding[] = [];
+    for (const [key, list] of byKey) {
+      const answer = answerOf(list)!;
+      for (const r of list) {
+        if (r.id === answer.id) continue;
+        out.push(this.#finding(
+          "key-duplicate",
+          { what: "identity", name: String(r.id), rv: r.rv },
+          `the key also has identity ${answer.id}, Cilium's answer (the oldest)`,
+          { id: r.id, key },
+          [...r.refs].filter(([node, epoch]) => this.#live(node, epoch)).map(([node]) => node),
+        ));
       }
     }
+    return out;
   }
 
-  const byKey = new Map<string, IdentityRecord[]>();
-  for (const r of records) {
-    const list = byKey.get(r.key);
-    if (list === undefined) byKey.set(r.key, [r]);
-    else list.push(r);
-  }
-  for (const [key, list] of byKey) {
-    if (list.length < 2) continue;
-    const answer = answerOf(list)!;
-    for (const r of list) {
-      if (r.id === answer.id) continue;
-      const holders = [...r.refs].filter(([node, epoch]) =>
-        refLive(epoch, leases.get(node), now, skew)
-      ).map(([node]) => node);
-      yield finding(
-        "key-duplicate",
-        { what: "identity", name: String(r.id), rv: r.rv },
-        `the key also has identity ${answer.id}, Cilium's answer (the oldest)`,
-        { id: r.id, key },
-        holders,
-      );
-    }
-  }
-
-  const byId = new Map(records.map((r) => [r.id, r]));
-  const claims = (await listAll(ctx.client, LEASES, {
-    namespace: ctx.namespace,
-    labelSelector: CLAIM_SELECTOR,
-    signal,
-  })).items;
-  for (const obj of claims) {
+  /**
+   * A claim that names nothing, or, once quiet, whose identity is gone or carries another key.
+   */
+  claim(obj: KubeObject): DamageFinding[] {
     const name = String(obj.metadata.name ?? "");
     const rv = String(obj.metadata.resourceVersion ?? "");
     const claim = readClaim(obj);
     if (claim === undefined) {
-      yield finding("claim-undecodable", { what: "claim", name, rv }, "it names no key or ID", {});
-      continue;
+      return [
+        this.#finding(
+          "claim-undecodable",
+          { what: "claim", name, rv },
+          "it names no key or ID",
+          {},
+        ),
+      ];
     }
     // Another identity resource's claim (the resource is hashed into the name): not ours.
-    if (claimName(ctx.resourceName, claim.key) !== name) continue;
-    const identity = byId.get(claim.id);
-    if (identity?.key === claim.key) continue;
-    yield finding(
-      "claim-stale",
-      { what: "claim", name, rv },
-      identity === undefined
-        ? `identity ${claim.id} does not exist`
-        : `identity ${claim.id} carries another key`,
-      { id: claim.id, key: claim.key },
-    );
+    if (claimName(this.#ctx.resourceName, claim.key) !== name) return [];
+    const reason = claimStaleness(claim, this.#holding.get(claim.id));
+    if (reason === undefined || !this.#quiet(claim)) return [];
+    return [this.#finding("claim-stale", { what: "claim", name, rv }, reason, {
+      id: claim.id,
+      key: claim.key,
+    })];
   }
 
-  for (const obj of leaseObjs) {
+  /** A node Lease without a holder, an epoch or an end. */
+  nodeLease(obj: KubeObject): DamageFinding[] {
     const lease = readNodeLease(obj);
-    if (lease !== undefined && lease.epoch !== undefined && lease.expiresAt !== undefined) continue;
+    if (lease !== undefined && lease.epoch !== undefined && lease.expiresAt !== undefined) {
+      return [];
+    }
     const name = String(obj.metadata.name ?? "");
-    yield finding(
-      "lease-undecodable",
+    return [this.#finding(
+      "node-lease-undecodable",
       { what: "lease", name, rv: String(obj.metadata.resourceVersion ?? "") },
       "it has no holder, epoch or end",
       lease === undefined ? {} : { node: lease.node },
-    );
+    )];
   }
 }
 
@@ -275,6 +358,7 @@ export async function removeDamage(
           resourceVersion: token.rv,
           signal,
         });
+        if (removed && token.claim !== undefined) await dropListedClaim(ctx, token.claim, signal);
         break;
       case "annotation":
         await ctx.client.patch(ctx.identities, token.name, {
@@ -301,4 +385,24 @@ export async function removeDamage(
     kind: token.kind,
   });
   return removed;
+}
+
+/**
+ * Deletes the claim of a damaged identity just removed, guarded by its version as listed (quiet
+ * then: a node that touched it since to re-create the identity changed that version).
+ */
+async function dropListedClaim(
+  ctx: K8sContext,
+  claim: { readonly name: string; readonly rv: string },
+  signal: AbortSignal,
+): Promise<void> {
+  try {
+    await ctx.client.delete(LEASES, claim.name, {
+      namespace: ctx.namespace,
+      resourceVersion: claim.rv,
+      signal,
+    });
+  } catch (err) {
+    if (!isStatus(err, 409)) throw err;
+  }
 }

@@ -40,7 +40,7 @@ export const K8S_DAMAGE_KINDS: Readonly<Record<string, string>> = {
   "key-duplicate": "a second identity of a key (Cilium's agents take no lock); the oldest stays",
   "claim-stale": "a key claim whose identity is gone or carries another key",
   "claim-undecodable": "a key claim Lease that names no key or no ID",
-  "lease-undecodable": "a node Lease without an epoch or an end",
+  "node-lease-undecodable": "a node Lease without an epoch or an end",
 };
 
 /** The Kubernetes error classes, by name: what to do about them in the CLI's flags. */
@@ -59,7 +59,6 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
 /** The Kubernetes backend, as idalloc's tools know it. */
 export const k8sDriver: BackendDriver<K8sStoreDescription> = {
   kind: "k8s",
-  harness: new URL("./testing/harness.ts", import.meta.url).href,
   title: "Kubernetes",
   scheme: "k8s:",
   syntax: `k8s:<kubeconfig> or k8s:${IN_CLUSTER}`,

@@ -15,7 +15,9 @@
  * Lease idalloc-node-<node>          in the backend's namespace: the node's liveness
  *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
  * Lease idalloc-key-<hash>           in the backend's namespace: the key claim
- *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it
+ *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it;
+ *   spec.renewTime = its last write (writer's clock), annotation idalloc.io/touch = a nonce that
+ *   a re-creation from the claim changes (`claim.ts`)
  * ```
  *
  * @example A label set is stored as its map; any other key under the reserved label
@@ -46,6 +48,8 @@ export const REF_PREFIX = "ref.idalloc.io/";
 export const EPOCH_ANNOTATION = "idalloc.io/epoch";
 /** The key a claim Lease is for. */
 export const KEY_ANNOTATION = "idalloc.io/key";
+/** A nonce a node writes into a claim to change its resource version (`claim.ts`). */
+export const TOUCH_ANNOTATION = "idalloc.io/touch";
 /** The ID a claim Lease names. */
 export const ID_LABEL = "idalloc.io/id";
 /** What an idalloc Lease is: `node` or `claim`. */
@@ -114,13 +118,13 @@ function labelSetOf(key: string): Labels | undefined {
  * too large for an object's annotations (the claim carries the key), or a label set that contains
  * the reserved `idalloc:key` label (it would read back as another key).
  */
-export function keyProblem(key: string): string | undefined {
+export function keyProblem(key: string, sized = true): string | undefined {
   if (typeof key !== "string") return "key must be a string";
   if (key === "") return "key must not be empty";
   if (key.includes("\0")) return "key must not contain NUL";
   if (!key.isWellFormed()) return "key must be well-formed Unicode";
   const size = utf8Length(key);
-  if (size > MAX_KEY_BYTES) {
+  if (sized && size > MAX_KEY_BYTES) {
     return `key is ${size} bytes; Kubernetes annotations (256 KiB per object) limit keys to ` +
       `${MAX_KEY_BYTES} bytes`;
   }
@@ -143,16 +147,17 @@ export function securityLabelsOf(key: string): Record<string, string> {
 /**
  * The key a `security-labels` map stores, or `undefined` when it is none idalloc writes: not a
  * map of strings, a map whose labels do not survive Cilium's `Map2Labels` unchanged (a key
- * without a source), `{idalloc:key: S}` where S is empty or itself a label set, or a label set
- * with the reserved label beside others.
+ * without a source), `{idalloc:key: S}` where S is empty or itself a label set, a label set
+ * with the reserved label beside others, or (with `sized`, the default) a key larger than
+ * `MAX_KEY_BYTES`.
  */
-export function keyOfSecurityLabels(map: unknown): string | undefined {
+export function keyOfSecurityLabels(map: unknown, sized = true): string | undefined {
   if (typeof map !== "object" || map === null || Array.isArray(map)) return undefined;
   const entries = Object.entries(map);
   if (entries.length === 0 || entries.some(([, v]) => typeof v !== "string")) return undefined;
   if (entries.length === 1 && entries[0][0] === RESERVED_KEY_LABEL) {
     const key = entries[0][1] as string;
-    return key !== "" && labelSetOf(key) === undefined && keyProblem(key) === undefined
+    return key !== "" && labelSetOf(key) === undefined && keyProblem(key, sized) === undefined
       ? key
       : undefined;
   }
@@ -166,7 +171,7 @@ export function keyOfSecurityLabels(map: unknown): string | undefined {
   if (Object.keys(back).length !== entries.length) return undefined;
   if (entries.some(([k, v]) => back[k] !== v)) return undefined;
   const key = labels.toKvstoreString();
-  return keyProblem(key) === undefined ? key : undefined;
+  return keyProblem(key, sized) === undefined ? key : undefined;
 }
 
 /**
@@ -285,8 +290,8 @@ export interface IdentityRecord {
 
 /** Why an object cannot be read as an identity. */
 export interface IdentityDamage {
-  /** The damage kind (`master-bad-id`, `master-undecodable`). */
-  readonly kind: "master-bad-id" | "master-undecodable";
+  /** The damage kind (`master-bad-id`, `master-undecodable`, `master-oversized`). */
+  readonly kind: "master-bad-id" | "master-undecodable" | "master-oversized";
   /** The object's name. */
   readonly name: string;
   /** The ID, when the name is one. */
@@ -295,6 +300,10 @@ export interface IdentityDamage {
   readonly reason: string;
   /** Its resource version. */
   readonly rv: string;
+  /** Whether it carries idalloc references (annotations `ref.idalloc.io/…`): idalloc made it. */
+  readonly referenced: boolean;
+  /** Whether the object has any annotation (see {@linkcode IdentityRecord.annotated}). */
+  readonly annotated: boolean;
 }
 
 /** One reference annotation that is not a reference (bad node part or empty epoch). */
@@ -315,19 +324,27 @@ export function readIdentity(obj: KubeObject): IdentityRead {
   const meta = obj.metadata ?? {};
   const name = String(meta.name ?? "");
   const rv = String(meta.resourceVersion ?? "");
+  const annotations = meta.annotations ?? {};
+  const marks = {
+    referenced: Object.keys(annotations).some((a) => a.startsWith(REF_PREFIX)),
+    annotated: Object.keys(annotations).length > 0,
+  };
   const id = idOfName(name);
   if (id === undefined) {
     const reason = "the name is not a positive decimal ID";
-    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv } };
+    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv, ...marks } };
   }
   const key = keyOfSecurityLabels(obj["security-labels"]);
   if (key === undefined) {
+    if (keyOfSecurityLabels(obj["security-labels"], false) !== undefined) {
+      const reason = `its key is larger than ${MAX_KEY_BYTES} bytes, the layout's limit`;
+      return { ok: false, damage: { kind: "master-oversized", name, id, reason, rv, ...marks } };
+    }
     const reason = "its security-labels are not a key idalloc can read";
-    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv } };
+    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv, ...marks } };
   }
   const refs = new Map<string, string>();
   const badRefs: BadReference[] = [];
-  const annotations = meta.annotations ?? {};
   for (const [annotation, value] of Object.entries(annotations)) {
     if (!annotation.startsWith(REF_PREFIX)) continue;
     const node = nodeOfRefAnnotation(annotation);
@@ -344,7 +361,7 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     created: parseTime(meta.creationTimestamp) ?? 0,
     refs,
     ...(typeof mark === "string" ? { mark } : {}),
-    annotated: Object.keys(annotations).length > 0,
+    annotated: marks.annotated,
   };
   return { ok: true, record, badRefs };
 }
@@ -460,6 +477,11 @@ export interface ClaimRecord {
   readonly id: number;
   /** Its resource version. */
   readonly rv: string;
+  /**
+   * When it was last written (`spec.renewTime`, the writer's clock, ms); absent on a claim no
+   * idalloc node wrote (hand-made, or written before claims carried it).
+   */
+  readonly writtenAt?: number;
 }
 
 /** Reads a claim Lease; `undefined` when it names no key or no ID. */
@@ -467,20 +489,26 @@ export function readClaim(obj: KubeObject): ClaimRecord | undefined {
   const key = obj.metadata.annotations?.[KEY_ANNOTATION];
   const id = idOfName(obj.metadata.labels?.[ID_LABEL]);
   if (typeof key !== "string" || key === "" || id === undefined) return undefined;
+  const writtenAt = parseTime((obj.spec as { renewTime?: unknown } | undefined)?.renewTime);
   return {
     name: String(obj.metadata.name ?? ""),
     key,
     id,
     rv: String(obj.metadata.resourceVersion ?? ""),
+    ...(writtenAt === undefined ? {} : { writtenAt }),
   };
 }
 
-/** The claim Lease `name` of `key` naming `id`, written by `node` (its holder, for people). */
+/**
+ * The claim Lease `name` of `key` naming `id`, written by `node` (its holder, for people) at
+ * `now` (`spec.renewTime`: GC and the doctor leave a recently written claim alone, `claim.ts`).
+ */
 export function claimObject(
   name: string,
   key: string,
   id: number,
   node: string,
+  now: number,
 ): KubeObject {
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -490,6 +518,6 @@ export function claimObject(
       labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "claim", [ID_LABEL]: String(id) },
       annotations: { [KEY_ANNOTATION]: key },
     },
-    spec: { holderIdentity: node },
+    spec: { holderIdentity: node, renewTime: microTime(now) },
   };
 }

@@ -2,8 +2,8 @@
  * A Kubernetes store as idalloc's tools name it: `--store k8s:<kubeconfig file>` (`k8s:` alone:
  * `$KUBECONFIG`, else `~/.kube/config`) or `k8s:in-cluster` (the pod's service account),
  * `--prefix` as the identity resource `<plural>.<group>/<version>`, and the backend's own options:
- * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--clock-skew`,
- * `--heartbeat-timeout` and `--connect-timeout`. {@linkcode describeK8sStore} turns them into a
+ * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--heartbeat-timeout`
+ * and `--clock-skew` (shared with Deno KV, which also judges leases by the nodes' clocks). {@linkcode describeK8sStore} turns them into a
  * {@linkcode K8sStoreDescription}, which `./driver.ts` opens. Nothing here loads the client.
  *
  * @example
@@ -29,7 +29,7 @@ import { resolve } from "node:path";
 import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
-import { durationFlag, validateFlags } from "../driver_options.ts";
+import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
 import { DNS_LABEL, isSubdomain } from "./layout.ts";
 import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "./limits.ts";
 
@@ -39,8 +39,9 @@ export const IN_CLUSTER = "in-cluster";
 /** The identity resource when `--prefix` is not given. */
 export const DEFAULT_K8S_PREFIX = "ciliumidentities.cilium.io/v2";
 
-/** How long connecting waits unless `--connect-timeout` says otherwise (at most `--timeout`). */
+/** How long connecting waits for the API server (at most `--timeout`). */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
 
 /** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
 export interface K8sStoreDescription {
@@ -105,19 +106,15 @@ export const K8S_OPTIONS: readonly StoreOption[] = [
     default: "CiliumIdentity",
   },
   {
-    flags: "--clock-skew <duration>",
-    description: "largest clock difference between nodes",
-    default: "5s",
-  },
-  {
     flags: "--heartbeat-timeout <duration>",
     description: "Cilium operator's --identity-heartbeat-timeout",
     default: "30m",
   },
+  // Deno KV declares it too (the CLI declares a shared option once): the same flag, both stores.
   {
-    flags: "--connect-timeout <duration>",
-    description: "time to wait for an answer when connecting (default: 5s, at most --timeout), " +
-      "and per request when given (default: --timeout)",
+    flags: "--clock-skew <duration>",
+    description: "largest clock difference between nodes",
+    default: "5s",
   },
 ];
 
@@ -127,9 +124,8 @@ const k8sValues = z.object({
   kind: z.string().regex(/^[A-Z][A-Za-z0-9]*$/, "must be a kind (CamelCase)").default(
     "CiliumIdentity",
   ),
-  clockSkew: durationFlag(0).default(5_000),
   heartbeatTimeout: durationFlag(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
-  connectTimeout: durationFlag(1).optional(),
+  clockSkew: durationFlag(0).default(5_000),
 });
 
 /** `<plural>.<group>/<version>` of `--prefix`, or `undefined` when it is not that. */
@@ -159,6 +155,13 @@ export function describeK8sStore(
       "invalid option: --context names a kubeconfig context; --store k8s:in-cluster has none",
     );
   }
+  if (context.leaseTtlMs < 2 * o.clockSkew) {
+    // Leases are judged with the skew margin on both sides (`liveness.ts`).
+    throw new InvalidOptionsError(
+      `invalid option: --lease-ttl (${formatDuration(context.leaseTtlMs)}) must be at least ` +
+        `twice --clock-skew (${formatDuration(o.clockSkew)}) on Kubernetes`,
+    );
+  }
   const prefix = context.prefix ?? DEFAULT_K8S_PREFIX;
   const resource = k8sResource(prefix);
   if (resource === undefined) {
@@ -176,7 +179,8 @@ export function describeK8sStore(
     resource: { ...resource, kind: o.kind },
     maxClockSkewMs: o.clockSkew,
     heartbeatTimeoutMs: o.heartbeatTimeout,
-    connectTimeoutMs: Math.min(o.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
-    requestTimeoutMs: Math.min(o.connectTimeout ?? context.timeoutMs, context.timeoutMs),
+    // Connecting answers within 5s (at most --timeout); a request may take --timeout.
+    connectTimeoutMs: Math.min(DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
+    requestTimeoutMs: context.timeoutMs,
   };
 }

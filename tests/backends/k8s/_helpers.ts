@@ -34,6 +34,30 @@ export function sharedCluster(): Promise<KubeTestCluster> {
   return shared;
 }
 
+/** Events of a watch, collected in the background until `stop()`. */
+export interface Collected<T> {
+  /** What arrived so far. */
+  readonly events: T[];
+  /** Ends the watch and waits for it. */
+  stop(): Promise<void>;
+}
+
+/** Collects what `watch(signal)` yields until `stop()`. */
+export function collect<T>(watch: (signal: AbortSignal) => AsyncIterable<T>): Collected<T> {
+  const controller = new AbortController();
+  const events: T[] = [];
+  const running = (async () => {
+    for await (const ev of watch(controller.signal)) events.push(ev);
+  })();
+  return {
+    events,
+    stop: async () => {
+      controller.abort();
+      await running;
+    },
+  };
+}
+
 /** A generous deadline for one call in a test. */
 export function deadline(ms = 20_000): AbortSignal {
   return AbortSignal.timeout(ms);
@@ -78,9 +102,9 @@ export interface K8sFixture extends AsyncDisposable {
   endpoint(name: string, id: number): Promise<void>;
 }
 
-/** A fresh fixture (see the module doc). */
-export async function fixture(): Promise<K8sFixture> {
-  const cluster = await sharedCluster();
+/** A fresh fixture (see the module doc) on the shared server, or on `own`. */
+export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
+  const cluster = own ?? await sharedCluster();
   const suffix = crypto.randomUUID().slice(0, 8);
   const group = `t${suffix}.idalloc.test`;
   const namespace = `idalloc-${suffix}`;
