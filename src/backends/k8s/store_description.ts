@@ -42,7 +42,6 @@ export const DEFAULT_K8S_PREFIX = "ciliumidentities.cilium.io/v2";
 /** How long connecting waits for the API server (at most `--timeout`). */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
-
 /** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
 export interface K8sStoreDescription {
   /**
