@@ -5,6 +5,9 @@
 // holders; a killed idalloc node's identities collected. Not in CI (no Cilium build there): the
 // tests skip loudly where the node is not built. The figures go to stderr for the closing note.
 import assert from "node:assert/strict";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Allocator } from "../../../mod.ts";
 import { K8sBackend } from "../../../src/backends/k8s/mod.ts";
 import { NODE_SELECTOR } from "../../../src/backends/k8s/layout.ts";
@@ -16,11 +19,8 @@ import {
   CiliumProcess,
   runCilium,
 } from "../../../src/backends/k8s/testing/cilium.ts";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { ChildAnswers } from "./_interop_child.ts";
 import { eventually } from "../../_support/eventually.ts";
+import type { ChildAnswers } from "./_interop_child.ts";
 import {
   CILIUM_IDENTITIES,
   CILIUM_MANAGER,
