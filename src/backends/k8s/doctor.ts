@@ -38,6 +38,7 @@ import {
 } from "../../allocator/damage.ts";
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
+import { claimQuiet, claimStaleness } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import {
@@ -56,7 +57,6 @@ import {
   REF_PREFIX,
 } from "./layout.ts";
 import { leaseLive, refLive } from "./liveness.ts";
-import { claimQuiet, claimStaleness } from "./claim.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
 
