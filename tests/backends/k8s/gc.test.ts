@@ -3,7 +3,7 @@
 // resource version and the time of a GC mark, whoever wrote it. On the real API server: GC marks
 // with Cilium's annotation and deletes guarded by the version, never what a live node references
 // or an endpoint names; an acquire between mark and delete saves the identity; a lapsed node's
-// identities are collected.
+// identities are collected. (Passes run back to back here: GC allocators have no grace.)
 import assert from "node:assert/strict";
 import { candidateOf, endpointIds, inUse } from "../../../src/backends/k8s/gc.ts";
 import { claimName, nodeLeaseName, readIdentity } from "../../../src/backends/k8s/layout.ts";
@@ -67,7 +67,7 @@ k8sTest(
     await using fx = await fixture();
     const a = await fx.allocator("a");
     const b = await fx.allocator("b");
-    const gc = await fx.allocator("gc");
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
     const held = await a.allocate("held;");
     const named = await b.allocate("named;");
     await b.release("named;");
@@ -97,7 +97,7 @@ k8sTest(
     // Claims are quiet 2.5 s after their last write (half the heartbeat timeout, plus the skew).
     const quick = { heartbeatTimeoutMs: 4_000 };
     const a = await fx.allocator("a", {}, quick);
-    const gc = await fx.allocator("gc", {}, quick);
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, quick);
     const claimOf = (key: string) =>
       fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, key), {
         namespace: fx.namespace,
@@ -127,7 +127,7 @@ k8sTest(
   async () => {
     await using fx = await fixture();
     const a = await fx.allocator("a");
-    const gc = await fx.allocator("gc");
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
     const { id } = await a.allocate("k;");
     await a.release("k;");
     assert.equal((await gc.runGc()).marked, 1);
