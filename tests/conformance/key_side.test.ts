@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { Allocator, type AllocatorEvent } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { eventually } from "../_support/eventually.ts";
 
 const K = "k8s:app=keyside;";

@@ -4,11 +4,15 @@
  * `--json`, within seconds by default (a connect timeout of its own, not `--timeout`).
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, freePort, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
-import { http1Server, http2Server, silentServer } from "../_support/fake_servers.ts";
-import { hasOpenssl, withCerts } from "../_support/tls.ts";
-import { runCommand } from "../_support/commands.ts";
-import { cli, isOneLineError } from "./_run.ts";
+import {
+  etcdUnavailable,
+  freePort,
+  startEtcd,
+} from "../../../src/backends/etcd/testing/cluster.ts";
+import { http1Server, http2Server, silentServer } from "../../_support/fake_servers.ts";
+import { hasOpenssl, withCerts } from "../../_support/tls.ts";
+import { runCommand } from "../../_support/commands.ts";
+import { cli, isOneLineError } from "../../cli/_run.ts";
 
 const ignoreEtcd = etcdUnavailable() !== undefined;
 
@@ -101,7 +105,7 @@ Deno.test("etcd that never answers: fails after the 5s connect timeout, not --ti
         "get",
         "k",
       ],
-      cwd: new URL("../../", import.meta.url).pathname,
+      cwd: new URL("../../../", import.meta.url).pathname,
     });
     return { ...out, ms: performance.now() - began };
   };
