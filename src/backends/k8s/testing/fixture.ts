@@ -40,6 +40,7 @@ import {
   EPOCH_ANNOTATION,
   ID_LABEL,
   identityObject,
+  idOfName,
   KEY_ANNOTATION,
   keyOfSecurityLabels,
   MANAGED_BY_LABEL,
@@ -50,10 +51,12 @@ import {
   readIdentity,
   readNodeLease,
   refAnnotation,
+  RESERVED_KEY_LABEL,
   ROLE_LABEL,
   sanitizedLabels,
   securityLabelsOf,
 } from "../layout.ts";
+import { MAX_KEY_BYTES, utf8Length } from "../limits.ts";
 import { refLive } from "../liveness.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
@@ -139,6 +142,23 @@ const CRDS = {
   plural: "customresourcedefinitions",
   namespaced: false,
 } as const;
+
+/**
+ * `security-labels` that name no key: the reserved label holding a label set (which would read
+ * back as another key). An empty value would do too, but this API server refuses empty strings
+ * in a CRD's string maps.
+ */
+const UNDECODABLE = { [RESERVED_KEY_LABEL]: "k8s:corrupt=1;" };
+
+/** The key of `{idalloc:key: S}` where S is larger than the layout's limit, else `undefined`. */
+function oversizedKey(labels: unknown): string | undefined {
+  const map = labels as Record<string, unknown> | null;
+  const key = map?.[RESERVED_KEY_LABEL];
+  return typeof key === "string" && Object.keys(map!).length === 1 &&
+      utf8Length(key) > MAX_KEY_BYTES
+    ? key
+    : undefined;
+}
 
 /** One generous bound for a direct call of the fixture. */
 function bounded(): { signal: AbortSignal } {
@@ -270,6 +290,12 @@ export class K8sStoreFixture implements StoreFixture {
     for (const obj of await this.#objects()) {
       const read = readIdentity(obj);
       if (read.ok) out.set(read.record.id, read.record.key);
+      else {
+        // A key too large for the layout is still the master's key (as on the other backends).
+        const id = idOfName(obj.metadata.name);
+        const key = oversizedKey(obj["security-labels"]);
+        if (id !== undefined && key !== undefined) out.set(id, key);
+      }
     }
     return out;
   }
@@ -384,7 +410,7 @@ export class K8sStoreFixture implements StoreFixture {
    */
   async plantCorruptEntries(): Promise<void> {
     await this.#createRaw("not-a-number", { "k8s:corrupt": "1" });
-    await this.#createRaw("987654", { "idalloc:key": "" });
+    await this.#createRaw("987654", UNDECODABLE);
     await this.#createIdentity(987_655, "k8s:corrupt=2;", { [refAnnotation("node-x")]: "" });
     // One creation second may hold both: the lower ID is then Cilium's answer either way.
     await this.#createIdentity(987_656, "k8s:corrupt=3;", {});
@@ -423,11 +449,16 @@ export class K8sStoreFixture implements StoreFixture {
     await this.#createRaw(String(id), { "idalloc:key": "k".repeat(300_000) });
   }
 
-  /** Replaces identity `id`'s `security-labels` with a map that names no key. */
+  /** Gives identity `id` (created when missing) `security-labels` that name no key. */
   async corruptMaster(id: number): Promise<void> {
-    await this.#client.patch(this.identities, String(id), [
-      { op: "replace", path: "/security-labels", value: { "idalloc:key": "" } },
-    ], { type: "json", ...bounded() });
+    try {
+      await this.#client.patch(this.identities, String(id), [
+        { op: "replace", path: "/security-labels", value: UNDECODABLE },
+      ], { type: "json", ...bounded() });
+    } catch (err) {
+      if (!isStatus(err, 404)) throw err;
+      await this.#createRaw(String(id), UNDECODABLE);
+    }
   }
 
   async deleteMaster(id: number): Promise<void> {
@@ -537,6 +568,10 @@ export const k8sFactory: BackendFactory = {
   kind: "k8s",
   traits: {
     counters: false,
+    // Every write is its own request.
+    groupCommit: false,
+    // A node's informer removes Cilium's heartbeat mark from the identities it holds.
+    holdersUnmark: true,
     // Lease durations are whole seconds, and a TTL must be at least twice the skew (250 ms fast).
     minLeaseTtlMs: 1_000,
     // A dead node's reference annotations stay on the identities until GC or a node removes them.
