@@ -36,6 +36,7 @@ import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.t
 import { isStatus } from "../kube.ts";
 import {
   CLAIM_PREFIX,
+  CLAIM_SELECTOR,
   claimName,
   EPOCH_ANNOTATION,
   ID_LABEL,
@@ -48,6 +49,8 @@ import {
   NODE_SELECTOR,
   nodeLeaseName,
   type NodeLeaseRecord,
+  nodeOfRefAnnotation,
+  readClaim,
   readIdentity,
   readNodeLease,
   refAnnotation,
@@ -158,6 +161,16 @@ function oversizedKey(labels: unknown): string | undefined {
       utf8Length(key) > MAX_KEY_BYTES
     ? key
     : undefined;
+}
+
+/** The readable references (node → epoch) on an identity object, whatever its labels. */
+function refsOf(obj: KubeObject): Map<string, string> {
+  const refs = new Map<string, string>();
+  for (const [annotation, epoch] of Object.entries(obj.metadata.annotations ?? {})) {
+    const node = nodeOfRefAnnotation(annotation);
+    if (node !== undefined && typeof epoch === "string" && epoch !== "") refs.set(node, epoch);
+  }
+  return refs;
 }
 
 /** One generous bound for a direct call of the fixture. */
@@ -305,17 +318,37 @@ export class K8sStoreFixture implements StoreFixture {
     // the Lease it is judged by.
     const objects = await this.#objects();
     const leases = await this.#leases();
+    const claimed = await this.#claimedKeys();
     const now = Date.now();
     const out: StoredReference[] = [];
     for (const obj of objects) {
       const read = readIdentity(obj);
-      if (!read.ok) continue;
-      for (const [node, epoch] of read.record.refs) {
+      const id = read.ok ? read.record.id : idOfName(obj.metadata.name);
+      // On this layout a reference's key is its identity's: for a damaged identity, the key its
+      // claim names (the other layouts keep a reference's key beside it).
+      const key = read.ok ? read.record.key : claimed.get(id ?? 0);
+      if (id === undefined || key === undefined) continue;
+      for (const [node, epoch] of refsOf(obj)) {
         const live = refLive(epoch, leases.get(node), now, this.#skew.get(node) ?? 500);
-        out.push({ key: read.record.key, node, id: read.record.id, live });
+        out.push({ key, node, id, live });
       }
     }
     return out;
+  }
+
+  /** ID → key of every claim that alone names its ID. */
+  async #claimedKeys(): Promise<Map<number, string>> {
+    const { items } = await listAll(this.#client, LEASES, {
+      namespace: this.namespace,
+      labelSelector: CLAIM_SELECTOR,
+      ...bounded(),
+    });
+    const keys = new Map<number, string | undefined>();
+    for (const claim of items.map(readClaim)) {
+      if (claim === undefined) continue;
+      keys.set(claim.id, keys.has(claim.id) ? undefined : claim.key);
+    }
+    return new Map([...keys].flatMap(([id, key]) => key === undefined ? [] : [[id, key]]));
   }
 
   /**
