@@ -161,6 +161,8 @@ export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise
   const exclude = new Set<number>();
   let step = firstStep(key, informer.index.answer(key), range);
   let chases = 0;
+  /** Whether this call created the identity (a later chase of a replaced lease only joins it). */
+  let created = false;
   for (let writes = 0; writes < MAX_ACQUIRE_ROUNDS;) {
     signal.throwIfAborted();
     await lease.ensureFresh(signal);
@@ -184,7 +186,7 @@ export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise
           continue;
         }
         informer.observe(written);
-        if (lease.epoch === epoch) return result(step.id, false, written);
+        if (lease.epoch === epoch) return result(step.id, created, written);
         // The lease was replaced while the patch was in flight: the reference names a dead
         // epoch. Write it again under the new one.
         if (++chases > MAX_LEASE_CHASES) break;
@@ -231,16 +233,17 @@ export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise
         const obj = identityObject(ctx.identityKind, step.id, key, {
           [refAnnotation(ctx.node)]: epoch,
         });
-        let created: KubeObject;
+        let made: KubeObject;
         try {
-          created = await client.create(ctx.identities, obj, { signal });
+          made = await client.create(ctx.identities, obj, { signal });
         } catch (err) {
           if (!isStatus(err, 409)) throw err;
           step = { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
           continue;
         }
-        informer.observe(created);
-        if (lease.epoch === epoch) return result(step.id, true, created);
+        created = true;
+        informer.observe(made);
+        if (lease.epoch === epoch) return result(step.id, true, made);
         if (++chases > MAX_LEASE_CHASES) break;
         step = { kind: "join", id: step.id, annotated: true, claimRv: step.claimRv };
         continue;

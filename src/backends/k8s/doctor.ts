@@ -13,7 +13,7 @@
  *   answer: the oldest stays; removing a duplicate deletes it);
  * - claims that name no key or ID (`claim-undecodable`) or whose identity is gone or carries
  *   another key (`claim-stale`);
- * - node Leases without an epoch or an end (`lease-undecodable`).
+ * - node Leases without an epoch or an end (`node-lease-undecodable`).
  *
  * Each finding names the live nodes holding it (their live references on the identity); such a
  * finding is refused by {@linkcode removeDamage} with `LiveEntryError`.
@@ -233,7 +233,7 @@ export async function* findDamage(
     if (lease !== undefined && lease.epoch !== undefined && lease.expiresAt !== undefined) continue;
     const name = String(obj.metadata.name ?? "");
     yield finding(
-      "lease-undecodable",
+      "node-lease-undecodable",
       { what: "lease", name, rv: String(obj.metadata.resourceVersion ?? "") },
       "it has no holder, epoch or end",
       lease === undefined ? {} : { node: lease.node },

@@ -78,9 +78,9 @@ export interface K8sFixture extends AsyncDisposable {
   endpoint(name: string, id: number): Promise<void>;
 }
 
-/** A fresh fixture (see the module doc). */
-export async function fixture(): Promise<K8sFixture> {
-  const cluster = await sharedCluster();
+/** A fresh fixture (see the module doc) on the shared server, or on `own`. */
+export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
+  const cluster = own ?? await sharedCluster();
   const suffix = crypto.randomUUID().slice(0, 8);
   const group = `t${suffix}.idalloc.test`;
   const namespace = `idalloc-${suffix}`;

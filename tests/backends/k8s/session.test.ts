@@ -1,13 +1,17 @@
 // The Kubernetes session on a real kube-apiserver: acquire, release, get, getById and watch round
 // trips with the round trips each operation costs; ensure's repairs; Cilium's GC mark removed from
 // a held identity; a pre-existing duplicate answered as Cilium answers it (the oldest), and a held
-// key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven.
+// key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven; a
+// lapsed lease fenced, its identity collected and its key re-proven under another ID.
 import assert from "node:assert/strict";
 import type { BackendEvent } from "../../../src/allocator/backend.ts";
 import type { AllocatorEvent } from "../../../src/allocator/types.ts";
-import { countedClient, type Tally } from "../../../src/backends/k8s/kube.ts";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { StoreUnavailableError } from "../../../src/errors.ts";
+import { countedClient, type KubeClient, type Tally } from "../../../src/backends/k8s/kube.ts";
 import { nodeLeaseName, readNodeLease } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
@@ -275,5 +279,71 @@ k8sTest(
     }, "a new epoch, and the reference re-written under it");
     assert.equal(await a.get(key), id);
     assert.deepEqual((await a.allocate(key)).id, id);
+  },
+);
+
+k8sTest(
+  "lease lapse: the node fences, GC collects its identity, and the node re-proves its key elsewhere",
+  async () => {
+    await using fx = await fixture();
+    // A partition between node a and its Lease: its renewals fail while `blocked`.
+    let blocked = false;
+    const partitioned: KubeClient = {
+      ...countedClient(fx.client, { count: 0 }), // the real client's calls, as own methods
+      patch: (res, name, body, o) =>
+        blocked && res.plural === "leases"
+          ? Promise.reject(new StoreUnavailableError("partitioned (test)"))
+          : fx.client.patch(res, name, body, o),
+      create: (res, obj, o) =>
+        blocked && res.plural === "leases"
+          ? Promise.reject(new StoreUnavailableError("partitioned (test)"))
+          : fx.client.create(res, obj, o),
+    };
+    const backend = await K8sBackend.connect(fx.options("a"), { client: partitioned });
+    try {
+      await using a = await Allocator.open(backend, { max: 65535, leaseTtlMs: 3_000 });
+      const key = "k8s:app=lapsed;";
+      const { id } = await a.allocate(key);
+      const events: AllocatorEvent[] = [];
+      const controller = new AbortController();
+      const watching = (async () => {
+        for await (const ev of a.watch({ signal: controller.signal })) events.push(ev);
+      })();
+      blocked = true;
+      await eventually(() => a.status().fence.active && a.status().fence.lapses > 0, "a fenced");
+      const gc = await fx.allocator("gc");
+      await eventually(async () => (await gc.runGc()).deletedIds.includes(id), "GC collected it");
+      // The ID goes to another key (as a Cilium node would take it).
+      await fx.createIdentity(id, { "k8s:app": "taker" });
+      blocked = false;
+      await eventually(
+        () => events.some((e) => e.type === "reassigned" && e.key === key && e.oldId === id),
+        "a re-proved its key under another ID",
+      );
+      const moved = events.find((e) => e.type === "reassigned")!;
+      assert.ok(moved.type === "reassigned" && moved.newId !== id);
+      assert.equal(await a.get(key), moved.newId);
+      assert.equal(a.status().fence.active, false);
+      controller.abort();
+      await watching;
+    } finally {
+      await backend.close();
+    }
+  },
+);
+
+k8sTest(
+  "the largest key checkKey accepts is stored (identity and claim), one byte more is refused",
+  async () => {
+    await using fx = await fixture();
+    const backend = await fx.backend("a");
+    const key = "x".repeat(MAX_KEY_BYTES);
+    backend.checkKey(key);
+    assert.throws(() => backend.checkKey(key + "x"), { name: "InvalidKeyError" });
+    const s = await fx.session("b");
+    const { id, created } = await s.acquire({ key, pickCandidate: () => 300, signal: deadline() });
+    assert.deepEqual([id, created], [300, true]);
+    assert.equal(await s.getById(300, deadline()), key);
+    assert.equal(await s.get(key, deadline()), 300);
   },
 );

@@ -1,6 +1,11 @@
 // The informer's index on plain data: key → identities follows every change of an identity's key,
-// Cilium's answer is the oldest, and resource versions compare as numbers.
+// Cilium's answer is the oldest, and resource versions compare as numbers. On a real API server:
+// an expired watch re-lists and reports what vanished, once.
 import assert from "node:assert/strict";
+import type { BackendEvent } from "../../../src/allocator/backend.ts";
+import { rawClient } from "../../../src/backends/etcd/testing/fixture.ts";
+import { startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
+import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 import { IdentityIndex, newer } from "../../../src/backends/k8s/watch.ts";
 import type { IdentityRecord } from "../../../src/backends/k8s/layout.ts";
 
@@ -35,3 +40,56 @@ Deno.test("resource versions compare as numbers when they are", () => {
   assert.equal(newer("9", "9"), false);
   assert.equal(newer("a", "b"), true, "opaque versions: any other version is taken as newer");
 });
+
+// On a real API server of its own (the test restarts it).
+
+k8sTest(
+  "a watch that expires (410 after an API-server restart) re-lists: what vanished meanwhile is deleted once, nothing repeated",
+  async () => {
+    await using cluster = await startKubeApiServer({ ciliumCrds: false });
+    await using fx = await fixture(cluster);
+    const writer = await fx.session("w");
+    const reader = await (await fx.backend("r")).openSession({
+      leaseTtlMs: 3_000,
+      readOnly: true,
+      onLeaseReplaced: () => {},
+    });
+    const events: BackendEvent[] = [];
+    const controller = new AbortController();
+    const watching = (async () => {
+      for await (const ev of reader.watch(controller.signal)) events.push(ev);
+    })();
+    for (const [key, id] of [["a;", 300], ["b;", 301]] as const) {
+      await writer.acquire({ key, pickCandidate: () => id, signal: deadline() });
+    }
+    await eventually(
+      () => events.filter((e) => e.type === "upsert").length === 2,
+      "the reader saw both identities",
+    );
+    await cluster.kill();
+    // While no API server runs, 301 vanishes from etcd behind everyone's back.
+    const raw = rawClient(cluster.etcd.endpoints);
+    try {
+      const key = `/registry/${fx.group}/ciliumidentities/301`;
+      assert.ok(await raw.get(key).string(), "the identity is stored where expected");
+      await raw.delete().key(key);
+    } finally {
+      raw.close();
+    }
+    await cluster.restart();
+    await writer.acquire({ key: "c;", pickCandidate: () => 302, signal: deadline() });
+    await eventually(
+      () =>
+        events.some((e) => e.type === "delete" && e.id === 301) &&
+        events.some((e) => e.type === "upsert" && e.id === 302),
+      "the reader re-listed: 301 deleted, 302 seen",
+    );
+    controller.abort();
+    await watching;
+    const changes = events.filter((e) => e.type !== "synced")
+      .map((e) => e.type === "upsert" ? `upsert ${e.id}@${e.version}` : `${e.type} ${e.id}`);
+    assert.deepEqual(changes.filter((c) => c.startsWith("delete")), ["delete 301"]);
+    assert.equal(new Set(changes).size, changes.length, `nothing repeated: ${changes}`);
+    assert.deepEqual(events.filter((e) => e.type === "synced").length, 1);
+  },
+);
