@@ -270,8 +270,6 @@ export class K8sStoreFixture implements StoreFixture {
         FIXTURE_CONTEXT,
         "--prefix",
         `ciliumidentities.${this.group}/v2`,
-        "--clock-skew",
-        "250ms",
       ],
     };
   }
@@ -609,7 +607,12 @@ export const k8sFactory: BackendFactory = {
     minLeaseTtlMs: 1_000,
     // A dead node's reference annotations stay on the identities until GC or a node removes them.
     deadReferencesStay: true,
-    plantedDamageKinds: ["key-duplicate", "claim-stale", "claim-undecodable", "lease-undecodable"],
+    plantedDamageKinds: [
+      "key-duplicate",
+      "claim-stale",
+      "claim-undecodable",
+      "node-lease-undecodable",
+    ],
     repairedByRemoval: [],
   },
   get unavailable(): string | undefined {
