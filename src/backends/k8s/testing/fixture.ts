@@ -76,7 +76,7 @@ let shared: Promise<KubeTestCluster> | undefined;
  * groups of their own), started on first call.
  */
 export function sharedKubeCluster(): Promise<KubeTestCluster> {
-  shared ??= startKubeApiServer({ ciliumCrds: false }).then((cluster) => {
+  shared ??= startTwice().then((cluster) => {
     // Its watchdog would stop it half a second after we exit; stop it now.
     process.on("exit", () => {
       if (cluster.pid !== undefined) killQuietly(cluster.pid);
@@ -85,6 +85,20 @@ export function sharedKubeCluster(): Promise<KubeTestCluster> {
     return cluster;
   });
   return shared;
+}
+
+/**
+ * Starts the server, once more if the first start fails: on a machine loaded far beyond its
+ * cores the API server can miss the launcher's readiness deadline, and every test of the process
+ * would fail with it.
+ */
+async function startTwice(): Promise<KubeTestCluster> {
+  try {
+    return await startKubeApiServer({ ciliumCrds: false });
+  } catch (err) {
+    console.error(`kube-apiserver did not start, trying once more: ${err}`);
+    return await startKubeApiServer({ ciliumCrds: false });
+  }
 }
 
 function killQuietly(pid: number): void {
