@@ -38,16 +38,15 @@ import {
   CLAIM_PREFIX,
   CLAIM_SELECTOR,
   claimName,
-  EPOCH_ANNOTATION,
   ID_LABEL,
   identityObject,
   idOfName,
   KEY_ANNOTATION,
   keyOfSecurityLabels,
   MANAGED_BY_LABEL,
-  microTime,
   NODE_SELECTOR,
   nodeLeaseName,
+  nodeLeaseObject,
   type NodeLeaseRecord,
   nodeOfRefAnnotation,
   readClaim,
@@ -364,8 +363,8 @@ export class K8sStoreFixture implements StoreFixture {
   }
 
   /**
-   * The epoch of `node`'s Lease, made live for {@linkcode PLANTED_LEASE_SECONDS} when it is
-   * missing or lapses sooner (a node's Lease, as another writer could make one).
+   * The epoch of `node`'s Lease; a missing or lapsed one is replaced by a Lease of a new epoch,
+   * live for {@linkcode PLANTED_LEASE_SECONDS} (as another writer could make one).
    */
   async #liveEpoch(node: string): Promise<string> {
     const name = nodeLeaseName(node);
@@ -375,28 +374,12 @@ export class K8sStoreFixture implements StoreFixture {
     });
     const lease = current === undefined ? undefined : readNodeLease(current);
     const now = Date.now();
-    if (
-      lease?.epoch !== undefined && lease.expiresAt !== undefined &&
-      lease.expiresAt > now + 60_000
-    ) {
+    // A running node's Lease is left alone (a write would make its next renewal fail).
+    if (lease?.epoch !== undefined && lease.expiresAt !== undefined && lease.expiresAt > now) {
       return lease.epoch;
     }
-    const epoch = lease?.epoch ?? `planted${crypto.randomUUID().slice(0, 8)}`;
-    const body: KubeObject = {
-      apiVersion: "coordination.k8s.io/v1",
-      kind: "Lease",
-      metadata: {
-        name,
-        labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "node" },
-        annotations: { [EPOCH_ANNOTATION]: epoch },
-      },
-      spec: {
-        holderIdentity: node,
-        leaseDurationSeconds: PLANTED_LEASE_SECONDS,
-        acquireTime: microTime(now),
-        renewTime: microTime(now),
-      },
-    };
+    const epoch = `planted${crypto.randomUUID().slice(0, 8)}`;
+    const body = nodeLeaseObject(node, epoch, PLANTED_LEASE_SECONDS, now, now);
     if (current === undefined) {
       await this.#client.create(LEASES, body, { namespace: this.namespace, ...bounded() });
     } else {
