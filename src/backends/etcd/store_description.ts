@@ -11,7 +11,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, validateFlags } from "../driver_options.ts";
-import { CILIUM_IDENTITIES_PREFIX } from "./options.ts";
+import { CILIUM_IDENTITIES_PREFIX, etcdFields, withEtcdChecks } from "./options.ts";
 
 /**
  * How long connecting waits for an answer unless `--connect-timeout` says otherwise (and at most
@@ -49,21 +49,22 @@ export interface EtcdStoreDescription {
   readonly requestTimeoutMs: number;
 }
 
-/** The schema of {@linkcode EtcdStoreDescription}. */
-export const etcdStoreDescription: z.ZodType<EtcdStoreDescription> = z.object({
-  endpoints: z.array(z.string().regex(/^https?:\/\/[^/]+$/)).min(1),
-  prefix: z.string().min(1),
-  tls: z.object({
-    ca: z.string().min(1),
-    cert: z.string().min(1).optional(),
-    key: z.string().min(1).optional(),
-    serverName: z.string().min(1).optional(),
-  }).strict().optional(),
-  user: z.string().min(1).optional(),
-  password: z.string().optional(),
-  dialTimeoutMs: z.number().int().positive(),
-  requestTimeoutMs: z.number().int().positive(),
-}).strict();
+/**
+ * The schema of {@linkcode EtcdStoreDescription}: the backend's options schema decides what each
+ * field may be (`etcdFields`, with the same checks across them), so both refuse the same values in
+ * the same words.
+ */
+export const etcdStoreDescription: z.ZodType<EtcdStoreDescription> = withEtcdChecks(
+  z.object({
+    endpoints: etcdFields.endpoints,
+    prefix: etcdFields.prefix,
+    tls: etcdFields.tls.optional(),
+    user: etcdFields.user.optional(),
+    password: etcdFields.password.optional(),
+    dialTimeoutMs: etcdFields.dialTimeoutMs,
+    requestTimeoutMs: etcdFields.requestTimeoutMs,
+  }).strict(),
+);
 
 /** The backend's own CLI options. */
 export const ETCD_OPTIONS: readonly StoreOption[] = [
@@ -75,7 +76,12 @@ export const ETCD_OPTIONS: readonly StoreOption[] = [
     description: "name to verify the server certificate against",
   },
   { flags: "--user <name>", description: "user name" },
-  { flags: "--password <password>", description: "password", env: "IDALLOC_ETCD_PASSWORD" },
+  {
+    flags: "--password <password>",
+    description: "password (with --user)",
+    env: "IDALLOC_ETCD_PASSWORD",
+    envOnlyWith: "--user",
+  },
   {
     flags: "--connect-timeout <duration>",
     description: "time to wait for an answer when connecting (default: 5s, at most --timeout), " +
@@ -94,9 +100,12 @@ const etcdValues = z.object({
 }).refine((o) => (o.cert === undefined) === (o.key === undefined), {
   message: "and --key go together",
   path: ["cert"],
-}).refine((o) => (o.user === undefined) === (o.password === undefined), {
+}).refine((o) => o.user === undefined || o.password !== undefined, {
   message: "needs --password (or IDALLOC_ETCD_PASSWORD)",
   path: ["user"],
+}).refine((o) => o.password === undefined || o.user !== undefined, {
+  message: "needs --user",
+  path: ["password"],
 });
 
 /** The hosts of `host:port[,host:port…]`, or `undefined` when one is not a host and port. */

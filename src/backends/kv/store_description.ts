@@ -10,6 +10,8 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
+import { kvFields } from "./options.ts";
+import { callerPath } from "../../caller_path.ts";
 
 /** The Deno KV prefix when `--prefix` is not given. */
 export const DEFAULT_KV_PREFIX: readonly string[] = ["idalloc"];
@@ -26,12 +28,16 @@ export interface KvStoreDescription {
   readonly maxClockSkewMs: number;
 }
 
-/** The schema of {@linkcode KvStoreDescription}. */
+/**
+ * The schema of {@linkcode KvStoreDescription}: the backend's options schema decides what a
+ * prefix, a poll interval and a clock skew may be (`kvFields`), so both refuse the same values in
+ * the same words.
+ */
 export const kvStoreDescription: z.ZodType<KvStoreDescription> = z.object({
   path: z.string().min(1),
-  prefix: z.array(z.union([z.string().min(1), z.number()])).min(1),
-  pollIntervalMs: z.number().int().min(10),
-  maxClockSkewMs: z.number().int().min(0),
+  prefix: kvFields.prefix,
+  pollIntervalMs: kvFields.pollIntervalMs,
+  maxClockSkewMs: kvFields.maxClockSkewMs,
 }).strict();
 
 /** `--poll` and `--clock-skew`: the backend's own CLI options. */
@@ -45,8 +51,8 @@ export const KV_OPTIONS: readonly StoreOption[] = [
 ];
 
 const kvValues = z.object({
-  poll: durationFlag(10),
-  clockSkew: durationFlag(0),
+  poll: durationFlag(kvFields.pollIntervalMs.minValue!),
+  clockSkew: durationFlag(kvFields.maxClockSkewMs.minValue!),
 });
 
 /** The Deno KV prefix of `--prefix`: `a/b` → `["a", "b"]`, or a JSON array such as `["a", 1]`. */
@@ -87,27 +93,6 @@ function jsonPrefix(text: string): (string | number)[] {
 /** Whether `path` names a file on this machine (not `:memory:`, not a KV Connect URL). */
 export function isLocalFile(path: string): boolean {
   return path !== ":memory:" && !/^https?:\/\//.test(path);
-}
-
-/**
- * A relative path against the directory the user ran the command in: `deno task` runs tasks in
- * the directory of deno.json and says where it was started in `INIT_CWD` (npm scripts do the
- * same), so `deno task idalloc --store kv:ids.kv` names a file in the caller's directory, not the
- * repository's. Without `INIT_CWD` (or the env permission to read it) the path stays as given.
- */
-export function callerPath(path: string): string {
-  if (path.startsWith("/") || /^[A-Za-z]:[\\/]/.test(path)) return path;
-  let base: string | undefined;
-  let cwd: string | undefined;
-  try {
-    base = Deno.env.get("INIT_CWD");
-    cwd = Deno.cwd();
-  } catch {
-    // No --allow-env (or --allow-read for the cwd): relative to the working directory, as given.
-    return path;
-  }
-  if (base === undefined || base === "" || base === cwd) return path;
-  return `${base.replace(/\/+$/, "")}/${path.replace(/^\.\//, "")}`;
 }
 
 /**

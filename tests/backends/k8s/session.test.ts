@@ -4,8 +4,6 @@
 // key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven; a
 // lapsed lease fenced, its identity collected and its key re-proven under another ID.
 import assert from "node:assert/strict";
-import type { BackendEvent } from "../../../src/allocator/backend.ts";
-import type { AllocatorEvent } from "../../../src/allocator/types.ts";
 import { Allocator } from "../../../src/allocator/allocator.ts";
 import { StoreUnavailableError } from "../../../src/errors.ts";
 import { countedClient, type KubeClient, type Tally } from "../../../src/backends/k8s/kube.ts";
@@ -14,7 +12,7 @@ import { LEASES } from "../../../src/backends/k8s/options.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
-import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
+import { collect, deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const picker = (...ids: number[]) => (exclude: ReadonlySet<number>) =>
   ids.find((id) => !exclude.has(id));
@@ -93,11 +91,7 @@ k8sTest(
       assert.deepEqual(Object.keys(refs), ["ref.idalloc.io/a"], "only b's reference went");
 
       // A watch: the identity as an upsert, synced, then a live change.
-      const controller = new AbortController();
-      const events: BackendEvent[] = [];
-      const watching = (async () => {
-        for await (const ev of a.session.watch(controller.signal)) events.push(ev);
-      })();
+      const { events, stop } = collect((signal) => a.session.watch(signal));
       await eventually(() => events.some((e) => e.type === "synced"), "the watch synced");
       assert.deepEqual(events[0], {
         type: "upsert",
@@ -114,8 +108,7 @@ k8sTest(
         () => events.some((e) => e.type === "upsert" && e.id === 400 && e.key === "k8s:app=db;"),
         "the watch shows the new identity",
       );
-      controller.abort();
-      await watching;
+      await stop();
       // Cilium's layout: the k8s: labels as metadata.labels.
       assert.deepEqual((await fx.identity(400))!.metadata.labels, { app: "db" });
     } finally {
@@ -213,11 +206,7 @@ k8sTest(
     const key = "moving;";
     const { id } = await a.allocate(key);
     assert.notEqual(id, 700);
-    const controller = new AbortController();
-    const events: AllocatorEvent[] = [];
-    const watching = (async () => {
-      for await (const ev of a.watch({ signal: controller.signal })) events.push(ev);
-    })();
+    const { events, stop } = collect((signal) => a.watch({ signal }));
     // Identity 700, created before the key's own, now carries the key: Cilium's answer is 700.
     await fx.patchIdentity(700, { "security-labels": { "idalloc:key": key } });
     assert.ok(older.metadata.creationTimestamp);
@@ -226,8 +215,7 @@ k8sTest(
       "a announces the move to 700",
     );
     assert.equal(await a.get(key), 700);
-    controller.abort();
-    await watching;
+    await stop();
   },
 );
 
@@ -304,11 +292,7 @@ k8sTest(
       await using a = await Allocator.open(backend, { max: 65535, leaseTtlMs: 3_000 });
       const key = "k8s:app=lapsed;";
       const { id } = await a.allocate(key);
-      const events: AllocatorEvent[] = [];
-      const controller = new AbortController();
-      const watching = (async () => {
-        for await (const ev of a.watch({ signal: controller.signal })) events.push(ev);
-      })();
+      const { events, stop } = collect((signal) => a.watch({ signal }));
       blocked = true;
       await eventually(() => a.status().fence.active && a.status().fence.lapses > 0, "a fenced");
       const gc = await fx.allocator("gc");
@@ -324,8 +308,7 @@ k8sTest(
       assert.ok(moved.type === "reassigned" && moved.newId !== id);
       assert.equal(await a.get(key), moved.newId);
       assert.equal(a.status().fence.active, false);
-      controller.abort();
-      await watching;
+      await stop();
     } finally {
       await backend.close();
     }
