@@ -1,6 +1,6 @@
 /**
  * The Kubernetes `BackendFactory` of the shared test suites: one private kube-apiserver per test
- * process (started on first use; its watchdog stops it when the process ends), and per fixture a
+ * process (`sharedKubeApiServer`: started on first use, stopped when the process exits), and per fixture a
  * fresh copy of Cilium's `CiliumIdentity` and `CiliumEndpoint` CRDs under a random group plus a
  * fresh Kubernetes namespace for the node Leases and key claims, so that fixtures sharing the
  * server never see each other. Disposing a fixture deletes its CRDs (each costs the API server
@@ -21,7 +21,6 @@
  * ```
  * @module
  */
-import process from "node:process";
 import type { Backend } from "../../../allocator/backend.ts";
 import type {
   BackendFactory,
@@ -62,51 +61,11 @@ import { MAX_KEY_BYTES, utf8Length } from "../limits.ts";
 import { refLive } from "../liveness.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
-import { kubeApiserverUnavailable, type KubeTestCluster, startKubeApiServer } from "./cluster.ts";
+import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
 import { endpointCrd } from "./crds.ts";
 
 /** The kubeconfig context the fixtures' kubeconfigs name (their current context is another). */
 export const FIXTURE_CONTEXT = "test";
-
-let shared: Promise<KubeTestCluster> | undefined;
-
-/**
- * The process-wide private API server (Cilium's own CRDs left out: fixtures install copies under
- * groups of their own), started on first call.
- */
-export function sharedKubeCluster(): Promise<KubeTestCluster> {
-  shared ??= startTwice().then((cluster) => {
-    // Its watchdog would stop it half a second after we exit; stop it now.
-    process.on("exit", () => {
-      if (cluster.pid !== undefined) killQuietly(cluster.pid);
-      cluster.etcd.stopSync();
-    });
-    return cluster;
-  });
-  return shared;
-}
-
-/**
- * Starts the server, once more if the first start fails: on a machine loaded far beyond its
- * cores the API server can miss the launcher's readiness deadline, and every test of the process
- * would fail with it.
- */
-async function startTwice(): Promise<KubeTestCluster> {
-  try {
-    return await startKubeApiServer({ ciliumCrds: false });
-  } catch (err) {
-    console.error(`kube-apiserver did not start, trying once more: ${err}`);
-    return await startKubeApiServer({ ciliumCrds: false });
-  }
-}
-
-function killQuietly(pid: number): void {
-  try {
-    process.kill(pid, "SIGKILL");
-  } catch {
-    // gone already
-  }
-}
 
 /** The clock-skew margin of a fixture backend. */
 export function k8sSkewMs(options?: NodeBackendOptions): number {
@@ -230,7 +189,7 @@ export class K8sStoreFixture implements StoreFixture {
 
   /** Installs the CRDs and creates the namespace. */
   static async create(): Promise<K8sStoreFixture> {
-    const cluster = await sharedKubeCluster();
+    const cluster = await sharedKubeApiServer();
     const suffix = crypto.randomUUID().replaceAll("-", "").slice(0, 12);
     const group = `t${suffix}.idalloc.test`;
     const namespace = `idalloc-${suffix}`;
