@@ -174,14 +174,18 @@ export async function gcMark(
 }
 
 /**
- * Deletes `candidate`'s identity only if it is still at `candidate.version` (any acquire, mark
- * removal or reference change since refuses it), then its key's claim if that still names the ID.
+ * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`
+ * (any acquire, mark removal or reference change since refuses it), then its key's claim if that
+ * still names the ID. A candidate listed in use is never deleted: the version precondition only
+ * proves nothing changed since the listing, and what the listing saw was a live reference (an
+ * epoch never comes back to life, so a reference listed dead stays dead at the same version).
  */
 export async function gcDelete(
   ctx: K8sContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
+  if (candidate.inUse) return false;
   let deleted: boolean;
   try {
     deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {

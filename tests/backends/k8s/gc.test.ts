@@ -127,6 +127,16 @@ k8sTest("a guarded delete is refused when the identity changed after it was list
   assert.equal(await s.gcMark!(candidates[0], deadline()), undefined, "the mark is refused too");
 });
 
+k8sTest("gcDelete never deletes a candidate listed in use, unchanged as it is", async () => {
+  await using fx = await fixture();
+  const s = await fx.session("a");
+  await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+  const listed = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+  assert.deepEqual([listed.id, listed.inUse], [300, true]);
+  assert.equal(await s.gcDelete(listed, deadline()), false, "a live reference keeps it");
+  assert.ok(await fx.identity(300));
+});
+
 k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
   await using fx = await fixture();
   const dead = await fx.session("dead");
