@@ -22,12 +22,20 @@ export interface NemesisBackend {
 /** Every backend, in the registry's order. */
 export const NEMESIS_BACKENDS: readonly NemesisBackend[] = (await loadHarnesses()).map((h) => ({
   kind: h.kind,
-  unavailable: h.unavailable,
+  // The backend's own reason first (no binary here), then its nemesis hooks' (not built).
+  unavailable: () => h.unavailable() ?? h.nemesis.unavailable?.(),
   hooks: checked(h.kind, h.nemesis),
 }));
 
 /** The kinds `--backend` takes, in the registry's order. */
 export const BACKEND_KINDS: readonly string[] = NEMESIS_BACKENDS.map((b) => b.kind);
+
+/**
+ * The kinds whose nemesis hooks are built (a backend's hooks may say they are not yet), in the
+ * registry's order: what `--backend all` runs, and what the fault and time figures cover.
+ */
+export const RUN_KINDS: readonly string[] = NEMESIS_BACKENDS
+  .filter((b) => b.hooks.unavailable?.() === undefined).map((b) => b.kind);
 
 /** The nemesis hooks of backend `kind`; throws `UnknownBackendError` for a kind not registered. */
 export function hooksOf(kind: string): NemesisHooks {
