@@ -127,6 +127,12 @@ export interface BackendTraits {
    * unaware of its lapsed lease races GC passes that ignore the grace.
    */
   readonly holdersUnmark: boolean;
+  /**
+   * Whether a live holder repairs a damaged master of an ID it holds as soon as its watch shows
+   * the damage (Kubernetes), rather than at its next sync (Deno KV, etcd), so that an operator's
+   * doctor finds only what no holder watches.
+   */
+  readonly holdersRepairAtOnce: boolean;
   /** The shortest lease the backend grants, in ms (etcd: whole seconds, at least 2). */
   readonly minLeaseTtlMs: number;
   /**

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { testEachBackend } from "../_support/factories.ts";
+import { eventually } from "../_support/eventually.ts";
 import { cli, spawnCli } from "./_run.ts";
 
 /** Cluster 3's identities (255 clusters): `[3 << 16, (4 << 16) - 1]`. */
@@ -94,19 +95,30 @@ testEachBackend(
       // Corrupt entries the live holder holds: the master of its ID, and a reference of its own.
       await fx.corruptMaster(db.id);
       await fx.plantCorruptReference("k8s:app=junk;", "holder3");
+      const held: [string, string[]][] = [["reference-undecodable", ["holder3"]]];
+      if (f.traits.holdersRepairAtOnce) {
+        // The holder saw its master change and wrote it back: nothing of it is left to report.
+        await eventually(
+          async () => (await fx.masters()).get(db.id) === "k8s:app=db;",
+          "the holder repaired its master",
+        );
+      } else {
+        held.unshift(["master-undecodable", ["holder3"]]);
+      }
       const listed = await doctor([...args, "doctor"]);
       assert.equal(listed.code, 4);
-      assert.deepEqual(
-        listed.findings.map((x) => [x.kind, x.heldBy]).sort(),
-        [["master-undecodable", ["holder3"]], ["reference-undecodable", ["holder3"]]],
-      );
+      assert.deepEqual(listed.findings.map((x) => [x.kind, x.heldBy]).sort(), held);
       const kept = await doctor([...args, "doctor", "--fix"]);
       assert.equal(kept.code, 4, "held damage remains");
-      assert.deepEqual(kept.findings.map((x) => x.outcome), ["held", "held"]);
+      assert.deepEqual(kept.findings.map((x) => x.outcome), held.map(() => "held"));
       const human = await cli([...args, "doctor", "--fix"]);
       assert.equal(human.code, 4);
       assert.match(human.stdout, /^KIND +OUTCOME +REASON +HELD BY +ENTRY\n/);
-      assert.match(human.stderr, /2 entries are held by live node holder3, so doctor leaves them/);
+      const entries = held.length === 1 ? "1 entry is" : `${held.length} entries are`;
+      assert.match(
+        human.stderr,
+        new RegExp(`${entries} held by live node holder3, so doctor leaves (it|them)`),
+      );
       assert.doesNotMatch(human.stderr, /run 'idalloc doctor --fix'/);
       // Nothing of the holder's was touched.
       const refs = await fx.references();

@@ -228,6 +228,7 @@ export const etcdFactory: BackendFactory = {
     counters: false,
     groupCommit: true,
     holdersUnmark: false,
+    holdersRepairAtOnce: false,
     // etcd grants leases of whole seconds, at least 2.
     minLeaseTtlMs: 2_000,
     // etcd deletes a lease's keys with it.

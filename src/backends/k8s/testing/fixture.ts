@@ -242,6 +242,8 @@ export class K8sStoreFixture implements StoreFixture {
         FIXTURE_CONTEXT,
         "--prefix",
         `ciliumidentities.${this.group}/v2`,
+        "--clock-skew",
+        "250ms",
       ],
     };
   }
@@ -562,6 +564,7 @@ export const k8sFactory: BackendFactory = {
     groupCommit: false,
     // A node's informer removes Cilium's heartbeat mark from the identities it holds.
     holdersUnmark: true,
+    holdersRepairAtOnce: true,
     // Lease durations are whole seconds, and a TTL must be at least twice the skew (250 ms fast).
     minLeaseTtlMs: 1_000,
     // A dead node's reference annotations stay on the identities until GC or a node removes them.

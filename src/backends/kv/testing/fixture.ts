@@ -81,6 +81,7 @@ export const kvFactory: BackendFactory = {
     counters: true,
     groupCommit: true,
     holdersUnmark: false,
+    holdersRepairAtOnce: false,
     minLeaseTtlMs: 1_000,
     // A dead node's references stay until GC sweeps them: liveness is read from lease records.
     deadReferencesStay: true,
