@@ -118,9 +118,12 @@ function refuseForeignOptions(selected: SelectedStore, store: string, o: Collect
       if (own.has(attribute) || o.sourceOf(attribute) !== "cli") continue;
       const flag = longFlag(option);
       const title = selected.driver.title;
+      // A flag several backends share names them all.
+      const owners = BACKENDS.filter((d) => d.options.some((x) => longFlag(x) === flag));
       throw new InvalidOptionsError(
-        `invalid option: ${flag} is for ${other.title}; --store ${store} is ${article(title)} ` +
-          `${title} store: drop ${flag}, or give --store ${other.syntax}`,
+        `invalid option: ${flag} is for ${owners.map((d) => d.title).join(" or ")}; ` +
+          `--store ${store} is ${article(title)} ${title} store: drop ${flag}, or give --store ` +
+          owners.map((d) => d.syntax).join(" or "),
       );
     }
   }

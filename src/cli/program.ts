@@ -18,6 +18,7 @@ import { completionScript, SHELLS } from "./completion.ts";
 import { errorLine } from "./exit.ts";
 import { BACKENDS, storeSyntax } from "../backends/registry.ts";
 import type { BackendDriver, StoreOption } from "../backends/driver.ts";
+import { longFlag } from "../backends/driver_options.ts";
 import type { RunContext } from "./context.ts";
 import type { Output } from "./io.ts";
 import { allocateCommand, releaseCommand } from "./commands/allocate.ts";
@@ -127,13 +128,17 @@ function backendGroup(driver: BackendDriver): string {
 
 /**
  * Every backend's own options, each backend in a help group of its own. An option two backends
- * share is declared once, in the group of the first.
+ * share is declared once, in the group of the first, and its help names the others.
  */
 function addBackendOptions(program: Command): void {
   const declared = new Set<string>();
   for (const driver of BACKENDS) {
     for (const spec of driver.options) {
-      const option = storeOption(spec);
+      const flag = longFlag(spec);
+      const also = BACKENDS.filter((d) =>
+        d !== driver && d.options.some((x) => longFlag(x) === flag)
+      );
+      const option = storeOption(spec, also.map((d) => d.title));
       if (declared.has(option.attributeName())) continue;
       declared.add(option.attributeName());
       add(program, option, backendGroup(driver));
@@ -141,8 +146,9 @@ function addBackendOptions(program: Command): void {
   }
 }
 
-function storeOption(spec: StoreOption): Option {
-  const option = new Option(spec.flags, spec.description);
+function storeOption(spec: StoreOption, also: readonly string[] = []): Option {
+  const sharedWith = also.length > 0 ? ` (${also.join(", ")} too)` : "";
+  const option = new Option(spec.flags, spec.description + sharedWith);
   if (spec.default !== undefined) option.default(spec.default);
   if (spec.env !== undefined) option.env(spec.env);
   return option;
