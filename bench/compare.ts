@@ -16,9 +16,9 @@
  *
  * @module
  */
-import { loadHarness } from "../src/backends/testing.ts";
+import { loadHarness } from "../src/testing/harness.ts";
 import { type BenchRow, fmt, median, msSpread, rateSpread } from "./_table.ts";
-import type { BenchCell, BenchHooks } from "./backend.ts";
+import type { BenchCell, BenchHooks } from "../src/testing/bench.ts";
 import type { ScenarioResult, ScenarioSpec } from "./scenario.ts";
 import {
   ciliumBuild,

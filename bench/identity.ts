@@ -20,8 +20,8 @@ import { DenoKvBackend } from "../mod.ts";
 import { type BenchRow, fmt } from "./_table.ts";
 import type { Backend } from "../src/allocator/backend.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
-import type { BackendFactory } from "../tests/_support/fixture.ts";
-import { prng, zipf } from "../tests/_support/prng.ts";
+import type { BackendFactory } from "../src/testing/fixture.ts";
+import { prng, zipf } from "../src/testing/prng.ts";
 
 /** Sizes of the workload. */
 export interface IdentityBenchOptions {

@@ -22,7 +22,7 @@ import { benchRuntimes } from "./runtimes.ts";
 import { benchScale } from "./scale.ts";
 import { benchTelemetry } from "./telemetry.ts";
 import type { BenchRow } from "./_table.ts";
-import { loadHarnesses } from "../src/backends/testing.ts";
+import { loadHarnesses } from "../src/testing/harness.ts";
 
 const harnesses = await loadHarnesses();
 const kinds = harnesses.map((h) => h.kind);

@@ -1,9 +1,10 @@
 /**
  * `deno task bench runtimes`: the Node.js example (`examples/node/main.ts`, the quickstart of the
  * "Node.js and Bun" README section) on Deno, Node.js and Bun side by side: new keys, joins by a
- * second node and cached re-allocations, sequential, on one private etcd, and on a Deno KV file
- * where the runtime can open one (Deno; Node.js through `@deno/kv`). Each cell is a fresh process,
- * the runtimes take turns, medians of `--runs`.
+ * second node and cached re-allocations, sequential, on a fresh store of every backend whose
+ * harness says how the example runs on it (`BenchHooks.example`: a private etcd; a Deno KV file
+ * where the runtime can open one — Deno, and Node.js through `@deno/kv`). Each cell is a fresh
+ * process, the runtimes take turns, medians of `--runs`.
  *
  * Node.js and Bun are taken from `IDALLOC_NODE` / `IDALLOC_BUN`, else from `PATH` (`npm install
  * node@24 bun` puts both in `node_modules/.bin`); a runtime that is missing is skipped with a note.
@@ -12,8 +13,9 @@
  */
 import { execFile } from "node:child_process";
 import process from "node:process";
+import { loadHarnesses } from "../src/testing/harness.ts";
+import { onPath } from "../src/testing/runtime.ts";
 import { type BenchRow, rateSpread } from "./_table.ts";
-import { etcdUnavailable, onPath, startEtcd } from "../src/backends/etcd/testing/cluster.ts";
 
 const EXAMPLE = new URL("../examples/node/main.ts", import.meta.url).pathname;
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -25,8 +27,6 @@ interface Runtime {
   readonly name: "deno" | "node" | "bun";
   /** The command line that runs the example with `args`. */
   readonly command: (args: string[]) => [string, string[]];
-  /** Whether it can open a Deno KV file. */
-  readonly kv: boolean;
 }
 
 function runtimes(): { found: Runtime[]; missing: string[] } {
@@ -35,21 +35,18 @@ function runtimes(): { found: Runtime[]; missing: string[] } {
   const found: Runtime[] = [{
     name: "deno",
     command: (args) => [Deno.execPath(), ["run", "-A", EXAMPLE, ...args]],
-    kv: true,
   }];
   const missing: string[] = [];
   if (node) {
     found.push({
       name: "node",
       command: (args) => [node, ["--import", `${COMPAT}node.ts`, EXAMPLE, ...args]],
-      kv: true,
     });
   } else missing.push("node (set IDALLOC_NODE or put node ≥ 24 on PATH)");
   if (bun) {
     found.push({
       name: "bun",
       command: (args) => [bun, ["--preload", `${COMPAT}bun.ts`, EXAMPLE, ...args]],
-      kv: false,
     });
   } else missing.push("bun (set IDALLOC_BUN or put bun on PATH)");
   return { found, missing };
@@ -58,8 +55,8 @@ function runtimes(): { found: Runtime[]; missing: string[] } {
 /** One run of the example: its rates and the runtime's version line. */
 async function runOnce(
   rt: Runtime,
-  args: string[],
-  env: Record<string, string>,
+  args: readonly string[],
+  env: Readonly<Record<string, string>>,
 ): Promise<{ version: string; rates: Record<string, number> }> {
   const [command, argv] = rt.command([...args, "--count", String(KEYS), "--json"]);
   const stdout = await new Promise<string>((resolve, reject) => {
@@ -77,20 +74,21 @@ async function runOnce(
 export async function benchRuntimes(runs: number): Promise<BenchRow[]> {
   const { found, missing } = runtimes();
   const rows: BenchRow[] = missing.map((m) => ({ name: "runtimes", value: `skipped: ${m}` }));
-  const why = etcdUnavailable();
-  await using etcd = why === undefined ? await startEtcd() : undefined;
-  const stores: { name: string; args: string[]; env: Record<string, string> }[] = [];
-  if (etcd) {
-    stores.push({ name: "etcd", args: [], env: { ETCD_ENDPOINTS: etcd.endpoints.join(",") } });
-  } else rows.push({ name: "runtimes etcd", value: `skipped: ${why}` });
-  stores.push({ name: "deno-kv", args: ["--store", "kv"], env: {} });
-
-  for (const store of stores) {
-    const cells = found.filter((rt) => store.name !== "deno-kv" || rt.kv);
+  for (const harness of await loadHarnesses()) {
+    const example = harness.bench.example;
+    if (example === undefined) continue;
+    const name = harness.kind;
+    const why = harness.unavailable();
+    if (why !== undefined) {
+      rows.push({ name: `runtimes ${name}`, value: `skipped: ${why}` });
+      continue;
+    }
+    await using store = await example.start();
+    const cells = found.filter((rt) => example.unsupported?.[rt.name] === undefined);
     const results = new Map<string, { version: string; rates: Record<string, number> }[]>();
     for (let run = 0; run < runs; run++) {
       for (const rt of cells) {
-        console.error(`  runtimes: ${store.name} on ${rt.name}, run ${run + 1}/${runs}`);
+        console.error(`  runtimes: ${name} on ${rt.name}, run ${run + 1}/${runs}`);
         const list = results.get(rt.name) ?? [];
         list.push(await runOnce(rt, store.args, store.env));
         results.set(rt.name, list);
@@ -100,14 +98,15 @@ export async function benchRuntimes(runs: number): Promise<BenchRow[]> {
       const list = results.get(rt.name)!;
       for (const what of Object.keys(list[0].rates)) {
         const xs = list.map((r) => r.rates[what]);
-        rows.push({
-          name: `runtimes ${store.name} ${list[0].version}, ${what}`,
-          value: rateSpread(xs),
-        });
+        rows.push({ name: `runtimes ${name} ${list[0].version}, ${what}`, value: rateSpread(xs) });
+      }
+    }
+    for (const rt of found) {
+      const unsupported = example.unsupported?.[rt.name];
+      if (unsupported) {
+        rows.push({ name: `runtimes ${name} on ${rt.name}`, value: `skipped: ${unsupported}` });
       }
     }
   }
-  if (!found.some((rt) => rt.name === "bun")) return rows;
-  rows.push({ name: "runtimes deno-kv on bun", value: "skipped: @deno/kv needs V8 serialization" });
   return rows;
 }

@@ -16,8 +16,8 @@
  * @module
  */
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
-import { loadHarnesses } from "../src/backends/testing.ts";
-import type { BenchHooks } from "./backend.ts";
+import { loadHarnesses } from "../src/testing/harness.ts";
+import type { BenchHooks } from "../src/testing/bench.ts";
 import { ciliumBuild } from "./cilium.ts";
 import { type BenchRow, fmt, median } from "./_table.ts";
 

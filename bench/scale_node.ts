@@ -18,7 +18,7 @@
  */
 import { Allocator } from "../mod.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
-import { loadHarness } from "../src/backends/testing.ts";
+import { loadHarness } from "../src/testing/harness.ts";
 
 /** What `scale.ts` asks a node to do. */
 export interface ScaleNodeSpec {

@@ -18,10 +18,10 @@
  */
 import { Allocator } from "../mod.ts";
 import type { Backend } from "../src/allocator/backend.ts";
-import { loadHarness } from "../src/backends/testing.ts";
-import type { BenchCell, BenchHooks } from "./backend.ts";
+import { loadHarness } from "../src/testing/harness.ts";
+import type { BenchCell, BenchHooks } from "../src/testing/bench.ts";
 import { rate } from "./_table.ts";
-import { between, prng } from "../tests/_support/prng.ts";
+import { between, prng } from "../src/testing/prng.ts";
 
 /** What `compare.ts` asks a child to measure. */
 export interface ScenarioSpec {

@@ -1,11 +1,13 @@
 /**
  * The backends the nemesis suite runs on: every backend in the registry, with the hooks of its
- * harness, loaded once when this module is. Nothing else in `nemesis/` lists backends.
+ * harness, loaded once when this module is; and the fault and garbage kinds they offer, which the
+ * command line, the scheduling and the report take from here. Nothing else in `nemesis/` lists
+ * backends, faults of a store or garbage kinds.
  *
  * @module
  */
-import { loadHarnesses, UnknownBackendError } from "../src/backends/testing.ts";
-import type { NemesisHooks } from "./stores/store.ts";
+import { HarnessLoadError, loadHarnesses, UnknownBackendError } from "../src/testing/harness.ts";
+import { NEMESIS_FAULTS, type NemesisHooks } from "../src/testing/nemesis.ts";
 
 /** One backend as the nemesis suite knows it. */
 export interface NemesisBackend {
@@ -21,7 +23,7 @@ export interface NemesisBackend {
 export const NEMESIS_BACKENDS: readonly NemesisBackend[] = (await loadHarnesses()).map((h) => ({
   kind: h.kind,
   unavailable: h.unavailable,
-  hooks: h.nemesis,
+  hooks: checked(h.kind, h.nemesis),
 }));
 
 /** The kinds `--backend` takes, in the registry's order. */
@@ -32,4 +34,36 @@ export function hooksOf(kind: string): NemesisHooks {
   const backend = NEMESIS_BACKENDS.find((b) => b.kind === kind);
   if (!backend) throw new UnknownBackendError(kind);
   return backend.hooks;
+}
+
+/** Every fault kind backend `kind` offers: the nemesis's own it takes, then its store's own. */
+export function faultKindsOf(kind: string): string[] {
+  const hooks = hooksOf(kind);
+  return [...hooks.faults, ...Object.keys(hooks.storeFaults ?? {})];
+}
+
+/** Every fault kind some backend offers, in the registry's order (`--faults all`). */
+export const FAULT_KINDS: readonly string[] = union(BACKEND_KINDS.map(faultKindsOf));
+
+/** Every garbage kind some backend's store can hold, in the registry's order. */
+export const GARBAGE_KINDS: readonly string[] = union(
+  NEMESIS_BACKENDS.map((b) => b.hooks.garbageKinds),
+);
+
+/** The distinct items of `lists`, in the order they first appear. */
+function union(lists: readonly (readonly string[])[]): string[] {
+  return [...new Set(lists.flat())];
+}
+
+/** `hooks`, once its store faults are known not to take a name of the nemesis's own. */
+function checked(kind: string, hooks: NemesisHooks): NemesisHooks {
+  for (const fault of Object.keys(hooks.storeFaults ?? {})) {
+    if ((NEMESIS_FAULTS as readonly string[]).includes(fault) || fault.includes("/")) {
+      throw new HarnessLoadError(
+        kind,
+        `its store fault '${fault}' takes a name the nemesis reserves`,
+      );
+    }
+  }
+  return hooks;
 }

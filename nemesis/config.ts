@@ -5,9 +5,15 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { BACKEND_KINDS, hooksOf, NEMESIS_BACKENDS } from "./backends.ts";
-import type { Timings } from "./records.ts";
-import { GARBAGE_KINDS, type GarbageKind } from "./stores/store.ts";
+import type { NemesisTimings } from "../src/testing/nemesis.ts";
+import {
+  BACKEND_KINDS,
+  FAULT_KINDS,
+  faultKindsOf,
+  GARBAGE_KINDS,
+  hooksOf,
+  NEMESIS_BACKENDS,
+} from "./backends.ts";
 import {
   withCiliumKeys,
   type Workload,
@@ -15,21 +21,6 @@ import {
   workloadOf,
   WORKLOADS,
 } from "./workload.ts";
-
-/** Faults the suite can inject. `garbage` stands for every `garbage/<kind>`. */
-export const FAULT_KINDS = [
-  "kill",
-  "stall",
-  "lease-revoke",
-  "garbage",
-  "compact",
-  "kill-follower",
-  "kill-leader",
-  "outage",
-] as const;
-
-/** A fault kind. */
-export type FaultKind = typeof FAULT_KINDS[number];
 
 /** A backend's run: its share of `--seconds`, and the fault phase that fits in that share. */
 export interface BackendRun {
@@ -57,8 +48,8 @@ export interface NemesisOptions {
   readonly nodes: number;
   /** Real Cilium v1.16 nodes beside them (on a backend whose hooks allow it: etcd; see `cilium.ts`). */
   readonly cilium: number;
-  /** Enabled fault kinds. */
-  readonly faults: ReadonlySet<FaultKind>;
+  /** Enabled fault kinds (of `FAULT_KINDS`; `garbage` stands for every `garbage/<kind>`). */
+  readonly faults: ReadonlySet<string>;
   /** The workload the workers put on the cluster (see `workload.ts`). */
   readonly workload: WorkloadName;
   /** Enabled garbage kinds (when `garbage` is enabled). */
@@ -79,7 +70,7 @@ export function optionsForRun(options: NemesisOptions, run: BackendRun): Nemesis
 }
 
 /** Timings of every nemesis process: short, so faults play out within a 90-second run. */
-export const TIMINGS: Timings = {
+export const TIMINGS: NemesisTimings = {
   leaseTtlMs: 3_000,
   syncIntervalMs: 2_000,
   gcIntervalMs: 1_000,
@@ -191,9 +182,9 @@ function either(items: readonly string[]): string {
 
 /** The sentence of `--help` that says which faults only some backends support. */
 function partialFaults(): string {
-  const bySupport = new Map<string, FaultKind[]>();
+  const bySupport = new Map<string, string[]>();
   for (const fault of FAULT_KINDS) {
-    const on = BACKEND_KINDS.filter((k) => hooksOf(k).faults.includes(fault));
+    const on = BACKEND_KINDS.filter((k) => faultKindsOf(k).includes(fault));
     if (on.length === BACKEND_KINDS.length) continue;
     const key = either(on);
     bySupport.set(key, [...bySupport.get(key) ?? [], fault]);
@@ -289,9 +280,9 @@ function argsError(err: unknown): NemesisUsageError {
 }
 
 /** Parses `--faults`: names, `garbage/<kind>`, `all`, and `-name` removals. */
-export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Set<string> } {
+export function parseFaults(list: string): { faults: Set<string>; garbage: Set<string> } {
   const items = list.split(",").map((s) => s.trim()).filter((s) => s !== "");
-  const faults = new Set<FaultKind>();
+  const faults = new Set<string>();
   const garbage = new Set<string>();
   const addAll = () => {
     for (const f of FAULT_KINDS) faults.add(f);
@@ -308,7 +299,7 @@ export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Se
     }
     if (name.startsWith("garbage/")) {
       const kind = name.slice("garbage/".length);
-      if (!(GARBAGE_KINDS as readonly string[]).includes(kind)) {
+      if (!GARBAGE_KINDS.includes(kind)) {
         throw new NemesisUsageError(
           `unknown garbage kind '${kind}' (have: ${GARBAGE_KINDS.join(", ")})`,
         );
@@ -320,12 +311,12 @@ export function parseFaults(list: string): { faults: Set<FaultKind>; garbage: Se
       }
       continue;
     }
-    if (!(FAULT_KINDS as readonly string[]).includes(name)) {
+    if (!FAULT_KINDS.includes(name)) {
       throw new NemesisUsageError(
         `unknown fault '${name}' (have: ${FAULT_KINDS.join(", ")}, garbage/<kind>)`,
       );
     }
-    const kind = name as FaultKind;
+    const kind = name;
     if (remove) {
       faults.delete(kind);
       if (kind === "garbage") garbage.clear();
@@ -438,9 +429,9 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
 
 /** The faults a run on `backend` injects, as a header lists them. */
 export function faultsOf(backend: string, options: NemesisOptions): string {
-  const hooks = hooksOf(backend);
-  const kinds = [...options.faults].filter((k) => hooks.faults.includes(k));
-  const garbage = [...options.garbage].filter((g) => hooks.garbageKinds.includes(g as GarbageKind));
+  const offered = faultKindsOf(backend);
+  const kinds = [...options.faults].filter((k) => offered.includes(k));
+  const garbage = [...options.garbage].filter((g) => hooksOf(backend).garbageKinds.includes(g));
   const names = kinds.map((k) => k === "garbage" ? `garbage (${garbage.join(", ")})` : k);
   return names.length === 0 ? "none" : names.join(", ");
 }

@@ -4,34 +4,39 @@
  * kind. Each fault is recorded with its start, end and, for store outages, the instant the store
  * was back (for the recovery time).
  *
+ * The nemesis injects its own kinds (`NEMESIS_FAULTS`: on a worker, its lease, or garbage); the
+ * store's own (etcd's members killed, compacted, cut off) its backend's run store injects.
+ *
  * By default one fault runs at a time, with a pause of 1–3 s after each. With `overlapEveryMs`, a
  * fault starts every so often whether the others have ended or not (a stall of one worker while
- * another is killed or revoked): each worker and the store's members take one fault at a time.
+ * another is killed or revoked): each worker and the store take one fault at a time.
  *
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import { between, shuffle } from "../tests/_support/prng.ts";
-import type { FaultKind } from "./config.ts";
+import type {
+  GarbageTargets,
+  NemesisFault,
+  NemesisRunStore,
+  NemesisTimings,
+} from "../src/testing/nemesis.ts";
+import { between, shuffle } from "../src/testing/prng.ts";
 import type { StopWindow } from "./checks/calls.ts";
-import type { GarbageKind, NemesisStore, StoreMembers } from "./stores/store.ts";
-import type { Timings } from "./records.ts";
 
-/** The table's row of each kind (refined further by some faults, e.g. `kill (new name)`). */
-export const FAULT_LABELS: Readonly<Record<FaultKind, string>> = {
+/**
+ * The table's row of each of the nemesis's own kinds (refined further by some faults, e.g.
+ * `kill (new name)`); a store fault's row is its backend's label.
+ */
+export const FAULT_LABELS: Readonly<Record<NemesisFault, string>> = {
   "kill": "kill",
   "stall": "stall",
   "lease-revoke": "lease revoke",
   "garbage": "garbage",
-  "compact": "compaction",
-  "kill-follower": "kill etcd follower",
-  "kill-leader": "kill etcd leader",
-  "outage": "etcd outage",
 };
 
 /** One injected fault. */
 export interface FaultRecord {
-  readonly kind: FaultKind;
+  readonly kind: string;
   /** The table's row: the kind, refined (`kill (new name)`, `garbage/empty-master`). */
   readonly label: string;
   readonly start: number;
@@ -58,14 +63,14 @@ export interface FaultTarget {
 /** What the nemesis acts on. */
 export interface FaultContext {
   readonly random: () => number;
-  readonly store: NemesisStore;
-  /** The store's members (etcd's cluster), which the member faults act on. */
-  readonly members?: StoreMembers;
-  readonly timings: Timings;
+  readonly store: NemesisRunStore;
+  /** The store's own faults the run injects (its backend's `storeFaults`): kind → label. */
+  readonly storeFaults: Readonly<Record<string, string>>;
+  readonly timings: NemesisTimings;
   /** Clock slack the workers' backends allow a lease (the store's `skewMs`). */
   readonly skewMs: number;
-  readonly garbage: readonly GarbageKind[];
-  readonly garbageTargets: Parameters<NemesisStore["plant"]>[1];
+  readonly garbage: readonly string[];
+  readonly garbageTargets: GarbageTargets;
   /** Number of worker slots. */
   readonly slots: number;
   target(slot: number): FaultTarget;
@@ -79,42 +84,58 @@ export interface FaultContext {
   readonly overlapEveryMs?: readonly [number, number];
 }
 
-/** Kinds that act on the store's members (one at a time, even when faults overlap). */
-const MEMBER_FAULTS: ReadonlySet<FaultKind> = new Set([
-  "compact",
-  "kill-follower",
-  "kill-leader",
-  "outage",
-]);
+/**
+ * Where the run's garbage points: a key of `keys`, and an ID in `range` or, half the time, above
+ * it, where no worker allocates; drawn with the run's `random`.
+ */
+export function garbageTargets(
+  keys: readonly string[],
+  range: { readonly min: number; readonly max: number },
+  random: () => number,
+): GarbageTargets {
+  return {
+    key: () => keys[Math.floor(random() * keys.length)],
+    id: () =>
+      random() < 0.5
+        ? between(random, range.min, range.max)
+        : range.max + 100_000 + Math.floor(random() * 100_000),
+  };
+}
+
 /** Kinds that act on one worker. */
-const WORKER_FAULTS: ReadonlySet<FaultKind> = new Set(["kill", "stall", "lease-revoke"]);
+const WORKER_FAULTS: ReadonlySet<string> = new Set(["kill", "stall", "lease-revoke"]);
+
+/** Whether `kind` is one of the store's own faults (one at a time, even when faults overlap). */
+function isStoreFault(ctx: FaultContext, kind: string): boolean {
+  return Object.hasOwn(ctx.storeFaults, kind);
+}
 
 /**
  * How long a stall lasts: past the lease (and the clock slack that others allow it), then two
  * GC passes and a margin, so a stalled node's keys can really be collected meanwhile.
  */
-export function stallMs(timings: Timings, skewMs: number): number {
+export function stallMs(timings: NemesisTimings, skewMs: number): number {
   return timings.leaseTtlMs + skewMs + 2 * timings.gcIntervalMs + 2_000;
 }
 
 /** Runs faults until `until` (ms since the epoch); a fault in progress is finished. */
 export async function runNemesis(
   ctx: FaultContext,
-  kinds: readonly FaultKind[],
+  kinds: readonly string[],
   until: number,
   signal?: AbortSignal,
 ): Promise<void> {
   if (kinds.length === 0) return;
-  let order: FaultKind[] = [];
-  let garbageOrder: GarbageKind[] = [];
-  /** Worker slots and the members with a fault in progress (overlapping faults only). */
+  let order: string[] = [];
+  let garbageOrder: string[] = [];
+  /** Worker slots and the store with a fault in progress (overlapping faults only). */
   const busySlots = new Set<number>();
-  let membersBusy = false;
+  let storeBusy = false;
   const running = new Set<Promise<void>>();
   while (Date.now() < until && !signal?.aborted) {
     if (order.length === 0) order = shuffle(ctx.random, [...kinds]);
     const kind = order.shift()!;
-    let garbage: GarbageKind | undefined;
+    let garbage: string | undefined;
     if (kind === "garbage") {
       if (garbageOrder.length === 0) garbageOrder = shuffle(ctx.random, [...ctx.garbage]);
       garbage = garbageOrder.shift();
@@ -124,14 +145,14 @@ export async function runNemesis(
       const free = [...Array(ctx.slots).keys()].filter((i) => !busySlots.has(i));
       slot = free.length === 0 ? -1 : free[slot % free.length];
     }
-    const skip = slot < 0 || (ctx.overlapEveryMs !== undefined && MEMBER_FAULTS.has(kind) &&
-      membersBusy);
+    const skip = slot < 0 || (ctx.overlapEveryMs !== undefined && isStoreFault(ctx, kind) &&
+      storeBusy);
     const run = async () => {
       const start = Date.now();
       try {
         ctx.record(await inject(ctx, kind, garbage, start, slot));
       } catch (err) {
-        const label = garbage ? `garbage/${garbage}` : FAULT_LABELS[kind];
+        const label = garbage ? `garbage/${garbage}` : labelOf(ctx, kind);
         ctx.record({ kind, label, start, end: Date.now(), detail: "", error: String(err) });
       }
     };
@@ -143,11 +164,11 @@ export async function runNemesis(
     if (!skip) {
       const worker = WORKER_FAULTS.has(kind);
       if (worker) busySlots.add(slot);
-      if (MEMBER_FAULTS.has(kind)) membersBusy = true;
+      if (isStoreFault(ctx, kind)) storeBusy = true;
       const task: Promise<void> = run().finally(() => {
         running.delete(task);
         if (worker) busySlots.delete(slot);
-        if (MEMBER_FAULTS.has(kind)) membersBusy = false;
+        if (isStoreFault(ctx, kind)) storeBusy = false;
       });
       running.add(task);
     }
@@ -159,8 +180,8 @@ export async function runNemesis(
 
 async function inject(
   ctx: FaultContext,
-  kind: FaultKind,
-  garbage: GarbageKind | undefined,
+  kind: string,
+  garbage: string | undefined,
   start: number,
   slot: number,
 ): Promise<FaultRecord> {
@@ -209,64 +230,15 @@ async function inject(
         plantedMasters: planted.masterIds,
       });
     }
-    case "compact": {
-      const cluster = ctx.members!;
-      // A watch only meets a compacted revision when it resumes from an older one: break the
-      // streams of one member's clients first, compact while they reconnect.
-      const member = Math.floor(ctx.random() * cluster.endpoints.length);
-      const withKill = ctx.random() < 0.5;
-      if (withKill) await cluster.kill(member);
-      const revision = await retry(() => cluster.compact());
-      if (withKill) {
-        await sleep(between(ctx.random, 300, 1_500));
-        await cluster.restart(member);
-      }
-      return done(
-        FAULT_LABELS[kind],
-        `compacted at revision ${revision}${withKill ? ` while member ${member} was down` : ""}`,
-        withKill ? { backAt: Date.now() } : {},
-      );
-    }
-    case "kill-follower":
-    case "kill-leader": {
-      const cluster = ctx.members!;
-      const leader = await cluster.leader();
-      const members = cluster.endpoints.map((_, i) => i);
-      const followers = members.filter((i) => i !== leader);
-      const victim = kind === "kill-leader"
-        ? leader
-        : followers[Math.floor(ctx.random() * followers.length)];
-      const down = between(ctx.random, 1_000, 4_000);
-      await cluster.kill(victim);
-      await sleep(down);
-      await cluster.restart(victim);
-      return done(
-        FAULT_LABELS[kind],
-        `SIGKILL member ${victim}${kind === "kill-leader" ? " (leader)" : ""}, down ${down} ms`,
-        { backAt: Date.now() },
-      );
-    }
-    case "outage": {
-      const cluster = ctx.members!;
-      const members = cluster.endpoints.map((_, i) => i);
-      const down = between(ctx.random, 2_000, 6_000);
-      await Promise.all(members.map((i) => cluster.kill(i)));
-      await sleep(down);
-      // Started together: one member alone has no quorum and never turns healthy.
-      await Promise.all(members.map((i) => cluster.restart(i)));
-      return done(FAULT_LABELS[kind], `every member down for ${down} ms`, { backAt: Date.now() });
+    default: {
+      const { detail, backAt } = await ctx.store.injectFault!(kind, ctx.random);
+      return done(labelOf(ctx, kind), detail, backAt === undefined ? {} : { backAt });
     }
   }
 }
 
-/** Runs `fn`, retrying a few times: etcd refuses requests for a moment after a leader change. */
-async function retry<T>(fn: () => Promise<T>, attempts = 10): Promise<T> {
-  for (let i = 1;; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (i >= attempts) throw err;
-      await sleep(500);
-    }
-  }
+/** The table's row of fault `kind`. */
+function labelOf(ctx: FaultContext, kind: string): string {
+  if (Object.hasOwn(FAULT_LABELS, kind)) return FAULT_LABELS[kind as NemesisFault];
+  return ctx.storeFaults[kind] ?? kind;
 }

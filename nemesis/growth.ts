@@ -13,7 +13,8 @@ import { hooksOf } from "./backends.ts";
 import { Child } from "./child.ts";
 import type { Violation } from "./checks/violation.ts";
 import { TIMINGS } from "./config.ts";
-import type { GrowthConfig, GrowthSample } from "./growth_worker.ts";
+import type { GrowthSample } from "../src/testing/nemesis.ts";
+import type { GrowthConfig } from "./growth_worker.ts";
 
 /** Check name of the growth bounds. */
 export const GROWTH_CHECK = "growth stays bounded";

@@ -10,10 +10,10 @@
  */
 import { z } from "zod";
 import { Allocator } from "../src/allocator/allocator.ts";
-import { prng } from "../tests/_support/prng.ts";
+import type { GrowthSample, NemesisStore } from "../src/testing/nemesis.ts";
+import { prng } from "../src/testing/prng.ts";
 import { configFromArgs, logToStderr, openBackend, openStore } from "./process_support.ts";
 import { storeSpecSchema, timingsSchema } from "./records.ts";
-import type { NemesisStore } from "./stores/store.ts";
 
 /** The growth allocator's configuration. */
 export const growthConfigSchema = z.object({
@@ -32,24 +32,6 @@ export const growthConfigSchema = z.object({
 
 /** The growth allocator's configuration. */
 export type GrowthConfig = z.infer<typeof growthConfigSchema>;
-
-/** One sample of the growth run. */
-export interface GrowthSample {
-  readonly cycles: number;
-  readonly elapsedMs: number;
-  readonly rss: number;
-  readonly heapUsed: number;
-  /** Bytes of the store's files (Deno KV: the file and its WAL; 0 for a store without files). */
-  readonly fileBytes: number;
-  /** Entries under the prefix by category. */
-  readonly counts: Record<string, number>;
-  /**
-   * Change-feed entries written since `logWindowMs` before this sample (Deno KV; 0 on etcd), or a
-   * little more (counted from the last sample before the window): what the feed may hold.
-   */
-  readonly recentChanges: number;
-  readonly logWindowMs: number;
-}
 
 /** Concurrent call loops of the one allocator. */
 const LANES = 4;

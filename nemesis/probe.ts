@@ -10,7 +10,8 @@ import { Allocator } from "../src/allocator/allocator.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import type { Violation } from "./checks/violation.ts";
 import { openBackend } from "./process_support.ts";
-import { failedCall, type LineLog, type StoreSpec, type Timings } from "./records.ts";
+import type { NemesisStoreSpec, NemesisTimings } from "../src/testing/nemesis.ts";
+import { failedCall, type LineLog } from "./records.ts";
 
 /** Check name of the probe. */
 export const PROBE_CHECK = "every key still allocatable (nothing lost to garbage)";
@@ -25,10 +26,10 @@ interface ProbeClient {
 
 /** Allocates and releases every key of `plain` and `identity`; returns the keys that failed. */
 export async function probeKeys(
-  spec: StoreSpec,
+  spec: NemesisStoreSpec,
   families: { plain: readonly string[]; identity: readonly string[] },
   range: { min: number; max: number },
-  timings: Timings,
+  timings: NemesisTimings,
   log: LineLog,
 ): Promise<Violation[]> {
   const violations: Violation[] = [];
@@ -60,7 +61,7 @@ export async function probeKeys(
 async function probe(
   node: string,
   keys: readonly string[],
-  timings: Timings,
+  timings: NemesisTimings,
   log: LineLog,
   violations: Violation[],
   client: ProbeClient,

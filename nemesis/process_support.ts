@@ -1,25 +1,27 @@
 /**
  * What every nemesis child process (worker, GC loop, growth run) shares: opening its backend from
- * a {@linkcode StoreSpec}, sending idalloc's log to stderr (a child is an application, so it may
+ * a {@linkcode NemesisStoreSpec}, sending idalloc's log to stderr (a child is an application, so it may
  * configure LogTape), and reading commands from stdin.
  *
  * @module
  */
 import { configure, getTextFormatter, type LogLevel } from "@logtape/logtape";
-import { loadHarness } from "../src/backends/testing.ts";
+import { loadHarness } from "../src/testing/harness.ts";
 import { IdallocError } from "../src/errors.ts";
 import { sleep } from "../src/abort.ts";
-import type { StoreSpec } from "./records.ts";
-import type { NemesisStore, OpenBackendExtra, OpenedBackend } from "./stores/store.ts";
-
-export type { OpenedBackend };
+import type {
+  NemesisStore,
+  NemesisStoreSpec,
+  OpenBackendExtra,
+  OpenedBackend,
+} from "../src/testing/nemesis.ts";
 
 /**
  * Opens `node`'s backend on the store `spec` names, through the harness of the spec's kind (a
  * child process loads only its own backend's).
  */
 export async function openBackend(
-  spec: StoreSpec,
+  spec: NemesisStoreSpec,
   node: string,
   extra: OpenBackendExtra = {},
 ): Promise<OpenedBackend> {
@@ -27,7 +29,7 @@ export async function openBackend(
 }
 
 /** Opens the store `spec` names for reading, through the harness of the spec's kind. */
-export async function openStore(spec: StoreSpec): Promise<NemesisStore> {
+export async function openStore(spec: NemesisStoreSpec): Promise<NemesisStore> {
   return await (await loadHarness(spec.kind)).nemesis.openStore(spec);
 }
 

@@ -9,28 +9,25 @@
 import { z } from "zod";
 import { IdallocError } from "../src/errors.ts";
 import { LabelError } from "../src/identity/errors.ts";
+import type { NemesisStoreSpec, NemesisTimings } from "../src/testing/nemesis.ts";
 
 /**
  * How a nemesis process reaches the store: the backend's kind, and whatever that backend's harness
- * needs (a file, endpoints, a prefix, timings), which its own schema checks when it opens the store.
+ * needs, which its own schema checks when it opens the store.
  */
-export const storeSpecSchema = z.looseObject({ kind: z.string().min(1) });
-
-/** How a nemesis process reaches the store. */
-export type StoreSpec = z.infer<typeof storeSpecSchema>;
+export const storeSpecSchema: z.ZodType<NemesisStoreSpec> = z.looseObject({
+  kind: z.string().min(1),
+});
 
 const rangeSchema = z.object({ min: z.number().int(), max: z.number().int() });
 
 /** Allocator timings shared by every nemesis process. */
-export const timingsSchema = z.object({
+export const timingsSchema: z.ZodType<NemesisTimings> = z.object({
   leaseTtlMs: z.number().int().positive(),
   syncIntervalMs: z.number().int().positive(),
   gcIntervalMs: z.number().int().positive(),
   callTimeoutMs: z.number().int().positive(),
 });
-
-/** Allocator timings shared by every nemesis process. */
-export type Timings = z.infer<typeof timingsSchema>;
 
 /** The JSON a worker process gets as its only argument. */
 export const workerConfigSchema = z.object({

@@ -7,23 +7,29 @@
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import { prng, shuffle } from "../tests/_support/prng.ts";
-import { hooksOf } from "./backends.ts";
+import type { NemesisRunStore, NemesisStore, StoreSnapshot } from "../src/testing/nemesis.ts";
+import { prng, shuffle } from "../src/testing/prng.ts";
+import { faultKindsOf, hooksOf } from "./backends.ts";
 import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
-import { checkStore, type LiveHolds, STORE_CHECKS, type StoreSnapshot } from "./checks/store.ts";
+import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import { CiliumNodes } from "./cilium.ts";
 import {
-  type FaultKind,
   IDENTITY_RANGE,
   identityKeys,
   isIdentityWorker,
   type NemesisOptions,
   workloadFor,
 } from "./config.ts";
-import { type FaultContext, type FaultRecord, type FaultTarget, runNemesis } from "./faults.ts";
+import {
+  type FaultContext,
+  type FaultRecord,
+  type FaultTarget,
+  garbageTargets,
+  runNemesis,
+} from "./faults.ts";
 import { PROBE_CHECK, probeKeys } from "./probe.ts";
 import {
   type CallRecord,
@@ -34,7 +40,6 @@ import {
   parseRecords,
   type WorkerConfig,
 } from "./records.ts";
-import type { GarbageKind, NemesisRunStore, NemesisStore } from "./stores/store.ts";
 import type { Workload } from "./workload.ts";
 
 /** Check name of the drain. */
@@ -257,18 +262,19 @@ async function startProcesses(run: RunState): Promise<void> {
 /** What the nemesis acts on in this run. */
 function faultContext(run: RunState): FaultContext {
   const { store, slots, cilium, random, workload } = run;
+  const hooks = hooksOf(run.backend);
   return {
     random,
     store,
-    members: store.members,
+    storeFaults: hooks.storeFaults ?? {},
     timings: workload.timings,
     skewMs: store.skewMs,
-    garbage: store.garbageKinds.filter((g) => run.options.garbage.has(g)) as GarbageKind[],
-    garbageTargets: {
-      keys: [...run.families.plain, ...run.families.identity],
-      range: workload.plainRange,
+    garbage: hooks.garbageKinds.filter((g) => run.options.garbage.has(g)),
+    garbageTargets: garbageTargets(
+      [...run.families.plain, ...run.families.identity],
+      workload.plainRange,
       random,
-    },
+    ),
     // Slots past the idalloc workers are Cilium nodes: every fault on a node may hit either.
     slots: slots.length + (cilium?.count ?? 0),
     target: (i) => i < slots.length ? target(slots[i]) : cilium!.target(i - slots.length),
@@ -293,8 +299,8 @@ function faultContext(run: RunState): FaultContext {
 async function faultPhase(run: RunState): Promise<void> {
   const t0 = Date.now();
   const end = t0 + run.options.seconds * 1_000;
-  const supported = hooksOf(run.backend).faults;
-  const kinds: FaultKind[] = [...run.options.faults].filter((k) => supported.includes(k));
+  const supported = faultKindsOf(run.backend);
+  const kinds = [...run.options.faults].filter((k) => supported.includes(k));
   const ctx = faultContext(run);
   if (kinds.includes("garbage") && ctx.garbage.length === 0) {
     kinds.splice(kinds.indexOf("garbage"), 1);

@@ -19,7 +19,7 @@ import { Allocator } from "../src/allocator/allocator.ts";
 import type { Backend } from "../src/allocator/backend.ts";
 import { type Identity, IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import { sleep } from "../src/abort.ts";
-import { between, picker, prng, zipf } from "../tests/_support/prng.ts";
+import { between, picker, prng, zipf } from "../src/testing/prng.ts";
 import {
   configFromArgs,
   logToStderr,

@@ -13,7 +13,7 @@
  *
  * @module
  */
-import type { Timings } from "./records.ts";
+import type { NemesisWorkload } from "../src/testing/nemesis.ts";
 
 /** Names of the workloads. */
 export const WORKLOADS = ["default", "keyside"] as const;
@@ -31,17 +31,12 @@ export interface CallMix {
   readonly get: number;
 }
 
-/** Everything a run's processes take from the workload. */
-export interface Workload {
+/**
+ * Everything a run's processes take from the workload; a backend's hooks see its name, timings
+ * and clock slack (which the drain waits for too).
+ */
+export interface Workload extends NemesisWorkload {
   readonly name: WorkloadName;
-  /** Allocator timings of every process of the run. */
-  readonly timings: Timings;
-  /**
-   * Clock slack, ms, that the workers' backends allow a lease where they judge leases by the
-   * clock (Deno KV: its harness makes it the backends' `maxClockSkewMs`); the drain waits for it
-   * too.
-   */
-  readonly clockSkewMs: number;
   /** The plain key family, most popular first. */
   readonly plainKeys: readonly string[];
   /** The plain workers' ID range. */

@@ -9,22 +9,23 @@
  */
 import { Allocator, InvalidOptionsError } from "@idalloc/idalloc";
 import { EtcdBackend } from "@idalloc/idalloc/etcd";
-import { type EtcdCluster, findEtcd, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { loadHarness, type PrivateServer } from "../../src/testing/harness.ts";
 import { type ClusterStore, runCluster } from "../cluster/scenario.ts";
 import { ExampleError, exitOnMistakes } from "../mistakes.ts";
 
 exitOnMistakes("etcd");
-let etcd: EtcdCluster | undefined;
+let etcd: PrivateServer | undefined;
 let endpoints = Deno.env.get("ETCD_ENDPOINTS")?.split(",").map((e) => e.trim()).filter(Boolean);
 if (endpoints === undefined || endpoints.length === 0) {
-  if (findEtcd() === undefined) {
+  // The repository's etcd harness starts a private etcd where one is installed.
+  etcd = await (await loadHarness("etcd")).server?.();
+  if (etcd === undefined) {
     console.log(
       "skipped: no etcd. Set ETCD_ENDPOINTS=http://127.0.0.1:2379 or install one " +
         "(Debian/Ubuntu: apt-get install etcd-server) and run `deno task etcd` again.",
     );
     Deno.exit(0);
   }
-  etcd = await startEtcd();
   endpoints = [...etcd.endpoints];
   console.log(`started a private etcd at ${endpoints.join(", ")}`);
 } else {

@@ -28,7 +28,7 @@ import { Allocator, type Backend } from "../../mod.ts";
 import { IdentityAllocator, Labels } from "../../src/identity/mod.ts";
 import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
 import { DenoKvBackend } from "../../src/backends/kv/mod.ts";
-import { findEtcd, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { loadHarness } from "../../src/testing/harness.ts";
 
 const runtime = "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "node";
 const USAGE = "usage: main.ts [--store etcd|kv] [--count N] [--json]";
@@ -128,11 +128,12 @@ async function etcdStore(): Promise<Store | undefined> {
   let endpoints = process.env.ETCD_ENDPOINTS?.split(",").map((e) => e.trim()).filter(Boolean);
   let stop = async () => {};
   if (!endpoints?.length) {
-    if (findEtcd() === undefined) {
+    // The repository's etcd harness starts a private etcd where one is installed.
+    const etcd = await (await loadHarness("etcd")).server?.();
+    if (etcd === undefined) {
       console.log("skipped: no etcd. Set ETCD_ENDPOINTS=http://127.0.0.1:2379 or install one.");
       return undefined;
     }
-    const etcd = await startEtcd();
     endpoints = [...etcd.endpoints];
     stop = () => etcd.close();
   }

@@ -14,34 +14,8 @@
  *
  * @module
  */
+import type { StoreSnapshot } from "../../src/testing/nemesis.ts";
 import { capViolations, short, type Violation } from "./violation.ts";
-
-/** A master as read. */
-export interface SnapshotMaster {
-  readonly id: number;
-  readonly key: string;
-}
-
-/** A reference as read, with its liveness judged as the backend judges it. */
-export interface SnapshotRef {
-  readonly key: string;
-  readonly node: string;
-  readonly id: number;
-  readonly live: boolean;
-}
-
-/** The parsed content of a store under the run's prefix. */
-export interface StoreSnapshot {
-  readonly at: number;
-  readonly masters: readonly SnapshotMaster[];
-  readonly refs: readonly SnapshotRef[];
-  /** Deno KV's key index (key → ID); absent on etcd. */
-  readonly index?: ReadonlyArray<{ readonly key: string; readonly id: number }>;
-  /** Whether two masters of one key are a violation (Deno KV) or a collectable leftover (etcd). */
-  readonly strictMasters: boolean;
-  /** Entries that did not parse (garbage), by the reader's classification. */
-  readonly skipped: Readonly<Record<string, number>>;
-}
 
 /** What one live worker holds once it stopped calling. */
 export interface LiveHolds {

@@ -12,6 +12,7 @@ import { sleep } from "../abort.ts";
 import type { AcquireResult, BackendSession } from "./backend.ts";
 import { type Backoff, backoffDelay } from "./backoff.ts";
 import type { IdCache } from "./cache.ts";
+import type { ReferenceDeletions } from "./deletions.ts";
 import type { IdPool } from "./id_pool.ts";
 import type { IdSpace } from "./id_space.ts";
 import {
@@ -91,8 +92,8 @@ export interface AcquireParts<K> {
   readonly policy: RetryPolicy;
   /** Records the acquired ID in the pool and the cache at once (the feed's `insertLocal`). */
   readonly record: (key: string, id: number, version: string | undefined) => void;
-  /** Makes sure no reference of `key` outlives an aborted call (its write may have landed). */
-  readonly abandoned: (key: string) => void;
+  /** Deletes what an aborted call may have written (see `ReferenceDeletions.abandoned`). */
+  readonly deletions: Pick<ReferenceDeletions, "abandoned">;
   /** Hears each failure that is tried again (telemetry). */
   readonly onRetry: (err: unknown) => void;
 }
@@ -169,7 +170,7 @@ export class Acquirer<K> {
       return { ...result, id };
     } catch (err) {
       // The write may have landed before the abort: make sure no reference outlives the call.
-      if (signal.aborted) this.#p.abandoned(key);
+      if (signal.aborted) this.#p.deletions.abandoned(key);
       throw err;
     } finally {
       for (const id of leased) pool.release(id);

@@ -1,9 +1,11 @@
 /**
  * The backend-agnostic allocator's public API. Its parts, each in a module of its own, receive
- * only what they need: the ID space (`id_space.ts`), the cache feed (`cache_feed.ts`: the watch,
- * the cache and `watch()` streams), acquisition with its retry and lock-wait policy
- * (`acquire.ts`), the re-check of held keys (`recheck.ts`: claim timer, fencing, sync,
- * reassignment, master-key protection), GC (`gc.ts`) and the task group that stops them all.
+ * only what they need and are built in dependency order (`parts.ts`): the ID space
+ * (`id_space.ts`), the cache feed (`cache_feed.ts`: the watch, the cache and `watch()` streams),
+ * the deletions of this node's references (`deletions.ts`: queued, in flight, failed),
+ * acquisition with its retry and lock-wait policy (`acquire.ts`), the re-check of held keys
+ * (`recheck.ts`: claim timer, fencing, sync, reassignment, master-key protection), GC (`gc.ts`)
+ * and the task group that stops them all.
  *
  * @example Allocate, look up and release on an embedded Deno KV store
  * ```ts
@@ -24,19 +26,10 @@
  * @module
  */
 import type { Backend, BackendSession } from "./backend.ts";
-import { abortable, sleep } from "../abort.ts";
-import { Acquirer } from "./acquire.ts";
-import { IdCache } from "./cache.ts";
-import { CacheFeed } from "./cache_feed.ts";
-import { Fence, type FenceStatus } from "./fence.ts";
-import { GarbageCollector, RateLimiter } from "./gc.ts";
-import { IdPool } from "./id_pool.ts";
-import { IdSpace } from "./id_space.ts";
-import { KeyedMutex } from "./keyed_mutex.ts";
-import { LocalKeys } from "./local_keys.ts";
+import { abortable } from "../abort.ts";
+import type { FenceStatus } from "./fence.ts";
 import { type AllocatorSettings, resolveOptions } from "./options.ts";
-import { Recheck } from "./recheck.ts";
-import { ReleasesBehind } from "./release_behind.ts";
+import { type AllocatorParts, buildParts, closeParts, startParts } from "./parts.ts";
 import type {
   AllocateResult,
   AllocatorEvent,
@@ -53,19 +46,9 @@ import {
   ReadOnlyError,
 } from "../errors.ts";
 import { idallocLogger } from "../log.ts";
-import { TaskGroup } from "../task_group.ts";
-import {
-  type AllocationCounts,
-  type AllocatorGauges,
-  AllocatorTelemetry,
-  identityOf,
-  type ReleaseNote,
-} from "../telemetry/allocator.ts";
+import type { AllocationCounts, AllocatorGauges, ReleaseNote } from "../telemetry/allocator.ts";
 
 const log = idallocLogger("allocator");
-
-/** How long `close()` lets queued reference deletions land before it closes the session. */
-const CLOSE_FLUSH_MS = 5_000;
 
 /** Counters of an allocator, for status pages and tests. */
 export interface AllocatorStatus {
@@ -100,87 +83,15 @@ export interface AllocatorStatus {
  */
 export class Allocator<K = string> implements AsyncDisposable {
   readonly #backend: Backend;
-  readonly #session: BackendSession;
   readonly #settings: AllocatorSettings<K>;
-  readonly #tasks = new TaskGroup("allocator");
-  readonly #space: IdSpace;
-  readonly #pool: IdPool;
-  readonly #cache: IdCache<K>;
-  readonly #local = new LocalKeys();
-  readonly #mutex = new KeyedMutex();
-  /** Held keys this node may not answer from memory until the store is re-checked. */
-  readonly #fence = new Fence();
-  readonly #feed: CacheFeed<K>;
-  readonly #acquirer: Acquirer<K>;
-  readonly #recheck: Recheck<K>;
-  readonly #gc: GarbageCollector;
-  /** Deletions of released references still to land (`releaseInBackground`). */
-  readonly #behind: ReleasesBehind;
-  /** Metrics and spans (see `src/telemetry/`). */
-  readonly #telemetry: AllocatorTelemetry;
+  /** Every part, built in dependency order (see `parts.ts`). */
+  readonly #p: AllocatorParts<K>;
   #closed: Promise<void> | undefined;
 
   private constructor(backend: Backend, session: BackendSession, settings: AllocatorSettings<K>) {
     this.#backend = backend;
-    this.#session = session;
     this.#settings = settings;
-    this.#telemetry = new AllocatorTelemetry(identityOf(backend));
-    this.#space = new IdSpace(settings.min, settings.max, settings.prefixMask);
-    this.#pool = new IdPool(settings.min, settings.max);
-    // Own allocations enter the cache decoded (see `IdCache.insertLocal`).
-    this.#cache = new IdCache<K>((k) => settings.codec.decode(k));
-    const hooks = {
-      conflict: (key: string, why: string) => this.#recheck.conflict(key, why),
-      deletedHeld: (key: string, id: number) => this.#recheck.deletedHeld(key, id),
-    };
-    this.#feed = new CacheFeed({
-      session,
-      cache: this.#cache,
-      pool: this.#pool,
-      space: this.#space,
-      local: this.#local,
-      codec: settings.codec,
-      validator: settings.validator,
-      backoff: settings.backoff,
-      telemetry: this.#telemetry,
-      hooks,
-    });
-    this.#acquirer = new Acquirer({
-      session,
-      cache: this.#cache,
-      pool: this.#pool,
-      space: this.#space,
-      policy: settings,
-      record: (key, id, version) => this.#feed.insertLocal(key, id, version),
-      abandoned: (key) => this.#recheck.dropAbandoned(key),
-      onRetry: (err) => this.#telemetry.retry(err),
-    });
-    this.#recheck = new Recheck({
-      session,
-      fence: this.#fence,
-      local: this.#local,
-      mutex: this.#mutex,
-      cache: this.#cache,
-      feed: this.#feed,
-      acquirer: this.#acquirer,
-      codec: settings.codec,
-      tasks: this.#tasks,
-      telemetry: this.#telemetry,
-      node: backend.node,
-      backoff: settings.backoff,
-      masterKeyProtection: settings.masterKeyProtection,
-      readOnly: settings.readOnly,
-    });
-    this.#behind = new ReleasesBehind({
-      release: (key, id) => session.release(key, id, this.#tasks.signal),
-      failed: (key, id, err) => this.#releaseFailed(key, id, err),
-    });
-    this.#gc = new GarbageCollector(
-      session,
-      this.#space.stored,
-      new RateLimiter(settings.gcRateLimit.intervalMs, settings.gcRateLimit.burst),
-      settings.gcGraceMs,
-    );
+    this.#p = buildParts(backend, session, settings);
   }
 
   /**
@@ -200,7 +111,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       leaseTtlMs: settings.leaseTtlMs,
       readOnly: settings.readOnly,
       onLeaseReplaced: () => {
-        if (opened.allocator) opened.allocator.#recheck.leaseReplaced();
+        if (opened.allocator) opened.allocator.#p.recheck.leaseReplaced();
       },
       signal: callOptions?.signal,
     });
@@ -217,41 +128,15 @@ export class Allocator<K = string> implements AsyncDisposable {
 
   /** The ID range `[min, max]` (before the prefix mask). */
   get range(): { readonly min: number; readonly max: number } {
-    return { min: this.#space.min, max: this.#space.max };
+    return { min: this.#p.space.min, max: this.#p.space.max };
   }
 
   #start(): void {
-    const signal = this.#tasks.signal;
-    this.#telemetry.open(() => this.#gauges());
-    this.#spawn(this.#feed.run(signal));
-    if (!this.#settings.readOnly) {
-      this.#recheck.start();
-      this.#spawn(
-        this.#every(this.#settings.syncIntervalMs, signal, () => this.#recheck.requestSync()),
-      );
-      if (this.#settings.gcIntervalMs !== undefined) {
-        this.#spawn(this.#every(this.#settings.gcIntervalMs, signal, async () => {
-          const stats = await this.runGc({ signal });
-          log.debug("GC pass: {deleted} deleted, {marked} marked", { ...stats });
-        }));
-      }
-    }
-  }
-
-  #spawn(task: Promise<unknown>): void {
-    this.#tasks.spawn(task, (err) => log.error("background task failed: {err}", { err }));
-  }
-
-  async #every(ms: number, signal: AbortSignal, fn: () => unknown): Promise<void> {
-    await this.#feed.waitForInitialSync(signal);
-    while (!signal.aborted) {
-      await sleep(ms, signal);
-      try {
-        await fn();
-      } catch (err) {
-        if (!signal.aborted) log.warning("periodic task failed: {err}", { err });
-      }
-    }
+    this.#p.telemetry.open(() => this.#gauges());
+    startParts(this.#p, this.#settings, async (signal) => {
+      const stats = await this.runGc({ signal });
+      log.debug("GC pass: {deleted} deleted, {marked} marked", { ...stats });
+    });
   }
 
   #checkOpen(): void {
@@ -290,17 +175,17 @@ export class Allocator<K = string> implements AsyncDisposable {
       this.#checkWritable("allocate");
       k = this.#encode(key);
     } catch (err) {
-      this.#telemetry.failed(err);
+      this.#p.telemetry.failed(err);
       throw err;
     }
-    const held = this.#local.get(k);
-    if (held && this.#recheck.answersFromMemory()) {
+    const held = this.#p.local.get(k);
+    if (held && this.#p.recheck.answersFromMemory()) {
       held.refcnt++;
       // The hot path's whole telemetry: a plain increment that an observable counter reports.
-      this.#telemetry.cached++;
+      this.#p.telemetry.cached++;
       return { id: held.id, isNew: false, firstUse: false };
     }
-    return await this.#telemetry.allocation((trips) => this.#allocateStored(k, options, trips));
+    return await this.#p.telemetry.allocation((trips) => this.#allocateStored(k, options, trips));
   }
 
   /** `allocate` past the cached answer: the key's lock, then the store. */
@@ -310,24 +195,24 @@ export class Allocator<K = string> implements AsyncDisposable {
     trips: { count: number },
   ): Promise<AllocateResult> {
     this.#backend.checkKey(k);
-    const signal = this.#tasks.bound(options?.signal);
-    await this.#feed.waitForInitialSync(signal);
+    const { tasks, feed, local, fence, mutex, deletions, acquirer } = this.#p;
+    const signal = tasks.bound(options?.signal);
+    await feed.waitForInitialSync(signal);
     for (;;) {
       // Never wait on the fence while holding the key's lock: the re-check needs that lock.
-      if (this.#local.get(k) && this.#fence.isSuspect(k)) await this.#fence.until(k, signal);
-      using _lock = await this.#mutex.lock(k, signal);
-      const again = this.#local.get(k);
+      if (local.get(k) && fence.isSuspect(k)) await fence.until(k, signal);
+      using _lock = await mutex.lock(k, signal);
+      const again = local.get(k);
       if (again) {
-        if (this.#fence.isSuspect(k)) continue;
+        if (fence.isSuspect(k)) continue;
         again.refcnt++;
         return { id: again.id, isNew: false, firstUse: false };
       }
-      // A deletion of this node's reference still queued must not run after the acquisition
-      // found that reference; one in flight must land first.
-      await this.#behind.settle(k);
-      const result = await this.#acquirer.acquire(k, signal, undefined, trips);
-      this.#local.add(k, result.id);
-      this.#recheck.heldAgain(k);
+      // A deletion of this node's reference still queued or failed must not run after the
+      // acquisition found that reference; one in flight must land first.
+      await deletions.settle(k);
+      const result = await acquirer.acquire(k, signal, undefined, trips);
+      local.add(k, result.id);
       return { id: result.id, isNew: result.created, firstUse: true };
     }
   }
@@ -341,7 +226,7 @@ export class Allocator<K = string> implements AsyncDisposable {
    * see {@linkcode Allocator.flush}.
    */
   release(key: K, options?: CallOptions): Promise<ReleaseResult> {
-    return this.#telemetry.release((note) => this.#release(key, options, note));
+    return this.#p.telemetry.release((note) => this.#release(key, options, note));
   }
 
   async #release(
@@ -351,43 +236,31 @@ export class Allocator<K = string> implements AsyncDisposable {
   ): Promise<ReleaseResult> {
     this.#checkWritable("release");
     const k = this.#encode(key);
-    const signal = this.#tasks.bound(options?.signal);
-    await this.#feed.waitForInitialSync(signal);
-    using _lock = await this.#mutex.lock(k, signal);
-    const entry = this.#local.get(k);
+    const { tasks, feed, local, fence, mutex, deletions } = this.#p;
+    const signal = tasks.bound(options?.signal);
+    await feed.waitForInitialSync(signal);
+    using _lock = await mutex.lock(k, signal);
+    const entry = local.get(k);
     if (!entry) throw new KeyNotHeldError(k);
-    if (!this.#local.release(k)) return { lastUse: false };
-    this.#fence.forget(k);
-    if (this.#settings.releaseInBackground) {
-      this.#behind.schedule(k, entry.id);
-      return { lastUse: true };
-    }
-    try {
-      await this.#session.release(k, entry.id, signal);
-    } catch (err) {
-      this.#releaseFailed(k, entry.id, err);
-      note.deferred = true;
-    }
+    if (!local.release(k)) return { lastUse: false };
+    fence.forget(k);
+    if (this.#settings.releaseInBackground) deletions.schedule(k, entry.id);
+    // The local hold is gone either way; a deletion that fails is left to the sync, which keeps
+    // trying so that the reference cannot pin the ID forever.
+    else if (!await deletions.deleteNow(k, entry.id, signal)) note.deferred = true;
     return { lastUse: true };
-  }
-
-  #releaseFailed(key: string, id: number, err: unknown): void {
-    // The local hold is gone either way; the sync keeps trying to delete the reference so it
-    // cannot pin the ID forever.
-    this.#recheck.releaseFailed(key, id);
-    log.warning("could not delete reference of {key}; will retry: {err}", { key, err });
   }
 
   /**
    * Waits until the deletion of every reference released so far has reached the store, or failed
    * and been left to the sync (which retries it). Only `releaseInBackground` defers deletions;
-   * without it this returns at once. Call it where the store must show a release, e.g. before
-   * another node's GC is expected to collect the ID.
+   * without it this returns as soon as deletions already in flight have. Call it where the store
+   * must show a release, e.g. before another node's GC is expected to collect the ID.
    */
   async flush(options?: CallOptions): Promise<void> {
     this.#checkOpen();
-    const signal = this.#tasks.bound(options?.signal);
-    await abortable(this.#behind.flush(), signal);
+    const signal = this.#p.tasks.bound(options?.signal);
+    await abortable(this.#p.deletions.flush(), signal);
   }
 
   /**
@@ -400,23 +273,25 @@ export class Allocator<K = string> implements AsyncDisposable {
   async get(key: K, options?: CallOptions): Promise<number | undefined> {
     this.#checkOpen();
     const k = this.#encode(key);
-    const held = this.#local.get(k);
+    const held = this.#p.local.get(k);
     if (held) {
-      if (this.#recheck.answersFromMemory()) return held.id;
-      await this.#fence.until(k, this.#tasks.bound(options?.signal));
-      const now = this.#local.get(k);
+      if (this.#p.recheck.answersFromMemory()) return held.id;
+      await this.#p.fence.until(k, this.#p.tasks.bound(options?.signal));
+      const now = this.#p.local.get(k);
       if (now) return now.id;
     }
-    if (this.#fence.active) return await this.#session.get(k, this.#tasks.bound(options?.signal));
-    const cached = this.#cache.lookup(k)?.id;
+    if (this.#p.fence.active) {
+      return await this.#p.session.get(k, this.#p.tasks.bound(options?.signal));
+    }
+    const cached = this.#p.cache.lookup(k)?.id;
     if (cached !== undefined) return cached;
-    return await this.#session.get(k, this.#tasks.bound(options?.signal));
+    return await this.#p.session.get(k, this.#p.tasks.bound(options?.signal));
   }
 
   /** The ID of `key` read from the store, bypassing the cache (Cilium's `GetNoCache`). */
   async getNoCache(key: K, options?: CallOptions): Promise<number | undefined> {
     this.#checkOpen();
-    return await this.#session.get(this.#encode(key), this.#tasks.bound(options?.signal));
+    return await this.#p.session.get(this.#encode(key), this.#p.tasks.bound(options?.signal));
   }
 
   /** The key of `id` from the cache, else from the store; `undefined` if no master exists. */
@@ -425,9 +300,9 @@ export class Allocator<K = string> implements AsyncDisposable {
     if (!Number.isSafeInteger(id) || id <= 0) {
       throw new InvalidIdError(`ID ${id} is not a positive safe integer`);
     }
-    const cached = this.#cache.entry(id);
+    const cached = this.#p.cache.entry(id);
     if (cached) return cached.value;
-    const stored = await this.#session.getById(id, this.#tasks.bound(options?.signal));
+    const stored = await this.#p.session.getById(id, this.#p.tasks.bound(options?.signal));
     if (stored === undefined) return undefined;
     try {
       return this.#settings.codec.decode(stored);
@@ -443,16 +318,18 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   cachedId(key: K): number | undefined {
     const k = this.#encode(key);
-    const held = this.#local.get(k);
+    const held = this.#p.local.get(k);
     if (held) {
-      return this.#recheck.answersFromMemory() || !this.#fence.isSuspect(k) ? held.id : undefined;
+      return this.#p.recheck.answersFromMemory() || !this.#p.fence.isSuspect(k)
+        ? held.id
+        : undefined;
     }
-    return this.#cache.lookup(k)?.id;
+    return this.#p.cache.lookup(k)?.id;
   }
 
   /** The cached key of `id` (no store access). */
   cachedKey(id: number): K | undefined {
-    return this.#cache.entry(id)?.value;
+    return this.#p.cache.entry(id)?.value;
   }
 
   /**
@@ -460,11 +337,11 @@ export class Allocator<K = string> implements AsyncDisposable {
    * that are fenced and not re-checked yet.
    */
   *entries(): IterableIterator<[number, K]> {
-    const fenced = this.#local.size > 0 && !this.#recheck.answersFromMemory();
-    for (const [id, entry] of this.#cache.entries()) {
+    const fenced = this.#p.local.size > 0 && !this.#p.recheck.answersFromMemory();
+    for (const [id, entry] of this.#p.cache.entries()) {
       if (fenced) {
-        const holder = this.#local.keyOf(id);
-        if (holder !== undefined && this.#fence.isSuspect(holder)) continue;
+        const holder = this.#p.local.keyOf(id);
+        if (holder !== undefined && this.#p.fence.isSuspect(holder)) continue;
       }
       yield [id, entry.value];
     }
@@ -483,15 +360,15 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   async *watch(options?: CallOptions): AsyncGenerator<AllocatorEvent<K>> {
     this.#checkOpen();
-    const signal = this.#tasks.bound(options?.signal);
-    await this.#feed.waitForInitialSync(signal);
-    if (this.#fence.active) await this.#fence.until(undefined, signal);
-    yield* this.#feed.subscribe(signal);
+    const signal = this.#p.tasks.bound(options?.signal);
+    await this.#p.feed.waitForInitialSync(signal);
+    if (this.#p.fence.active) await this.#p.fence.until(undefined, signal);
+    yield* this.#p.feed.subscribe(signal);
   }
 
   /** Resolves once the initial list of the store has been loaded into the cache. */
   async waitForInitialSync(options?: CallOptions): Promise<void> {
-    await this.#feed.waitForInitialSync(this.#tasks.bound(options?.signal));
+    await this.#p.feed.waitForInitialSync(this.#p.tasks.bound(options?.signal));
   }
 
   /**
@@ -500,8 +377,8 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   async runGc(options?: CallOptions): Promise<GcStats> {
     this.#checkWritable("runGc");
-    const signal = this.#tasks.bound(options?.signal);
-    return await this.#telemetry.gc(() => this.#gc.run(signal));
+    const signal = this.#p.tasks.bound(options?.signal);
+    return await this.#p.telemetry.gc(() => this.#p.gc.run(signal));
   }
 
   /**
@@ -511,29 +388,29 @@ export class Allocator<K = string> implements AsyncDisposable {
    */
   async sync(options?: CallOptions): Promise<void> {
     this.#checkWritable("sync");
-    await this.#recheck.requestSync("requested", options?.signal);
+    await this.#p.recheck.requestSync("requested", options?.signal);
   }
 
   /** What the observable instruments report, and most of `status()`. */
-  #gauges(session = this.#session.status()): AllocatorGauges {
+  #gauges(session = this.#p.session.status()): AllocatorGauges {
     return {
-      heldKeys: this.#local.size,
-      cachedIds: this.#cache.size,
-      availableIds: this.#pool.available,
-      queuedEvents: this.#feed.queued,
-      healthy: session.healthy && !this.#fence.active &&
-        Date.now() < this.#session.claimValidUntil(),
-      fence: this.#fence.status(),
+      heldKeys: this.#p.local.size,
+      cachedIds: this.#p.cache.size,
+      availableIds: this.#p.pool.available,
+      queuedEvents: this.#p.feed.queued,
+      healthy: session.healthy && !this.#p.fence.active &&
+        Date.now() < this.#p.session.claimValidUntil(),
+      fence: this.#p.fence.status(),
     };
   }
 
   /** Counters and the session's health. */
   status(): AllocatorStatus {
-    const session = this.#session.status();
+    const session = this.#p.session.status();
     return {
       ...this.#gauges(session),
-      synced: this.#feed.synced,
-      allocations: this.#telemetry.counts(),
+      synced: this.#p.feed.synced,
+      allocations: this.#p.telemetry.counts(),
       session,
     };
   }
@@ -545,14 +422,7 @@ export class Allocator<K = string> implements AsyncDisposable {
    * lease). Idempotent.
    */
   close(): Promise<void> {
-    this.#closed ??= (async () => {
-      await abortable(this.#behind.flush(), AbortSignal.timeout(CLOSE_FLUSH_MS)).catch(() => {});
-      await this.#tasks.close(() => {
-        this.#telemetry.close();
-        this.#recheck.stop();
-        this.#feed.close(new ClosedError("allocator"));
-      }, () => this.#session.close());
-    })();
+    this.#closed ??= closeParts(this.#p);
     return this.#closed;
   }
 

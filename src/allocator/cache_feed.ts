@@ -5,8 +5,10 @@
  * vanished and are deleted from the cache (unless changed since the list began). Each subscriber
  * has its own unbounded queue, so a slow consumer never blocks the feed or other consumers.
  *
- * The feed decides nothing about held keys: it tells its owner through {@linkcode FeedHooks}
- * when the store contradicts one (`conflict`) or deletes the master of one (`deletedHeld`).
+ * The feed decides nothing about held keys: it tells the {@linkcode FeedHooks} its watch runs
+ * for (the re-check) when the store contradicts one (`conflict`) or deletes the master of one
+ * (`deletedHeld`). They are given to {@linkcode CacheFeed.run}, not to the constructor: the
+ * re-check is built after the feed, which it uses.
  *
  * @module
  */
@@ -46,7 +48,6 @@ export interface FeedParts<K> {
   readonly validator?: CacheValidator;
   readonly backoff: Backoff;
   readonly telemetry: Pick<AllocatorTelemetry, "watched" | "reconnect" | "synced">;
-  readonly hooks: FeedHooks;
 }
 
 /** The watch loop and the subscribers of one allocator (see the module doc). */
@@ -86,8 +87,11 @@ export class CacheFeed<K> {
     this.#syncedSignal.reject(reason);
   }
 
-  /** Watches the store until `signal` aborts, restarting a failed watch with backoff. */
-  async run(signal: AbortSignal): Promise<void> {
+  /**
+   * Watches the store until `signal` aborts, restarting a failed watch with backoff; `hooks` hear
+   * about held keys.
+   */
+  async run(signal: AbortSignal, hooks: FeedHooks): Promise<void> {
     for (let attempt = 0; !signal.aborted; attempt++) {
       // A (re)started watch re-lists: IDs not seen again before `synced` have vanished.
       const seen = new Set<number>();
@@ -99,7 +103,9 @@ export class CacheFeed<K> {
             if (listing) {
               listing = false;
               for (const [id] of [...this.#p.cache.entries()]) {
-                if (!seen.has(id) && this.#p.cache.unlisted(id, listedFrom)) this.#onDelete(id);
+                if (!seen.has(id) && this.#p.cache.unlisted(id, listedFrom)) {
+                  this.#onDelete(id, hooks);
+                }
               }
             }
             attempt = 0;
@@ -107,7 +113,7 @@ export class CacheFeed<K> {
             continue;
           }
           if (listing) seen.add(event.id);
-          this.#onEvent(event);
+          this.#onEvent(event, hooks);
         }
         if (signal.aborted) return;
         log.warning("store watch ended; restarting it");
@@ -127,9 +133,9 @@ export class CacheFeed<K> {
     this.#p.telemetry.synced();
   }
 
-  #onEvent(event: Exclude<BackendEvent, { type: "synced" }>): void {
-    if (event.type === "delete") return this.#onDelete(event.id);
-    const { cache, codec, local, hooks } = this.#p;
+  #onEvent(event: Exclude<BackendEvent, { type: "synced" }>, hooks: FeedHooks): void {
+    if (event.type === "delete") return this.#onDelete(event.id, hooks);
+    const { cache, codec, local } = this.#p;
     const reason = this.#p.validator?.({ type: "upsert", id: event.id, key: event.key });
     if (reason !== undefined) {
       log.warning("skipping event for invalid ID {id}: {reason}", { id: event.id, reason });
@@ -155,7 +161,7 @@ export class CacheFeed<K> {
     }
   }
 
-  #onDelete(id: number): void {
+  #onDelete(id: number, hooks: FeedHooks): void {
     const cached = this.#p.cache.entry(id);
     const reason = this.#p.validator?.({ type: "delete", id, key: cached?.key });
     if (reason !== undefined) {
@@ -163,7 +169,7 @@ export class CacheFeed<K> {
       return;
     }
     const heldKey = this.#p.local.keyOf(id);
-    if (heldKey !== undefined && this.#p.hooks.deletedHeld(heldKey, id)) return;
+    if (heldKey !== undefined && hooks.deletedHeld(heldKey, id)) return;
     this.forget(id);
   }
 

@@ -11,7 +11,8 @@
  *   proves held keys with the session's `ensure`, or moves a key whose ID was taken to the ID the
  *   store gives it now (announced as `reassigned`).
  * - **The sync.** Every `syncIntervalMs` (and on request) the same pass re-creates vanished
- *   references and masters of held keys, and retries reference deletions that failed.
+ *   references and masters of held keys, and has the deletions owner (`deletions.ts`) retry
+ *   reference deletions that failed.
  * - **Master-key protection.** A deleted master of a held ID is re-created, unless another master
  *   names the key.
  *
@@ -22,6 +23,7 @@ import type { BackendSession, HeldKey } from "./backend.ts";
 import { type Backoff, backoffDelay } from "./backoff.ts";
 import type { IdCache } from "./cache.ts";
 import type { CacheFeed } from "./cache_feed.ts";
+import type { ReferenceDeletions } from "./deletions.ts";
 import type { Fence } from "./fence.ts";
 import type { KeyedMutex } from "./keyed_mutex.ts";
 import type { LocalKeys } from "./local_keys.ts";
@@ -53,6 +55,7 @@ export interface RecheckParts<K> {
   readonly cache: Pick<IdCache<K>, "otherIds" | "entry">;
   readonly feed: Pick<CacheFeed<K>, "insertLocal" | "forget" | "announce">;
   readonly acquirer: Pick<Acquirer<K>, "acquire">;
+  readonly deletions: Pick<ReferenceDeletions, "retry">;
   readonly codec: KeyCodec<K>;
   /** The tasks the re-check spawns stop with this group. */
   readonly tasks: TaskGroup;
@@ -67,8 +70,6 @@ export interface RecheckParts<K> {
 /** The re-check of one allocator's held keys (see the module doc). */
 export class Recheck<K> {
   readonly #p: RecheckParts<K>;
-  /** Keys whose last release could not delete the reference; the sync retries them. */
-  readonly #pendingReleases = new Map<string, number>();
   /** IDs whose master is being re-created by master-key protection. */
   readonly #protecting = new Set<number>();
   /** Fires when the session's claim runs out, unless a renewal pushed it further. */
@@ -136,29 +137,6 @@ export class Recheck<K> {
     if (!this.#p.masterKeyProtection || this.#p.readOnly) return false;
     this.#protect(key, id);
     return true;
-  }
-
-  /** The last release of `key` could not delete its reference to `id`: the sync retries it. */
-  releaseFailed(key: string, id: number): void {
-    this.#pendingReleases.set(key, id);
-  }
-
-  /** `key` is held again: a deletion still pending for it must not run. */
-  heldAgain(key: string): void {
-    this.#pendingReleases.delete(key);
-  }
-
-  /** An aborted acquisition of `key` may have written a reference: delete it unless held. */
-  dropAbandoned(key: string): void {
-    this.#pendingReleases.set(key, 0);
-    const { mutex, local, session, tasks } = this.#p;
-    const signal = tasks.signal;
-    this.#spawn((async () => {
-      using _lock = await mutex.lock(key, signal);
-      if (local.get(key) || !this.#pendingReleases.has(key)) return;
-      await session.release(key, 0, signal);
-      this.#pendingReleases.delete(key);
-    })());
   }
 
   /**
@@ -294,12 +272,7 @@ export class Recheck<K> {
     // Only some keys in doubt (conflicts): re-check those; the lease itself is not in question.
     const onlySuspects = reason === "fence" && fence.active && !fence.status().all;
     let complete = true;
-    for (const [key, id] of [...this.#pendingReleases]) {
-      using _lock = await mutex.lock(key, signal);
-      if (local.get(key) || this.#pendingReleases.get(key) !== id) continue;
-      await session.release(key, id, signal);
-      this.#pendingReleases.delete(key);
-    }
+    await this.#p.deletions.retry();
     const held = local.snapshot()
       .filter(({ key }) => !onlySuspects || fence.isSuspect(key))
       .sort((a, b) => (a.key < b.key ? -1 : 1));

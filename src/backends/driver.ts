@@ -98,12 +98,6 @@ export interface DriverFailure {
 export interface BackendDriver<D = unknown> {
   /** The backend's one name, everywhere (`Backend.kind`, telemetry, CLI, nemesis, bench). */
   readonly kind: string;
-  /**
-   * URL of the backend's development harness module (`testing/harness.ts` in its folder: test
-   * fixture, nemesis hooks, bench opener). Not published; loaded only by the repository's tests,
-   * nemesis suite and benchmarks, through `src/backends/testing.ts`.
-   */
-  readonly harness: string;
   /** The backend's name for people (help, messages): `Deno KV`, `etcd`. */
   readonly title: string;
   /** The start of `--store` that selects the backend: `kv:`, `etcd://`. */

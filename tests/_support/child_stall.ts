@@ -9,7 +9,7 @@
 import process from "node:process";
 import { Allocator } from "../../mod.ts";
 import { openBackendFromSpec } from "./open_backend.ts";
-import type { StoreSpec } from "./fixture.ts";
+import type { StoreSpec } from "../../src/testing/fixture.ts";
 
 const [specJson, node, key, max, leaseTtlMs] = process.argv.slice(2);
 const spec = JSON.parse(specJson) as StoreSpec;

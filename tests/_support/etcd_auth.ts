@@ -3,7 +3,7 @@
  *
  * @example
  * ```ts ignore
- * // Needs an etcd binary; tests/cli/etcd_security.test.ts runs it.
+ * // Needs an etcd binary; tests/backends/etcd/cli_security.test.ts runs it.
  * await using etcd = await startEtcd();
  * await enableAuth(etcd.endpoints, "s3cret");
  * ```

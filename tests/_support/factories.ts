@@ -1,11 +1,12 @@
 /**
  * Every backend the conformance suite runs against: one factory per backend in the registry, the
- * `fixture` of its harness. A new backend gets the whole suite from its registry entry.
+ * `fixture` of its harness. A new backend gets the whole suite from its registry entry and its
+ * line in the harness loader (`HARNESS_MODULES`).
  *
  * @module
  */
-import { loadHarnesses } from "../../src/backends/testing.ts";
-import type { BackendFactory, BackendTraits } from "./fixture.ts";
+import { loadHarnesses } from "../../src/testing/harness.ts";
+import type { BackendFactory, BackendTraits } from "../../src/testing/fixture.ts";
 import { test } from "./test.ts";
 
 const harnesses = await loadHarnesses();

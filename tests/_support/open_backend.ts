@@ -11,8 +11,8 @@
  * @module
  */
 import type { Backend } from "../../src/allocator/backend.ts";
-import { loadHarness } from "../../src/backends/testing.ts";
-import type { NodeBackendOptions, StoreSpec } from "./fixture.ts";
+import { loadHarness } from "../../src/testing/harness.ts";
+import type { NodeBackendOptions, StoreSpec } from "../../src/testing/fixture.ts";
 
 /** A backend for `node` on the store `spec` describes; disposing it closes the store handle. */
 export async function openBackendFromSpec(

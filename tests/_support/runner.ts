@@ -14,7 +14,7 @@ import { readdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { runtime } from "./runtime.ts";
+import { runtime } from "../../src/testing/runtime.ts";
 import { collectedTests } from "./test.ts";
 
 /** A test that takes longer than this fails (Deno's runner has no limit; CI's clock does). */

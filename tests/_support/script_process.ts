@@ -12,7 +12,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import process from "node:process";
-import { scriptCommand } from "./runtime.ts";
+import { scriptCommand } from "../../src/testing/runtime.ts";
 
 /** How a child ended: its exit code, or the signal that ended it. */
 export interface ScriptExit {

@@ -11,7 +11,7 @@
  * ```
  * @module
  */
-import { runtime } from "./runtime.ts";
+import { runtime } from "../../src/testing/runtime.ts";
 
 /** One test: a name, its body, and whether it is registered as ignored (still listed). */
 export interface TestDefinition {

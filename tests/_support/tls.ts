@@ -4,7 +4,7 @@
  *
  * @example
  * ```ts ignore
- * // Needs openssl and an etcd binary; tests/cli/etcd_security.test.ts runs it.
+ * // Needs openssl and an etcd binary; tests/backends/etcd/cli_security.test.ts runs it.
  * if (hasOpenssl()) {
  *   await withCerts("idalloc-tls-", async (files) => {
  *     await using etcd = await startEtcd({ tls: etcdTls(files, { mutual: true }) });

@@ -1,9 +1,9 @@
 /**
  * `SessionDouble`: a plain in-memory test double of the `BackendSession` contract, for unit tests
  * of the allocator's parts (the cache feed, acquisition's retry policy, the re-check). It is not a
- * store: it keeps masters and this node's references in maps, answers `ensure` by a script, and
- * lets a test push watch events and move the claim's deadline. The conformance suites cover the
- * real stores.
+ * store: it keeps masters and this node's references in maps, answers `acquire`, `release` and
+ * `ensure` by a script, and lets a test push watch events and move the claim's deadline. The
+ * conformance suites cover the real stores.
  *
  * @module
  */
@@ -18,9 +18,13 @@ import type {
   SessionStatus,
 } from "../../src/allocator/backend.ts";
 import { EventQueue } from "../../src/allocator/event_queue.ts";
+import { abortable } from "../../src/abort.ts";
 
 /** A scripted `acquire` answer: a result, or an error to throw. */
 export type AcquireStep = AcquireResult | Error;
+
+/** A scripted `release` answer: an error to throw, or a gate to wait for before deleting. */
+export type ReleaseStep = Error | Promise<unknown>;
 
 /** The test double of a session (see the module doc). */
 export class SessionDouble implements BackendSession {
@@ -32,6 +36,8 @@ export class SessionDouble implements BackendSession {
   readonly calls: string[] = [];
   /** Answers of `acquire`, taken in order; when empty, it joins or creates like a store would. */
   readonly acquireSteps: AcquireStep[] = [];
+  /** Answers of `release`, taken in order; when empty, it deletes at once. */
+  readonly releaseSteps: ReleaseStep[] = [];
   /** The `acquire` requests seen. */
   readonly acquireRequests: AcquireRequest[] = [];
   /** What `ensure` answers for one held key; default: both present. */
@@ -86,10 +92,13 @@ export class SessionDouble implements BackendSession {
     return Promise.resolve({ id, created: true, version: "1" });
   }
 
-  release(key: string, id: number): Promise<void> {
+  async release(key: string, id: number, signal: AbortSignal): Promise<void> {
     this.calls.push(`release ${key}/${id}`);
-    if (id === 0 || this.references.get(key) === id) this.references.delete(key);
-    return Promise.resolve();
+    const step = this.releaseSteps.shift();
+    if (step instanceof Error) throw step;
+    if (step) await abortable(step, signal);
+    // The contract: the node's reference goes, whatever ID it holds.
+    this.references.delete(key);
   }
 
   ensure(held: readonly HeldKey[]): Promise<EnsureReport[]> {

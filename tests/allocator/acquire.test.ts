@@ -112,7 +112,7 @@ function acquirer(session: SessionDouble, space = new IdSpace(1, 10, 0)) {
       pool.remove(space.unmask(id));
       cache.insertLocal(key, id, version);
     },
-    abandoned: (key) => abandoned.push(key),
+    deletions: { abandoned: (key) => abandoned.push(key) },
     onRetry: () => {},
   });
   return { a, cache, pool, recorded, abandoned };

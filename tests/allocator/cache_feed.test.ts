@@ -27,16 +27,15 @@ function feedOn(session: SessionDouble, hooks: Partial<FeedHooks> = {}) {
     validator: ({ id }) => (id === 66 ? "66 is reserved" : undefined),
     backoff: { initialMs: 1, maxMs: 5, factor: 1 },
     telemetry: new AllocatorTelemetry({ backend: "session-double", prefix: "p", node: "n" }),
-    hooks: {
-      conflict: (key, why) => told.push(`conflict ${key}: ${why}`),
-      deletedHeld: (key, id) => {
-        told.push(`deleted ${key}/${id}`);
-        return hooks.deletedHeld?.(key, id) ?? false;
-      },
-    },
   });
   const stop = new AbortController();
-  const running = feed.run(stop.signal);
+  const running = feed.run(stop.signal, {
+    conflict: (key, why) => told.push(`conflict ${key}: ${why}`),
+    deletedHeld: (key, id) => {
+      told.push(`deleted ${key}/${id}`);
+      return hooks.deletedHeld?.(key, id) ?? false;
+    },
+  });
   return {
     feed,
     cache,

@@ -5,10 +5,11 @@ import { Allocator } from "../../src/allocator/allocator.ts";
 import { BACKENDS } from "../../src/backends/registry.ts";
 import {
   backendKinds,
+  HARNESS_MODULES,
   loadHarness,
   loadHarnesses,
   UnknownBackendError,
-} from "../../src/backends/testing.ts";
+} from "../../src/testing/harness.ts";
 import { factories, testEachBackend } from "../_support/factories.ts";
 import { openBackendFromSpec } from "../_support/open_backend.ts";
 
@@ -16,6 +17,10 @@ Deno.test("harnesses: one per registered backend, of its kind, in the registry's
   const harnesses = await loadHarnesses();
   assert.deepEqual(harnesses.map((h) => h.kind), BACKENDS.map((b) => b.kind));
   assert.deepEqual(backendKinds(), ["deno-kv", "etcd"]);
+  // The loader's map names each registered backend's harness module, and nothing else.
+  assert.deepEqual(Object.keys(HARNESS_MODULES).sort(), backendKinds().sort());
+  // The published driver names no harness: the package leaves the harnesses out.
+  for (const driver of BACKENDS) assert.ok(!("harness" in driver), `${driver.kind}'s driver`);
   for (const h of harnesses) {
     assert.equal(h.fixture.kind, h.kind, `${h.kind}'s fixture`);
     assert.ok(h.nemesis.faults.length > 0, `${h.kind} supports some faults`);

@@ -7,6 +7,7 @@ import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/clus
 import { rawClient } from "../../src/backends/etcd/testing/fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { userEnv } from "../_support/commands.ts";
+import { eventually } from "../_support/eventually.ts";
 import { Capture, cli, TempStore, untilDead } from "./_run.ts";
 
 async function exists(path: string): Promise<boolean> {
@@ -18,8 +19,26 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
+/**
+ * Counts this process's `Deno.stat` calls on `path` until disposed: the watch below runs in this
+ * process, and looking for a missing store file is a `stat` of it.
+ */
+function countStats(path: string): { readonly count: number } & Disposable {
+  const original = Deno.stat;
+  const counter = {
+    count: 0,
+    [Symbol.dispose]: () => void (Deno.stat = original),
+  };
+  Deno.stat = (p: string | URL) => {
+    if (String(p) === path) counter.count++;
+    return original(p);
+  };
+  return counter;
+}
+
 Deno.test("watch on a KV file that does not exist yet waits for the first allocation", async () => {
   await using store = await TempStore.create();
+  using stats = countStats(store.path);
   const capture = new Capture();
   const stop = new AbortController();
   const running = main([...store.args, "watch"], { ...capture.io, signal: stop.signal });
@@ -33,7 +52,9 @@ Deno.test("watch on a KV file that does not exist yet waits for the first alloca
       capture.stderr,
       /no Deno KV file at .*ids\.kv yet.*watching for the first allocation/,
     );
-    await new Promise((r) => setTimeout(r, 200));
+    // Opening looked for the file once; two more looks are two polls that found it missing.
+    const looked = stats.count;
+    await eventually(() => stats.count >= looked + 2, "the watch looked for the file twice more");
     assert.equal(await exists(store.path), false, "watch never creates the file");
     const allocated = await cli([...store.args, "allocate", "app=web;", "--json"]);
     assert.equal(allocated.code, 0, allocated.stderr);

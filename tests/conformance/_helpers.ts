@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Allocator, type AllocatorOptions } from "../../mod.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 
 export { eventually } from "../_support/eventually.ts";
 

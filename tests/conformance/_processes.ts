@@ -1,4 +1,4 @@
-import type { StoreSpec } from "../_support/fixture.ts";
+import type { StoreSpec } from "../../src/testing/fixture.ts";
 import { ScriptProcess } from "../_support/script_process.ts";
 
 const CHILD = new URL("../_support/child_allocate.ts", import.meta.url).pathname;

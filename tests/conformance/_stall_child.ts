@@ -2,7 +2,7 @@
  * Drives `tests/_support/child_stall.ts`: spawns it, collects its JSON lines, stops and resumes
  * it with signals, and ends it by closing its stdin.
  */
-import type { StoreSpec } from "../_support/fixture.ts";
+import type { StoreSpec } from "../../src/testing/fixture.ts";
 import { ScriptProcess } from "../_support/script_process.ts";
 
 const CHILD = new URL("../_support/child_stall.ts", import.meta.url).pathname;

@@ -8,7 +8,7 @@ import {
   isStoreDoctor,
   type StoreDoctor,
 } from "../../mod.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
 import { BACKENDS } from "../../src/backends/registry.ts";
 import { assertStoreInvariants, eventually, openNode } from "./_helpers.ts";

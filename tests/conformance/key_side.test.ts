@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { Allocator, type AllocatorEvent } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { eventually } from "../_support/eventually.ts";
 
 const K = "k8s:app=keyside;";
@@ -51,6 +51,10 @@ testEachBackendAndMode(
     await using fx = await factory.create();
     await using held = await vanishedHolder(fx, LEASE_MS);
     const { a, gc, x } = held;
+    // An unused master beside x, marked by the same first pass: its collection shows the grace
+    // has run out for what that pass marked.
+    const spare = x === 100 ? 99 : x + 1;
+    await fx.rewriteMaster(spare, "k8s:app=spare;");
     // Two passes at once: without the grace these would collect x while node a still answers it
     // (see the next test), and a third node would give the key a second ID.
     await gc.runGc();
@@ -69,9 +73,13 @@ testEachBackendAndMode(
     await eventually(() => a.status().healthy, "node a's fence is down");
     assert.equal(await a.get(K), x);
     assert.equal(a.status().fence.reassigned, 0);
-    // Past the grace, the ID is in use and stays.
-    await new Promise((r) => setTimeout(r, LEASE_MS));
-    await gc.runGc();
+    // Past the grace (the spare goes), the ID is in use and stays.
+    const collected: number[] = [];
+    await eventually(async () => {
+      collected.push(...(await gc.runGc()).deletedIds);
+      return collected.includes(spare);
+    }, "the grace ran out and the spare was collected");
+    assert.deepEqual(collected, [spare]);
     assert.deepEqual((await gc.runGc()).deletedIds, []);
     assert.equal((await fx.masters()).get(x), K);
   },

@@ -7,7 +7,7 @@ import process from "node:process";
 import type { Allocator } from "../../mod.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
 import { assertStoreInvariants, openNode } from "./_helpers.ts";
-import { picker, prng } from "../_support/prng.ts";
+import { picker, prng } from "../../src/testing/prng.ts";
 
 const KEYS = Array.from({ length: 10 }, (_, i) => `prop${i};`);
 const STEPS = 120;

@@ -13,7 +13,7 @@ import type {
 } from "../../src/allocator/backend.ts";
 import { ReadOnlyError } from "../../src/errors.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { openNode } from "./_helpers.ts";
 
 const ALL = { min: 0, max: Number.MAX_SAFE_INTEGER };

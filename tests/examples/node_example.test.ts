@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { sharedEtcd } from "../../src/backends/etcd/testing/fixture.ts";
 import { etcdUnavailable } from "../../src/backends/etcd/testing/cluster.ts";
 import { kvUnavailable } from "../../src/backends/kv/testing/open.ts";
-import { runtime } from "../_support/runtime.ts";
+import { runtime } from "../../src/testing/runtime.ts";
 import { ScriptProcess } from "../_support/script_process.ts";
 import { test } from "../_support/test.ts";
 

@@ -44,7 +44,8 @@ async function librarySpecifiers(): Promise<{ file: string; specifier: string }[
   const scan = async (file: string): Promise<void> => {
     for (const line of (await Deno.readTextFile(`${ROOT}${file}`)).split("\n")) {
       if (/^\s*(\/\/|\*)/.test(line)) continue;
-      for (const m of line.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
+      // Not a flag such as "--import" (src/testing/runtime.ts passes it to Node.js).
+      for (const m of line.matchAll(/(?<![\w-])(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
         found.push({ file, specifier: m[1] });
       }
     }

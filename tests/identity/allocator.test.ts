@@ -14,7 +14,7 @@ import {
   labelsCodec,
   WellKnownIdentity,
 } from "../../src/identity/mod.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { Owner } from "./_owner.ts";
 import { eventually } from "../_support/eventually.ts";

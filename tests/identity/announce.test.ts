@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { IdentityAllocator, Labels } from "../../src/identity/mod.ts";
 import { testEachBackend } from "../_support/factories.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { Owner } from "./_owner.ts";
 
 async function open(fx: StoreFixture, node: string): Promise<IdentityAllocator> {

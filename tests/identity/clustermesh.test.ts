@@ -13,7 +13,7 @@ import {
   Labels,
   labelsCodec,
 } from "../../src/identity/mod.ts";
-import type { StoreFixture } from "../_support/fixture.ts";
+import type { StoreFixture } from "../../src/testing/fixture.ts";
 import { testEachBackend } from "../_support/factories.ts";
 import { Owner } from "./_owner.ts";
 

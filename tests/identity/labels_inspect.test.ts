@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
 import { Labels } from "../../src/identity/mod.ts";
-import { runtime } from "../_support/runtime.ts";
+import { runtime } from "../../src/testing/runtime.ts";
 import { test } from "../_support/test.ts";
 
 const labels = Labels.parse(["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"]);

@@ -1,9 +1,8 @@
 // The nemesis command line: the fault list (names, garbage kinds and removals, as .ci/run and the
 // README use them), the bounds of a run, the header's fault list and usage errors.
 import assert from "node:assert/strict";
-import { hooksOf } from "../../nemesis/backends.ts";
+import { FAULT_KINDS, faultKindsOf, GARBAGE_KINDS } from "../../nemesis/backends.ts";
 import {
-  FAULT_KINDS,
   faultSeconds,
   faultsOf,
   MIN_FAULT_SECONDS,
@@ -14,9 +13,36 @@ import {
   parseFaults,
   parseOptions,
 } from "../../nemesis/config.ts";
-import { GARBAGE_KINDS } from "../../nemesis/stores/store.ts";
 import { runCommand } from "../_support/commands.ts";
 import { BACKENDS } from "../../src/backends/registry.ts";
+
+Deno.test("nemesis faults: the kinds are what the registry's harnesses offer, in its order", () => {
+  // `--faults` and `--help` list them as they did when the list was the nemesis's own.
+  assert.deepEqual(FAULT_KINDS, [
+    "kill",
+    "stall",
+    "lease-revoke",
+    "garbage",
+    "compact",
+    "kill-follower",
+    "kill-leader",
+    "outage",
+  ]);
+  assert.deepEqual(GARBAGE_KINDS, [
+    "non-numeric-id",
+    "empty-master",
+    "bad-ref",
+    "invalid-utf8",
+    "oversized",
+    "orphan-ref",
+    "bad-index",
+    "bad-counter",
+  ]);
+  assert.deepEqual(
+    [...new Set(BACKENDS.flatMap((b) => faultKindsOf(b.kind)))].sort(),
+    [...FAULT_KINDS].sort(),
+  );
+});
 
 Deno.test("nemesis faults: 'all', and removals that start from everything", () => {
   assert.deepEqual([...parseFaults("all").faults], [...FAULT_KINDS]);
@@ -84,7 +110,7 @@ Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", a
 Deno.test("nemesis: the header lists only the chosen backend's faults", () => {
   const o = parseOptions(["--backend", "deno-kv"])!;
   const kv = faultsOf("deno-kv", o);
-  const etcdOnly = FAULT_KINDS.filter((f) => !hooksOf("deno-kv").faults.includes(f));
+  const etcdOnly = FAULT_KINDS.filter((f) => !faultKindsOf("deno-kv").includes(f));
   assert.deepEqual(etcdOnly, ["compact", "kill-follower", "kill-leader", "outage"]);
   for (const f of etcdOnly) assert.ok(!kv.includes(f), `${f} in deno-kv's ${kv}`);
   assert.match(kv, /bad-index/);

@@ -2,7 +2,7 @@
 // trimmed, dead references or lease records piling up, a leaking heap.
 import assert from "node:assert/strict";
 import { checkGrowth } from "../../nemesis/growth.ts";
-import type { GrowthSample } from "../../nemesis/growth_worker.ts";
+import type { GrowthSample } from "../../src/testing/nemesis.ts";
 
 const MiB = 1024 * 1024;
 

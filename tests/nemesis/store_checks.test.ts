@@ -2,7 +2,8 @@
 // key with two live IDs, a reference to another key's master, a hold without its master, a hung
 // call, an untyped error.
 import assert from "node:assert/strict";
-import { checkStore, STORE_CHECKS, type StoreSnapshot } from "../../nemesis/checks/store.ts";
+import { checkStore, STORE_CHECKS } from "../../nemesis/checks/store.ts";
+import type { StoreSnapshot } from "../../src/testing/nemesis.ts";
 import { checkCalls, ERROR_CHECK, HANG_CHECK } from "../../nemesis/checks/calls.ts";
 import type { LogRecord } from "../../nemesis/records.ts";
 

@@ -32,7 +32,7 @@
  * @module
  */
 import type { ICompare, IRequestOp, IResponseOp } from "../../deps/etcd3.ts";
-import type { TxnResult } from "./batch.ts";
+import type { TxnRequest, TxnResult } from "./batch.ts";
 import type { AcquireRequest, AcquireResult, IdRange } from "../../allocator/backend.ts";
 import {
   ConflictError,
@@ -71,11 +71,12 @@ const log = idallocLogger("etcd", "acquire");
  * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
  * that cannot be any key (empty, or not UTF-8): it names nobody, so it may be repaired.
  */
-type MasterState =
+export type MasterState =
   | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
   | null;
 
-type Plan =
+/** What the next round of an acquisition does (see {@linkcode plan}). */
+export type Plan =
   | { readonly kind: "read" }
   | { readonly kind: "new"; readonly id: number }
   | { readonly kind: "existing"; readonly id: number }
@@ -93,8 +94,11 @@ type Plan =
   /** Read the references of the key the master names, before deciding whose the ID is. */
   | { readonly kind: "readOwner"; readonly id: number; readonly owner: string };
 
+/** A plan that writes (every kind but the reads). */
+export type WritePlan = Exclude<Plan, { kind: "read" | "readOwner" }>;
+
 /** Per-call knowledge gathered from failed rounds. */
-interface Knowledge {
+export interface Knowledge {
   snapshot?: RefSnapshot;
   readonly masters: Map<number, MasterState>;
   /** IDs that cannot be this key's new master (taken by another key, or lost a race). */
@@ -142,7 +146,17 @@ export function agreedId(
   return id;
 }
 
-function plan(k: Knowledge, key: string, req: AcquireRequest, layout: EtcdLayout): Plan {
+/**
+ * Decides the next round from what the call knows: join the ID the key's references agree on
+ * (re-creating or repairing its master when needed), reuse the hinted master, or create a master
+ * for a new candidate; a read first when that is needed to decide.
+ */
+export function plan(
+  k: Knowledge,
+  key: string,
+  req: Pick<AcquireRequest, "pickCandidate" | "range">,
+  layout: EtcdLayout,
+): Plan {
   const agreed = k.snapshot ? agreedId(k.snapshot, key, req.range) : undefined;
   if (agreed !== undefined) {
     // The key is live under `agreed`: join it; re-create its master only if it is gone.
@@ -185,10 +199,8 @@ function plan(k: Knowledge, key: string, req: AcquireRequest, layout: EtcdLayout
 /** Runs the acquisition protocol for `req` (see the module doc). */
 export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<AcquireResult> {
   const { key, signal } = req;
-  const { layout, client } = ctx;
-  const refPrefix = layout.refPrefix(key);
+  const { layout } = ctx;
   const refKey = layout.refKey(key, ctx.node);
-  const range: ByteRange = prefixRange(refPrefix + "/");
   const k: Knowledge = {
     masters: new Map(),
     excluded: new Set(),
@@ -202,55 +214,14 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
     signal.throwIfAborted();
     const p = plan(k, key, req, layout);
     if (p.kind === "read" || p.kind === "readOwner") {
-      const of = p.kind === "read" ? key : p.owner;
-      const prefix = layout.refPrefix(of);
-      if (req.roundTrips) req.roundTrips.count++;
-      const res = await client.call(
-        "read references",
-        signal,
-        (o) => client.raw.kv.range({ ...prefixRange(prefix + "/") }, o),
-      );
-      const snapshot = snapshotOf(prefix, res.kvs, String(res.header.revision));
-      if (p.kind === "read") k.snapshot = snapshot;
-      else k.owners.set(p.owner, snapshot);
+      await readReferences(ctx, k, key, p, req);
       // Reads are bounded on their own (one per key read); only transactions count as rounds.
       round--;
       continue;
     }
-    const masterKey = layout.masterKey(p.id);
     const lease = await ctx.leases.leaseFor(refKey, signal);
-    const putRef = put(refKey, String(p.id), lease);
     const guards = mutexes(p.id);
-    let compare: ICompare[];
-    let success: IRequestOp[];
-    switch (p.kind) {
-      case "new":
-        compare = [
-          absent(masterKey),
-          k.snapshot ? unchangedSince(range, k.snapshot.revision) : absent(range),
-        ];
-        success = [put(masterKey, key), putRef];
-        break;
-      case "recreate":
-        compare = [absent(masterKey), unchangedSince(range, k.snapshot!.revision)];
-        success = [put(masterKey, key), putRef];
-        break;
-      case "repair":
-        // The references agree on this ID and nothing changed since: the master is theirs.
-        compare = [modIs(masterKey, p.mod), unchangedSince(range, k.snapshot!.revision)];
-        if (p.owner) compare.push(unchangedSince(p.owner.range, p.owner.revision));
-        success = [put(masterKey, key), putRef];
-        break;
-      case "existing":
-        compare = [valueIs(masterKey, key)];
-        success = [agreementLadder(range, p.id, [putRef], k.snapshot)];
-        break;
-    }
-    const txn = {
-      compare: [...compare, ...guards.map((g) => g.compare())],
-      success,
-      failure: [read(range), read(masterKey), ...guards.map((g) => g.read())],
-    };
+    const txn = writeTxn(layout, k, key, p, put(refKey, String(p.id), lease), guards);
     let res: TxnResult;
     try {
       if (req.roundTrips) req.roundTrips.count++;
@@ -263,36 +234,122 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
       }
       throw err;
     }
-    const { revision } = res;
-
-    if (res.succeeded && p.kind !== "existing") {
-      if (p.kind === "repair") {
-        log.warning("repaired the master of ID {id} for {key} from its live references", {
-          id: p.id,
-          key,
-        });
-      }
-      return { id: p.id, created: p.kind !== "repair", version: revision };
-    }
-    if (res.succeeded) {
-      const outcome = ladderOutcome(res.responses[0]);
-      if (outcome.applied) {
-        const m = k.masters.get(p.id);
-        const version = m ? m.mod : k.hint?.id === p.id ? k.hint.version : undefined;
-        return { id: p.id, created: false, version };
-      }
-      k.snapshot = snapshotOf(refPrefix, outcome.kvs ?? [], revision);
-      continue;
-    }
-    learn(k, refPrefix, p.id, key, res.responses, revision);
-    const held = guards.flatMap((g, i) => g.learn(kvsAt(res.responses, 2 + i), revision));
-    if (held.length > 0) throw new KeyLockedError(`key '${key}' (ID ${p.id})`, held);
-    // A candidate that is still free lost only to the reference guard: it stays a good pick.
-    if (p.kind === "new" && k.masters.get(p.id) !== null) k.excluded.add(p.id);
+    const done = settle(k, layout, key, p, guards, res);
+    if (done !== undefined) return done;
   }
   throw new ConflictError(
     `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} transactions (store changing under us)`,
   );
+}
+
+/** Reads the references of the key (`read`) or of the key its candidate's master names. */
+async function readReferences(
+  ctx: EtcdContext,
+  k: Knowledge,
+  key: string,
+  p: Extract<Plan, { kind: "read" | "readOwner" }>,
+  req: AcquireRequest,
+): Promise<void> {
+  const { client, layout } = ctx;
+  const of = p.kind === "read" ? key : p.owner;
+  const prefix = layout.refPrefix(of);
+  if (req.roundTrips) req.roundTrips.count++;
+  const res = await client.call(
+    "read references",
+    req.signal,
+    (o) => client.raw.kv.range({ ...prefixRange(prefix + "/") }, o),
+  );
+  const snapshot = snapshotOf(prefix, res.kvs, String(res.header.revision));
+  if (p.kind === "read") k.snapshot = snapshot;
+  else k.owners.set(p.owner, snapshot);
+}
+
+/**
+ * The guarded transaction of a write plan, which puts `putRef` (this node's reference): its
+ * failure branch reads what the next round needs (the key's references, the master, the mutexes).
+ */
+export function writeTxn(
+  layout: EtcdLayout,
+  k: Knowledge,
+  key: string,
+  p: WritePlan,
+  putRef: IRequestOp,
+  guards: readonly MutexGuard[],
+): TxnRequest {
+  const masterKey = layout.masterKey(p.id);
+  const range = prefixRange(layout.refPrefix(key) + "/");
+  let compare: ICompare[];
+  let success: IRequestOp[];
+  switch (p.kind) {
+    case "new":
+      compare = [
+        absent(masterKey),
+        k.snapshot ? unchangedSince(range, k.snapshot.revision) : absent(range),
+      ];
+      success = [put(masterKey, key), putRef];
+      break;
+    case "recreate":
+      compare = [absent(masterKey), unchangedSince(range, k.snapshot!.revision)];
+      success = [put(masterKey, key), putRef];
+      break;
+    case "repair":
+      // The references agree on this ID and nothing changed since: the master is theirs.
+      compare = [modIs(masterKey, p.mod), unchangedSince(range, k.snapshot!.revision)];
+      if (p.owner) compare.push(unchangedSince(p.owner.range, p.owner.revision));
+      success = [put(masterKey, key), putRef];
+      break;
+    case "existing":
+      compare = [valueIs(masterKey, key)];
+      success = [agreementLadder(range, p.id, [putRef], k.snapshot)];
+      break;
+  }
+  return {
+    compare: [...compare, ...guards.map((g) => g.compare())],
+    success,
+    failure: [read(range), read(masterKey), ...guards.map((g) => g.read())],
+  };
+}
+
+/**
+ * What a write's response means: the key's ID (`AcquireResult`), or `undefined` after recording
+ * in `k` what the failure (or the ladder's last step) read, for the next round. Throws
+ * {@linkcode KeyLockedError} when a Cilium mutex refused the write.
+ */
+export function settle(
+  k: Knowledge,
+  layout: EtcdLayout,
+  key: string,
+  p: WritePlan,
+  guards: readonly MutexGuard[],
+  res: TxnResult,
+): AcquireResult | undefined {
+  const { revision } = res;
+  const refPrefix = layout.refPrefix(key);
+  if (res.succeeded && p.kind !== "existing") {
+    if (p.kind === "repair") {
+      log.warning("repaired the master of ID {id} for {key} from its live references", {
+        id: p.id,
+        key,
+      });
+    }
+    return { id: p.id, created: p.kind !== "repair", version: revision };
+  }
+  if (res.succeeded) {
+    const outcome = ladderOutcome(res.responses[0]);
+    if (outcome.applied) {
+      const m = k.masters.get(p.id);
+      const version = m ? m.mod : k.hint?.id === p.id ? k.hint.version : undefined;
+      return { id: p.id, created: false, version };
+    }
+    k.snapshot = snapshotOf(refPrefix, outcome.kvs ?? [], revision);
+    return undefined;
+  }
+  learn(k, refPrefix, p.id, key, res.responses, revision);
+  const held = guards.flatMap((g, i) => g.learn(kvsAt(res.responses, 2 + i), revision));
+  if (held.length > 0) throw new KeyLockedError(`key '${key}' (ID ${p.id})`, held);
+  // A candidate that is still free lost only to the reference guard: it stays a good pick.
+  if (p.kind === "new" && k.masters.get(p.id) !== null) k.excluded.add(p.id);
+  return undefined;
 }
 
 /**

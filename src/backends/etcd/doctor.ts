@@ -36,6 +36,7 @@ import {
   encodeToken,
   heldBy,
   LiveUse,
+  type RangeCheck,
   rangeCheck,
   shorten,
 } from "../../allocator/damage.ts";
@@ -68,6 +69,22 @@ interface Pending {
   readonly masterId?: number;
 }
 
+/** What is wrong with one entry, before it becomes a finding. */
+export interface Damage {
+  readonly kind: DamageKind;
+  readonly reason: string;
+  readonly about?: About;
+}
+
+/** What one reference entry is: its parts (when its key has the shape), live use, damage. */
+export interface ReferenceVerdict {
+  /** The reference's key and node, when its etcd key is `<key>/<node>`. */
+  readonly parts?: { readonly key: string; readonly node: string };
+  /** A well-formed reference on a lease: a live one, its node uses the ID. */
+  readonly live?: { readonly key: string; readonly node: string; readonly id: number };
+  readonly damage?: Damage;
+}
+
 /**
  * Lists every damaged master and reference under the layout's prefix (see the module doc), each
  * with the live nodes that hold it ({@linkcode DamageFinding.heldBy}): the entry's own lease
@@ -86,79 +103,32 @@ export async function* findDamage(
     rangePages(client, "doctor list", prefixRange(prefix), signal, { onCompacted: "resume" });
   const use = new LiveUse();
   const masters: Pending[] = [];
-  const master = (kv: IKeyValue, kind: DamageKind, reason: string, about: About = {}) => {
-    if (about.id !== undefined) use.watchId(about.id);
-    masters.push({
-      finding: finding(kv.key, kv, kind, reason, about),
-      lease: String(kv.lease),
-      masterId: about.id,
-    });
-  };
-
   for await (const page of pages(layout.masterRange)) {
-    for (const kv of page.tooLarge) {
-      master(kv, "master-oversized", "the entry alone exceeds a response", {
-        id: layout.idOfMasterKey(text(kv.key)),
-      });
-    }
+    for (const kv of page.tooLarge) masters.push(pending(kv, oversizedMaster(layout, kv), true));
     for (const kv of page.kvs) {
-      const id = layout.idOfMasterKey(text(kv.key));
-      if (id === undefined) {
-        master(kv, "master-bad-id", "the ID is not a decimal safe integer");
-        continue;
-      }
-      const key = strictText(kv.value);
-      if (key === undefined) {
-        master(kv, "master-undecodable", "the value is not UTF-8", { id });
-        continue;
-      }
-      if (key === "") {
-        master(kv, "master-empty", "the value is empty", { id });
-        continue;
-      }
-      const problem = keyProblem(layout, key);
-      if (problem !== undefined) {
-        master(kv, "master-oversized", `its key cannot be stored: ${problem}`, { id, key });
-      }
+      const damage = masterDamage(layout, kv);
+      if (damage !== undefined) masters.push(pending(kv, damage, true));
     }
   }
+  for (const { masterId } of masters) if (masterId !== undefined) use.watchId(masterId);
 
   // The nodes behind each lease, to name the holder of a leased entry that names no node itself.
   const nodesOfLease = new Map<string, Set<string>>();
   const references: Pending[] = [];
-  const reference = (kv: IKeyValue, kind: DamageKind, reason: string, about: About = {}) =>
-    references.push({ finding: finding(kv.key, kv, kind, reason, about), lease: String(kv.lease) });
   for await (const page of pages(layout.valuePrefix + "/")) {
     for (const kv of page.tooLarge) {
-      reference(kv, "reference-undecodable", "the entry alone exceeds a response");
+      references.push(pending(kv, { kind: "reference-undecodable", reason: TOO_LARGE }));
     }
     for (const kv of page.kvs) {
+      const verdict = referenceDamage(layout, kv, check);
       const lease = String(kv.lease);
-      const parts = layout.splitRefKey(text(kv.key));
-      if (parts === undefined || parts.key === "" || parts.node === "") {
-        reference(kv, "reference-bad-key", "not a <key>/<node> reference key");
-        continue;
-      }
-      if (lease !== "0") {
+      if (verdict.parts !== undefined && lease !== "0") {
         let nodes = nodesOfLease.get(lease);
         if (nodes === undefined) nodesOfLease.set(lease, nodes = new Set());
-        nodes.add(parts.node);
+        nodes.add(verdict.parts.node);
       }
-      const id = parseId(text(kv.value));
-      const about = { key: parts.key, node: parts.node, id };
-      if (id === undefined) {
-        reference(kv, "reference-undecodable", "the value is not a decimal ID", about);
-        continue;
-      }
-      if (lease === "0") {
-        reference(kv, "reference-without-lease", "it is bound to no lease", about);
-        continue;
-      }
-      // A stored reference on a lease is a live one: its node uses the ID.
-      use.note({ key: parts.key, node: parts.node, id });
-      if (check !== undefined && !check.valid(id, parts.key)) {
-        reference(kv, "reference-out-of-range", check.outside(id, parts.key), about);
-      }
+      if (verdict.live !== undefined) use.note(verdict.live);
+      if (verdict.damage !== undefined) references.push(pending(kv, verdict.damage));
     }
   }
 
@@ -168,6 +138,68 @@ export async function* findDamage(
     const byId = p.masterId === undefined ? [] : use.holdersOfId(p.masterId);
     yield heldBy(p.finding, [...holdersOfLease(p.lease), ...byId]);
   }
+}
+
+const TOO_LARGE = "the entry alone exceeds a response";
+
+/** A finding of a master (`master`: its holders include the nodes that name its ID) or reference. */
+function pending(kv: IKeyValue, damage: Damage, master = false): Pending {
+  return {
+    finding: finding(kv.key, kv, damage.kind, damage.reason, damage.about),
+    lease: String(kv.lease),
+    masterId: master ? damage.about?.id : undefined,
+  };
+}
+
+/** A master entry that alone exceeds a response (its value was not read). */
+function oversizedMaster(layout: EtcdLayout, kv: IKeyValue): Damage {
+  const about = { id: layout.idOfMasterKey(text(kv.key)) };
+  return { kind: "master-oversized", reason: TOO_LARGE, about };
+}
+
+/** What is wrong with a listed master, if anything (see the module doc). */
+export function masterDamage(layout: EtcdLayout, kv: IKeyValue): Damage | undefined {
+  const id = layout.idOfMasterKey(text(kv.key));
+  if (id === undefined) {
+    return { kind: "master-bad-id", reason: "the ID is not a decimal safe integer" };
+  }
+  const key = strictText(kv.value);
+  if (key === undefined) {
+    return { kind: "master-undecodable", reason: "the value is not UTF-8", about: { id } };
+  }
+  if (key === "") return { kind: "master-empty", reason: "the value is empty", about: { id } };
+  const problem = keyProblem(layout, key);
+  if (problem === undefined) return undefined;
+  const reason = `its key cannot be stored: ${problem}`;
+  return { kind: "master-oversized", reason, about: { id, key } };
+}
+
+/** What a listed reference is (see {@linkcode ReferenceVerdict}), judged against `check`. */
+export function referenceDamage(
+  layout: EtcdLayout,
+  kv: IKeyValue,
+  check: RangeCheck | undefined,
+): ReferenceVerdict {
+  const parts = layout.splitRefKey(text(kv.key));
+  if (parts === undefined || parts.key === "" || parts.node === "") {
+    return { damage: { kind: "reference-bad-key", reason: "not a <key>/<node> reference key" } };
+  }
+  const { key, node } = parts;
+  const id = parseId(text(kv.value));
+  const about = { key, node, id };
+  if (id === undefined) {
+    const reason = "the value is not a decimal ID";
+    return { parts, damage: { kind: "reference-undecodable", reason, about } };
+  }
+  if (String(kv.lease) === "0") {
+    const reason = "it is bound to no lease";
+    return { parts, damage: { kind: "reference-without-lease", reason, about } };
+  }
+  // A stored reference on a lease is a live one: its node uses the ID.
+  const live = { key, node, id };
+  if (check === undefined || check.valid(id, key)) return { parts, live };
+  const damage = { kind: "reference-out-of-range", reason: check.outside(id, key), about };
+  return { parts, live, damage };
 }
 
 /** A lease as etcd's tools print it (`etcdctl lease list`): hexadecimal. */
@@ -237,7 +269,8 @@ export async function removeDamage(
   return res.succeeded;
 }
 
-type About = {
+/** What a finding says about its entry. */
+export type About = {
   readonly id?: number | undefined;
   readonly key?: string;
   readonly node?: string;

@@ -127,7 +127,6 @@ export const ETCD_FAILURES: Readonly<Record<string, DriverFailure>> = {
 /** The etcd backend, as idalloc's tools know it. */
 export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   kind: "etcd",
-  harness: new URL("./testing/harness.ts", import.meta.url).href,
   title: "etcd",
   scheme: "etcd://",
   syntax: "etcd://host:port[,host:port…]",

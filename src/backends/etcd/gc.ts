@@ -72,7 +72,7 @@ export interface MasterEntry {
  * no key can be).
  */
 export function parseMaster(
-  ctx: EtcdContext,
+  ctx: Pick<EtcdContext, "layout">,
   kv: IKeyValue,
   onSkip?: (skip: GcSkip) => void,
 ): MasterEntry | undefined {

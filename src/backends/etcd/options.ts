@@ -117,15 +117,16 @@ function withSchemes(options: EtcdBackendOptions): EtcdBackendOptions {
   return { ...options, endpoints };
 }
 
-const schema = z.object({
+const timeoutMs = z.number().int().min(1).max(600_000);
+
+/**
+ * The options a store description carries too (`store_description.ts`), each with its one set of
+ * bounds: the options schema and the description's are both made of these (optional ones and
+ * defaults are each schema's own).
+ */
+export const etcdFields = {
   endpoints: z.array(endpoint).min(1, "at least one endpoint is required"),
-  prefix: z.string().min(1).refine((p) => !p.includes("\0"), "must not contain NUL")
-    .default(CILIUM_IDENTITIES_PREFIX),
-  node: z.string().min(1).max(1024)
-    .refine((n) => !n.includes("/"), "must not contain '/'")
-    .refine((n) => n !== "." && n !== "..", "must not be '.' or '..'")
-    .refine((n) => !n.includes("\0"), "must not contain NUL")
-    .refine((n) => n.isWellFormed(), "must be well-formed Unicode"),
+  prefix: z.string().min(1).refine((p) => !p.includes("\0"), "must not contain NUL"),
   tls: z.object({
     ca: z.string().min(1),
     cert: z.string().min(1).optional(),
@@ -133,23 +134,55 @@ const schema = z.object({
     serverName: z.string().min(1).optional(),
   }).strict().refine((t) => (t.cert === undefined) === (t.key === undefined), {
     message: "cert and key go together",
-  }).optional(),
-  user: z.string().min(1).optional(),
-  password: z.string().optional(),
-  qps: z.number().positive().finite().optional(),
-  honorCiliumLocks: z.boolean().default(true),
-  groupCommit: z.boolean().default(true),
-  dialTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
-  requestTimeoutMs: z.number().int().min(1).max(600_000).default(5_000),
-}).strict()
-  .refine((o) => (o.user === undefined) === (o.password === undefined), {
-    message: "user and password go together",
-    path: ["password"],
-  })
-  .refine((o) => {
-    const secure = o.endpoints.filter((e) => e.startsWith("https:")).length;
-    return secure === 0 || secure === o.endpoints.length;
-  }, { message: "endpoints must be all http:// or all https://", path: ["endpoints"] });
+  }),
+  user: z.string().min(1),
+  password: z.string(),
+  dialTimeoutMs: timeoutMs,
+  requestTimeoutMs: timeoutMs,
+};
+
+/** What the fields of {@linkcode etcdFields} must satisfy together. */
+interface Together {
+  readonly endpoints: readonly string[];
+  readonly user?: string;
+  readonly password?: string;
+}
+
+/**
+ * `schema` with the checks across {@linkcode etcdFields}: user and password go together, and the
+ * endpoints are all `http://` or all `https://`.
+ */
+export function withEtcdChecks<S extends z.ZodType<Together>>(schema: S): S {
+  return schema
+    .refine((o) => (o.user === undefined) === (o.password === undefined), {
+      message: "user and password go together",
+      path: ["password"],
+    })
+    .refine((o) => {
+      const secure = o.endpoints.filter((e) => e.startsWith("https:")).length;
+      return secure === 0 || secure === o.endpoints.length;
+    }, { message: "endpoints must be all http:// or all https://", path: ["endpoints"] }) as S;
+}
+
+const schema = withEtcdChecks(
+  z.object({
+    endpoints: etcdFields.endpoints,
+    prefix: etcdFields.prefix.default(CILIUM_IDENTITIES_PREFIX),
+    node: z.string().min(1).max(1024)
+      .refine((n) => !n.includes("/"), "must not contain '/'")
+      .refine((n) => n !== "." && n !== "..", "must not be '.' or '..'")
+      .refine((n) => !n.includes("\0"), "must not contain NUL")
+      .refine((n) => n.isWellFormed(), "must be well-formed Unicode"),
+    tls: etcdFields.tls.optional(),
+    user: etcdFields.user.optional(),
+    password: etcdFields.password.optional(),
+    qps: z.number().positive().finite().optional(),
+    honorCiliumLocks: z.boolean().default(true),
+    groupCommit: z.boolean().default(true),
+    dialTimeoutMs: etcdFields.dialTimeoutMs.default(5_000),
+    requestTimeoutMs: etcdFields.requestTimeoutMs.default(5_000),
+  }).strict(),
+);
 
 /**
  * Options after validation, with defaults: the schema's output, so declared once. Every endpoint

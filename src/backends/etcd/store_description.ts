@@ -11,7 +11,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, validateFlags } from "../driver_options.ts";
-import { CILIUM_IDENTITIES_PREFIX } from "./options.ts";
+import { CILIUM_IDENTITIES_PREFIX, etcdFields, withEtcdChecks } from "./options.ts";
 
 /**
  * How long connecting waits for an answer unless `--connect-timeout` says otherwise (and at most
@@ -49,21 +49,22 @@ export interface EtcdStoreDescription {
   readonly requestTimeoutMs: number;
 }
 
-/** The schema of {@linkcode EtcdStoreDescription}. */
-export const etcdStoreDescription: z.ZodType<EtcdStoreDescription> = z.object({
-  endpoints: z.array(z.string().regex(/^https?:\/\/[^/]+$/)).min(1),
-  prefix: z.string().min(1),
-  tls: z.object({
-    ca: z.string().min(1),
-    cert: z.string().min(1).optional(),
-    key: z.string().min(1).optional(),
-    serverName: z.string().min(1).optional(),
-  }).strict().optional(),
-  user: z.string().min(1).optional(),
-  password: z.string().optional(),
-  dialTimeoutMs: z.number().int().positive(),
-  requestTimeoutMs: z.number().int().positive(),
-}).strict();
+/**
+ * The schema of {@linkcode EtcdStoreDescription}: the backend's options schema decides what each
+ * field may be (`etcdFields`, with the same checks across them), so both refuse the same values in
+ * the same words.
+ */
+export const etcdStoreDescription: z.ZodType<EtcdStoreDescription> = withEtcdChecks(
+  z.object({
+    endpoints: etcdFields.endpoints,
+    prefix: etcdFields.prefix,
+    tls: etcdFields.tls.optional(),
+    user: etcdFields.user.optional(),
+    password: etcdFields.password.optional(),
+    dialTimeoutMs: etcdFields.dialTimeoutMs,
+    requestTimeoutMs: etcdFields.requestTimeoutMs,
+  }).strict(),
+);
 
 /** The backend's own CLI options. */
 export const ETCD_OPTIONS: readonly StoreOption[] = [

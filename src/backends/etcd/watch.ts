@@ -28,6 +28,7 @@ import { idallocLogger } from "../../log.ts";
 import { closeStream, type DuplexStream } from "./client.ts";
 import { sleep } from "../../abort.ts";
 import type { EtcdContext } from "./context.ts";
+import type { EtcdLayout } from "./layout.ts";
 import { type MasterEntry, parseMaster } from "./gc.ts";
 import { rangePages, RevisionCompacted } from "./paging.ts";
 import { prefixRange, text } from "./txn.ts";
@@ -160,67 +161,41 @@ async function* watchFrom(
   }
 }
 
+/** What the feed has reported: every master upserted (ID → mod revision), and how far it got. */
+export interface FeedState {
+  readonly known: Map<number, string>;
+  /** The last revision whose changes were all reported (the watch resumes after it). */
+  revision: bigint;
+}
+
 /** The session's `watch` (see the module doc). Ends when `signal` aborts. */
 export async function* watchMasters(
   ctx: EtcdContext,
   signal: AbortSignal,
 ): AsyncGenerator<BackendEvent> {
-  const { client } = ctx;
-  /** ID → mod revision of every master reported as upserted. */
-  const known = new Map<number, string>();
+  const { client, layout } = ctx;
+  const state: FeedState = { known: new Map(), revision: 0n };
   let synced = false;
   /** Why the masters are listed next (`undefined`: they are not). */
   let relist: "initial" | "compacted" | undefined = "initial";
-  let revision = 0n;
   let pause = RETRY_MIN_MS;
 
   while (!signal.aborted) {
     try {
       if (relist) {
         client.telemetry.relist(relist);
-        const { entries, revision: listed } = await listMasters(ctx, signal);
-        const seen = new Set<number>();
-        for (const m of entries) {
-          seen.add(m.id);
-          if (known.get(m.id) === m.modRevision) continue;
-          known.set(m.id, m.modRevision);
-          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision };
-        }
-        for (const id of [...known.keys()]) {
-          if (seen.has(id)) continue;
-          known.delete(id);
-          yield { type: "delete", id };
-        }
-        revision = BigInt(listed);
+        yield* relisted(state, await listMasters(ctx, signal));
         relist = undefined;
         if (!synced) {
           synced = true;
           yield { type: "synced" };
         }
       }
-      for await (const res of watchFrom(ctx, revision + 1n, signal)) {
+      for await (const res of watchFrom(ctx, state.revision + 1n, signal)) {
         pause = RETRY_MIN_MS;
         client.noteHealthy();
         // etcd keeps no write time: the change is dated by the arrival of its notification.
-        const at = Date.now();
-        for (const ev of res.events ?? []) {
-          const rev = BigInt(ev.kv.mod_revision);
-          if (rev > revision) revision = rev;
-          if (ev.type === "Delete") {
-            const id = ctx.layout.idOfMasterKey(text(ev.kv.key));
-            if (id !== undefined && known.delete(id)) yield { type: "delete", id, at };
-            continue;
-          }
-          const m = parseMaster(ctx, ev.kv);
-          if (!m) continue;
-          known.set(m.id, m.modRevision);
-          yield { type: "upsert", id: m.id, key: m.key, version: m.modRevision, at };
-        }
-        // A progress notification promises that nothing at or below its revision is pending.
-        if ((res.events ?? []).length === 0) {
-          const progress = BigInt(res.header.revision);
-          if (progress > revision) revision = progress;
-        }
+        yield* watched(layout, state, res, Date.now());
       }
     } catch (err) {
       if (signal.aborted) return;
@@ -229,19 +204,90 @@ export async function* watchMasters(
         relist = "compacted";
         continue;
       }
-      client.noteError("watch", err);
-      client.telemetry.reconnect(err);
-      log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
-        rev: String(revision),
-        err: errorMessage(err),
-      });
-      try {
-        await sleep(pause, signal);
-      } catch {
-        return;
-      }
+      if (!await recover(ctx, err, state.revision, pause, signal)) return;
       pause = Math.min(pause * 2, RETRY_MAX_MS);
-      if (client.closed) return;
     }
   }
+}
+
+/**
+ * The events of a (re)list at `listed.revision`: an upsert of each master not reported at its
+ * mod revision yet, a delete of each reported one that is gone. Updates `state`.
+ */
+export function relisted(
+  state: FeedState,
+  listed: { readonly entries: readonly MasterEntry[]; readonly revision: string },
+): BackendEvent[] {
+  const { known } = state;
+  const events: BackendEvent[] = [];
+  const seen = new Set<number>();
+  for (const m of listed.entries) {
+    seen.add(m.id);
+    if (known.get(m.id) === m.modRevision) continue;
+    known.set(m.id, m.modRevision);
+    events.push({ type: "upsert", id: m.id, key: m.key, version: m.modRevision });
+  }
+  for (const id of [...known.keys()]) {
+    if (seen.has(id)) continue;
+    known.delete(id);
+    events.push({ type: "delete", id });
+  }
+  state.revision = BigInt(listed.revision);
+  return events;
+}
+
+/**
+ * The events of one watch response, dated `at`: upserts of readable masters, deletes of reported
+ * ones (corrupt masters are skipped, as the list skips them). Updates `state`, including the
+ * revision a progress notification vouches for.
+ */
+export function watched(
+  layout: EtcdLayout,
+  state: FeedState,
+  res: Pick<IWatchResponse, "events" | "header">,
+  at: number,
+): BackendEvent[] {
+  const events: BackendEvent[] = [];
+  for (const ev of res.events ?? []) {
+    const rev = BigInt(ev.kv.mod_revision);
+    if (rev > state.revision) state.revision = rev;
+    if (ev.type === "Delete") {
+      const id = layout.idOfMasterKey(text(ev.kv.key));
+      if (id !== undefined && state.known.delete(id)) events.push({ type: "delete", id, at });
+      continue;
+    }
+    const m = parseMaster({ layout }, ev.kv);
+    if (!m) continue;
+    state.known.set(m.id, m.modRevision);
+    events.push({ type: "upsert", id: m.id, key: m.key, version: m.modRevision, at });
+  }
+  // A progress notification promises that nothing at or below its revision is pending.
+  if ((res.events ?? []).length === 0) {
+    const progress = BigInt(res.header.revision);
+    if (progress > state.revision) state.revision = progress;
+  }
+  return events;
+}
+
+/** After a failed watch: notes the error and backs off; `false` when the feed must end. */
+async function recover(
+  ctx: EtcdContext,
+  err: unknown,
+  revision: bigint,
+  pause: number,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const { client } = ctx;
+  client.noteError("watch", err);
+  client.telemetry.reconnect(err);
+  log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
+    rev: String(revision),
+    err: errorMessage(err),
+  });
+  try {
+    await sleep(pause, signal);
+  } catch {
+    return false;
+  }
+  return !client.closed;
 }

@@ -33,6 +33,7 @@ import {
   encodeToken,
   heldBy,
   LiveUse,
+  type RangeCheck,
   rangeCheck,
   shorten,
 } from "../../allocator/damage.ts";
@@ -40,6 +41,7 @@ import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { commit, commitLogged, get, getMany, type KvStats, list, loggedAtomic } from "./client.ts";
 import type { KvContext } from "./context.ts";
+import type { KvLayout } from "./layout.ts";
 import { KvAdmin } from "./admin.ts";
 import { LIST_BATCH, MAX_GET_MANY } from "./limits.ts";
 import { liveRefs, nodeIsLive, readLeases, readRefs } from "./liveness.ts";
@@ -67,7 +69,7 @@ const tokenSchema = z.object({
 });
 
 /** A finding before its holders are known, with what decides them. */
-interface Pending {
+export interface Pending {
   readonly finding: DamageFinding;
   /** A master's ID: held by the nodes whose live references name it. */
   readonly id?: number;
@@ -75,6 +77,16 @@ interface Pending {
   readonly key?: string;
   /** A reference's node: held by it while its lease is live. */
   readonly node?: string;
+}
+
+/** A listed entry. */
+type Entry = Deno.KvEntry<unknown>;
+
+/** A key index that names an ID: judged once its master is read (see {@linkcode judgeIndex}). */
+export interface IndexEntry {
+  readonly entry: Entry;
+  readonly key: string;
+  readonly id: number;
 }
 
 /**
@@ -92,116 +104,158 @@ export async function* findDamage(
   const signal = options.signal ?? new AbortController().signal;
   const { layout } = ctx;
   const check = rangeCheck(options);
-  const entries = (family: string) =>
-    list(ctx, stats, { prefix: [...layout.prefix, family] }, signal, LIST_BATCH);
-  const use = new LiveUse();
   const pending: Pending[] = [];
-  const add = (p: Pending) => {
+  // Key indexes are judged against their masters, read ten at a time.
+  const judgeIndexes = async (indexes: IndexEntry[]) => {
+    const masters = await getMany(ctx, stats, indexes.map((x) => layout.id(x.id)), signal);
+    for (const [i, index] of indexes.entries()) {
+      const p = judgeIndex(index, masters[i], check);
+      if (p !== undefined) pending.push(p);
+    }
+  };
+  const scan = async (family: string, judge: (e: Entry) => Pending | IndexEntry | undefined) => {
+    const indexes: IndexEntry[] = [];
+    const prefix = [...layout.prefix, family];
+    for await (const e of list(ctx, stats, { prefix }, signal, LIST_BATCH)) {
+      const judged = judge(e);
+      if (judged === undefined) continue;
+      if ("finding" in judged) pending.push(judged);
+      else if (indexes.push(judged) >= MAX_GET_MANY) await judgeIndexes(indexes.splice(0));
+    }
+    if (indexes.length > 0) await judgeIndexes(indexes);
+  };
+
+  await scan("id", (e) => judgeMaster(layout, e));
+  await scan("key", (e) => readIndex(layout, e));
+  await scan("touch", (e) => judgeTouch(layout, e));
+  const gen = judgeGen(await get(ctx, stats, layout.gen(), signal));
+  if (gen !== undefined) pending.push(gen);
+  await scan("ref", (e) => judgeReference(layout, e, check));
+  await scan("lease", (e) => judgeLease(layout, e));
+  await scan("log", (e) => judgeLog(layout, e));
+  yield* withHolders(ctx, stats, pending, signal);
+}
+
+/** A master: a bad ID, an unreadable value, a key too large for the layout. */
+export function judgeMaster(layout: KvLayout, e: Entry): Pending | undefined {
+  const id = layout.parseId(e.key);
+  if (id === undefined) {
+    return { finding: finding(e, "master-bad-id", "the ID is not a non-negative safe integer") };
+  }
+  const value = peek.master(e.value);
+  if (value === undefined) {
+    return {
+      finding: finding(e, "master-undecodable", "the value is not { key: string }", { id }),
+      id,
+    };
+  }
+  if (layout.fitsKey(value.key)) return undefined;
+  const about = { id, key: value.key };
+  return {
+    finding: finding(e, "master-oversized", "its key is too large for the layout", about),
+    id,
+  };
+}
+
+/** A key index: unreadable (a finding), or the ID it names, to judge against its master. */
+export function readIndex(layout: KvLayout, e: Entry): Pending | IndexEntry {
+  const key = layout.parseKeyOf(e.key, "key");
+  const value = peek.keyIndex(e.value);
+  if (key === undefined || value === undefined) {
+    return { finding: finding(e, "index-undecodable", "not a key index { id }", { key }), key };
+  }
+  return { entry: e, key, id: value.id };
+}
+
+/**
+ * A key index against its master (as read): an orphan when the master is missing or another
+ * key's; out of range when the master is the key's (or unreadable, reported as such) but the ID
+ * lies outside every valid range.
+ */
+export function judgeIndex(
+  { entry, key, id }: IndexEntry,
+  master: Deno.KvEntryMaybe<unknown>,
+  check: RangeCheck | undefined,
+): Pending | undefined {
+  const orphan = (why: string): Pending => ({
+    finding: finding(entry, "index-orphan", `it names ID ${id}, ${why}`, { id, key }),
+    key,
+  });
+  if (master.versionstamp === null) return orphan("which has no master");
+  const owner = peek.master(master.value);
+  if (owner !== undefined && owner.key !== key) return orphan("whose master is another key's");
+  if (check === undefined || check.valid(id, key)) return undefined;
+  const reason = `it names ${check.outside(id, key)}`;
+  return { finding: finding(entry, "index-out-of-range", reason, { id, key }), key };
+}
+
+/** A touch counter that does not hold a `Deno.KvU64`. */
+export function judgeTouch(layout: KvLayout, e: Entry): Pending | undefined {
+  const key = layout.parseKeyOf(e.key, "touch");
+  if (key !== undefined && isKvU64(e.value)) return undefined;
+  const reason = "a touch entry must hold a Deno.KvU64";
+  return { finding: finding(e, "counter-wrong-type", reason, { key }), key };
+}
+
+/** The change counter, when it exists and does not hold a `Deno.KvU64`. */
+export function judgeGen(gen: Deno.KvEntryMaybe<unknown>): Pending | undefined {
+  if (gen.versionstamp === null || isKvU64(gen.value)) return undefined;
+  const entry = gen as Entry;
+  return { finding: finding(entry, "counter-wrong-type", "gen must hold a Deno.KvU64") };
+}
+
+/** A reference: a bad key, an unreadable value, an ID outside every valid range. */
+export function judgeReference(
+  layout: KvLayout,
+  e: Entry,
+  check: RangeCheck | undefined,
+): Pending | undefined {
+  const parsed = layout.parseRef(e.key);
+  if (parsed === undefined) {
+    return { finding: finding(e, "reference-bad-key", "not a [ref, key, node] key") };
+  }
+  const { key, node } = parsed;
+  const value = peek.ref(e.value);
+  if (value === undefined) {
+    const reason = "the value is not { id, lease }";
+    return { finding: finding(e, "reference-undecodable", reason, { key, node }), node };
+  }
+  if (check === undefined || check.valid(value.id, key)) return undefined;
+  const reason = `it names ${check.outside(value.id, key)}`;
+  const about = { id: value.id, key, node };
+  return { finding: finding(e, "reference-out-of-range", reason, about), node };
+}
+
+/** A lease record of the wrong shape. */
+export function judgeLease(layout: KvLayout, e: Entry): Pending | undefined {
+  if (layout.parseLease(e.key) !== undefined && peek.lease(e.value) !== undefined) {
+    return undefined;
+  }
+  return { finding: finding(e, "lease-undecodable", "not a lease record { lease, expiresAt }") };
+}
+
+/** A change-feed entry of the wrong shape. */
+export function judgeLog(layout: KvLayout, e: Entry): Pending | undefined {
+  if (layout.isLog(e.key) && peek.log(e.value) !== undefined) return undefined;
+  return { finding: finding(e, "log-undecodable", "not a change-feed entry { id, key }") };
+}
+
+/**
+ * The findings with their holders: one more pass over the references, judged as the sessions
+ * judge them (only when a finding's holders depend on them), and the lease records of the nodes
+ * whose references were found.
+ */
+async function* withHolders(
+  ctx: KvContext,
+  stats: KvStats,
+  pending: readonly Pending[],
+  signal: AbortSignal,
+): AsyncGenerator<DamageFinding> {
+  const use = new LiveUse();
+  for (const p of pending) {
     if (p.id !== undefined) use.watchId(p.id);
     if (p.key !== undefined) use.watchKey(p.key);
-    pending.push(p);
-  };
-
-  for await (const e of entries("id")) {
-    const id = layout.parseId(e.key);
-    if (id === undefined) {
-      add({ finding: finding(e, "master-bad-id", "the ID is not a non-negative safe integer") });
-      continue;
-    }
-    const value = peek.master(e.value);
-    if (value === undefined) {
-      add({
-        finding: finding(e, "master-undecodable", "the value is not { key: string }", { id }),
-        id,
-      });
-    } else if (!layout.fitsKey(value.key)) {
-      const about = { id, key: value.key };
-      add({
-        finding: finding(e, "master-oversized", "its key is too large for the layout", about),
-        id,
-      });
-    }
   }
-
-  // Key indexes are judged against their masters, read ten at a time.
-  let indexes: { entry: Deno.KvEntry<unknown>; key: string; id: number }[] = [];
-  const judgeIndexes = async () => {
-    const masters = await getMany(ctx, stats, indexes.map((x) => layout.id(x.id)), signal);
-    for (const [i, { entry, key, id }] of indexes.entries()) {
-      const master = masters[i];
-      const owner = master.versionstamp === null ? undefined : peek.master(master.value);
-      const orphan = (why: string) =>
-        add({
-          finding: finding(entry, "index-orphan", `it names ID ${id}, ${why}`, { id, key }),
-          key,
-        });
-      if (master.versionstamp === null) orphan("which has no master");
-      else if (owner !== undefined && owner.key !== key) orphan("whose master is another key's");
-      else if (check !== undefined && !check.valid(id, key)) {
-        // The master is the key's (or unreadable, reported as such): only the range is wrong.
-        const reason = `it names ${check.outside(id, key)}`;
-        add({ finding: finding(entry, "index-out-of-range", reason, { id, key }), key });
-      }
-    }
-    indexes = [];
-  };
-  for await (const e of entries("key")) {
-    const key = layout.parseKeyOf(e.key, "key");
-    const value = peek.keyIndex(e.value);
-    if (key === undefined || value === undefined) {
-      add({ finding: finding(e, "index-undecodable", "not a key index { id }", { key }), key });
-      continue;
-    }
-    indexes.push({ entry: e, key, id: value.id });
-    if (indexes.length >= MAX_GET_MANY) await judgeIndexes();
-  }
-  if (indexes.length > 0) await judgeIndexes();
-
-  for await (const e of entries("touch")) {
-    const key = layout.parseKeyOf(e.key, "touch");
-    if (key === undefined || !isKvU64(e.value)) {
-      const reason = "a touch entry must hold a Deno.KvU64";
-      add({ finding: finding(e, "counter-wrong-type", reason, { key }), key });
-    }
-  }
-  const gen = await get(ctx, stats, layout.gen(), signal);
-  if (gen.versionstamp !== null && !isKvU64(gen.value)) {
-    const entry = gen as Deno.KvEntry<unknown>;
-    add({ finding: finding(entry, "counter-wrong-type", "gen must hold a Deno.KvU64") });
-  }
-
-  for await (const e of entries("ref")) {
-    const parsed = layout.parseRef(e.key);
-    if (parsed === undefined) {
-      add({ finding: finding(e, "reference-bad-key", "not a [ref, key, node] key") });
-      continue;
-    }
-    const { key, node } = parsed;
-    const value = peek.ref(e.value);
-    if (value === undefined) {
-      const reason = "the value is not { id, lease }";
-      add({ finding: finding(e, "reference-undecodable", reason, { key, node }), node });
-    } else if (check !== undefined && !check.valid(value.id, key)) {
-      const reason = `it names ${check.outside(value.id, key)}`;
-      const about = { id: value.id, key, node };
-      add({ finding: finding(e, "reference-out-of-range", reason, about), node });
-    }
-  }
-
-  for await (const e of entries("lease")) {
-    if (layout.parseLease(e.key) === undefined || peek.lease(e.value) === undefined) {
-      add({ finding: finding(e, "lease-undecodable", "not a lease record { lease, expiresAt }") });
-    }
-  }
-
-  for await (const e of entries("log")) {
-    if (!layout.isLog(e.key) || peek.log(e.value) === undefined) {
-      add({ finding: finding(e, "log-undecodable", "not a change-feed entry { id, key }") });
-    }
-  }
-
-  // One more pass over the references, judged as the sessions judge them, only when a finding's
-  // holders depend on them.
   if (!use.empty) {
     for await (const ref of new KvAdmin(ctx).references(signal)) if (ref.live) use.note(ref);
   }
@@ -211,12 +265,17 @@ export async function* findDamage(
   for (const p of pending) {
     const live = p.node !== undefined &&
       nodeIsLive(leases.get(p.node), now, ctx.settings.maxClockSkewMs);
-    yield heldBy(p.finding, [
-      ...(live ? [p.node!] : []),
-      ...(p.id === undefined ? [] : use.holdersOfId(p.id)),
-      ...(p.key === undefined ? [] : use.holdersOfKey(p.key)),
-    ]);
+    yield heldBy(p.finding, holdersOf(p, use, live));
   }
+}
+
+/** The holders of a finding: its reference's node while live, the nodes using its ID or key. */
+export function holdersOf(p: Pending, use: LiveUse, nodeLive: boolean): string[] {
+  return [
+    ...(nodeLive && p.node !== undefined ? [p.node] : []),
+    ...(p.id === undefined ? [] : use.holdersOfId(p.id)),
+    ...(p.key === undefined ? [] : use.holdersOfKey(p.key)),
+  ];
 }
 
 /**

@@ -177,7 +177,6 @@ export const KV_DAMAGE_KINDS: Readonly<Record<string, string>> = {
 /** The Deno KV backend, as idalloc's tools know it. */
 export const kvDriver: BackendDriver<KvStoreDescription> = {
   kind: "deno-kv",
-  harness: new URL("./testing/harness.ts", import.meta.url).href,
   title: "Deno KV",
   scheme: "kv:",
   syntax: "kv:<file> (or kv:<KV Connect URL>)",

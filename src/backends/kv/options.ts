@@ -15,13 +15,14 @@ import type { SameShape, SettingsOf } from "../../option_shape.ts";
 
 /** Options of {@linkcode DenoKvBackend}. */
 export interface DenoKvBackendOptions {
-  /** Namespace of every key the backend writes: non-empty, strings and numbers only. */
+  /** Namespace of every key the backend writes: non-empty strings and finite numbers, at least one. */
   readonly prefix: readonly (string | number)[];
   /** This node's name: non-empty, at most 253 characters, no `/`. */
   readonly node: string;
   /**
    * How often a watch polls the change counter, in ms. Needed because `kv.watch` does not fire
-   * for writes of another process on a local file; in-process writes wake the watch at once.
+   * for writes of another process on a local file; in-process writes wake the watch at once. At
+   * least 10 ms.
    * @default {1000}
    */
   readonly pollIntervalMs?: number;
@@ -58,14 +59,27 @@ export interface DenoKvBackendOptions {
 /** A `KvU64` class: `Deno.KvU64`, or the one of the `@deno/kv` package. */
 export type KvU64Class = new (value: bigint) => Deno.KvU64;
 
+/** The shortest poll interval, in ms: a faster poll is a busy loop against the store. */
+export const MIN_POLL_INTERVAL_MS = 10;
+
 const positiveMs = z.number().int().positive();
 
+/**
+ * The options a store description carries too (`store_description.ts`), each with its one set of
+ * bounds: the options schema and the description's are both made of these.
+ */
+export const kvFields = {
+  prefix: z.array(z.union([z.string().min(1), z.number().finite()])).min(1),
+  pollIntervalMs: z.number().int().min(MIN_POLL_INTERVAL_MS),
+  maxClockSkewMs: z.number().int().nonnegative(),
+};
+
 const optionsSchema = z.object({
-  prefix: z.array(z.union([z.string(), z.number().finite()])).min(1),
+  prefix: kvFields.prefix,
   node: z.string().min(1).max(253).refine((s) => !s.includes("/"), "must not contain '/'"),
-  pollIntervalMs: positiveMs.default(1000),
+  pollIntervalMs: kvFields.pollIntervalMs.default(1000),
   resyncIntervalMs: positiveMs.default(300_000),
-  maxClockSkewMs: z.number().int().nonnegative().default(5000),
+  maxClockSkewMs: kvFields.maxClockSkewMs.default(5000),
   logRetentionMs: positiveMs.default(600_000),
   groupCommit: z.boolean().default(true),
   now: z.custom<() => number>((v) => typeof v === "function", "must be a function")

@@ -10,6 +10,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
+import { kvFields } from "./options.ts";
 
 /** The Deno KV prefix when `--prefix` is not given. */
 export const DEFAULT_KV_PREFIX: readonly string[] = ["idalloc"];
@@ -26,12 +27,16 @@ export interface KvStoreDescription {
   readonly maxClockSkewMs: number;
 }
 
-/** The schema of {@linkcode KvStoreDescription}. */
+/**
+ * The schema of {@linkcode KvStoreDescription}: the backend's options schema decides what a
+ * prefix, a poll interval and a clock skew may be (`kvFields`), so both refuse the same values in
+ * the same words.
+ */
 export const kvStoreDescription: z.ZodType<KvStoreDescription> = z.object({
   path: z.string().min(1),
-  prefix: z.array(z.union([z.string().min(1), z.number()])).min(1),
-  pollIntervalMs: z.number().int().min(10),
-  maxClockSkewMs: z.number().int().min(0),
+  prefix: kvFields.prefix,
+  pollIntervalMs: kvFields.pollIntervalMs,
+  maxClockSkewMs: kvFields.maxClockSkewMs,
 }).strict();
 
 /** `--poll` and `--clock-skew`: the backend's own CLI options. */
@@ -45,8 +50,8 @@ export const KV_OPTIONS: readonly StoreOption[] = [
 ];
 
 const kvValues = z.object({
-  poll: durationFlag(10),
-  clockSkew: durationFlag(0),
+  poll: durationFlag(kvFields.pollIntervalMs.minValue!),
+  clockSkew: durationFlag(kvFields.maxClockSkewMs.minValue!),
 });
 
 /** The Deno KV prefix of `--prefix`: `a/b` → `["a", "b"]`, or a JSON array such as `["a", 1]`. */

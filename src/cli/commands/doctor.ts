@@ -30,6 +30,7 @@ import {
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { allocationRange, labelsCodec, requiresGlobalIdentity } from "../../identity/mod.ts";
 import type { RunContext } from "../context.ts";
+import type { Progress } from "../io.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
 import { noteIfEmpty, plural, printable } from "./common.ts";
@@ -41,7 +42,7 @@ export interface DoctorCommandOptions {
 }
 
 /** What became of one finding with `--fix`. */
-type Outcome = "removed" | "changed meanwhile" | "held" | "kept";
+export type Outcome = "removed" | "changed meanwhile" | "held" | "kept";
 
 /**
  * Every cluster's global identity range, joined (with 255 and with 511 clusters: the bits of the
@@ -97,6 +98,20 @@ async function settle(
   }
 }
 
+/** What `doctor` found and did: the model its output is rendered from. */
+export interface DoctorModel {
+  /** Whether findings were to be removed (`--fix`). */
+  readonly fix: boolean;
+  /** Every finding (with its holders as last known) and what became of it, in scan order. */
+  readonly results: readonly { readonly finding: DamageFinding; readonly outcome: Outcome }[];
+  /** How many findings have each outcome. */
+  readonly count: Readonly<Record<Outcome, number>>;
+  /** Findings still in the store (all but the removed). */
+  readonly remaining: number;
+  /** The live nodes that hold some finding, sorted. */
+  readonly holders: readonly string[];
+}
+
 /** `doctor [--fix]`. */
 export async function doctorCommand(
   ctx: RunContext,
@@ -112,13 +127,39 @@ export async function doctorCommand(
   // Reaching the store is bounded by --timeout; the scan reads the whole prefix.
   ctx.untimed();
   const progress = ctx.progress();
+  const results = exists ? await examine(ctx, doctor, options.fix, progress) : [];
+  const model = doctorModel(results, options.fix);
+  progress.done(doctorSummary(model));
+  if (ctx.options.json) {
+    output.out.line(JSON.stringify(doctorJson(model)));
+  } else if (results.length === 0) {
+    output.out.line(`no damage under prefix ${store.prefix} in ${store.where}`);
+  } else {
+    const { header, rows } = doctorTable(model);
+    writeTable(output.out, header, rows);
+    const warning = heldWarning(model);
+    if (warning !== undefined) output.warn(warning);
+    const hint = fixHint(model);
+    if (hint !== undefined) output.err.line(hint);
+  }
+  return model.remaining === 0 ? ExitCode.Ok : ExitCode.Refused;
+}
+
+/**
+ * Scans for damage and settles each finding. Removing one entry can expose another (Deno KV: a
+ * key index whose corrupt master went is an orphan now), so `fix` scans again after a round that
+ * removed something, {@linkcode FIX_ROUNDS} times at most; a finding is reported once.
+ */
+async function examine(
+  ctx: RunContext,
+  doctor: StoreDoctor,
+  fix: boolean,
+  progress: Progress,
+): Promise<DoctorModel["results"]> {
   const ranges = validRanges({ min: ctx.options.min, max: ctx.options.max });
-  const found: DamageFinding[] = [];
-  const outcomes: Outcome[] = [];
+  const results: { finding: DamageFinding; outcome: Outcome }[] = [];
   const seen = new Set<string>();
-  // Removing one entry can expose another (Deno KV: a key index whose corrupt master went is an
-  // orphan now), so --fix scans again after a round that removed something, a few times at most.
-  for (let round = 1; exists && round <= (options.fix ? FIX_ROUNDS : 1); round++) {
+  for (let round = 1; round <= (fix ? FIX_ROUNDS : 1); round++) {
     const scanned: DamageFinding[] = [];
     for await (const finding of doctor.findDamage({ ranges, signal: ctx.signal })) {
       // Held or changed entries of an earlier round are reported once.
@@ -126,75 +167,80 @@ export async function doctorCommand(
       if (seen.has(id)) continue;
       seen.add(id);
       scanned.push(finding);
-      progress.update(`scanning… ${plural(found.length + scanned.length, "finding")}`);
+      progress.update(`scanning… ${plural(results.length + scanned.length, "finding")}`);
     }
     let removed = 0;
     for (const [i, listed] of scanned.entries()) {
-      const { finding, outcome } = await settle(doctor, listed, options.fix, ctx.signal);
-      found.push(finding);
-      outcomes.push(outcome);
-      if (outcome === "removed") removed++;
-      if (options.fix) progress.update(`removing… ${i + 1} of ${scanned.length}`);
+      const result = await settle(doctor, listed, fix, ctx.signal);
+      results.push(result);
+      if (result.outcome === "removed") removed++;
+      if (fix) progress.update(`removing… ${i + 1} of ${scanned.length}`);
     }
     if (removed === 0) break;
   }
-  const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
-  const held = count("held");
-  const remaining = outcomes.length - count("removed");
-  progress.done(
-    `found ${plural(found.length, "damaged entry", "damaged entries")}` +
-      (held > 0 ? ` (${held} held by live nodes)` : "") +
-      (options.fix ? `, removed ${count("removed")}` : ""),
-  );
-  if (ctx.options.json) {
-    output.out.line(JSON.stringify(
-      found.map((f, i) => ({
-        ...f,
-        ...(options.fix ? { outcome: outcomes[i] } : {}),
-      })),
-    ));
-  } else if (found.length === 0) {
-    output.out.line(`no damage under prefix ${store.prefix} in ${store.where}`);
-  } else {
-    const holders = held > 0;
-    writeTable(
-      output.out,
-      [
-        "KIND",
-        ...(options.fix ? ["OUTCOME"] : []),
-        "REASON",
-        ...(holders ? ["HELD BY"] : []),
-        "ENTRY",
-      ],
-      found.map((f, i) => [
-        f.kind,
-        ...(options.fix ? [outcomes[i]] : []),
-        f.reason,
-        ...(holders ? [f.heldBy?.join(",") ?? "-"] : []),
-        printable(f.entry),
-      ]),
-    );
-  }
-  if (!ctx.options.json && held > 0) {
-    const nodes = [...new Set(found.flatMap((f) => f.heldBy ?? []))].sort();
-    const them = nodes.length === 1 ? "it" : "them";
-    const entries = held === 1 ? "it" : "them";
-    output.warn(
-      `${plural(held, "entry is", "entries are")} held by live ` +
-        `${nodes.length === 1 ? "node" : "nodes"} ${nodes.join(", ")}, so doctor leaves ` +
-        `${entries}: deleting would take an ID from under a running node, which writes its ` +
-        `entries back anyway. Stop ${them} (references go with their lease) or let ${them} ` +
-        `repair ${entries} (a node holding a key rewrites its corrupt master at its next sync), ` +
-        "then run 'idalloc doctor' again",
-    );
-  }
-  const fixable = count("kept");
-  if (!ctx.options.json && !options.fix && fixable > 0) {
-    output.err.line(
-      `run 'idalloc doctor --fix' to delete ${
-        fixable === 1 ? "this entry" : `these ${fixable} entries`
-      }${held === 0 ? "" : held === 1 ? " (not the held one)" : " (not the held ones)"}`,
-    );
-  }
-  return remaining === 0 ? ExitCode.Ok : ExitCode.Refused;
+  return results;
+}
+
+/** The model of what {@linkcode examine} returned. */
+export function doctorModel(results: DoctorModel["results"], fix: boolean): DoctorModel {
+  const count: Record<Outcome, number> = { removed: 0, "changed meanwhile": 0, held: 0, kept: 0 };
+  for (const { outcome } of results) count[outcome]++;
+  const holders = [...new Set(results.flatMap((r) => r.finding.heldBy ?? []))].sort();
+  return { fix, results, count, remaining: results.length - count.removed, holders };
+}
+
+/** The line that ends the progress display. */
+export function doctorSummary({ results, count, fix }: DoctorModel): string {
+  return `found ${plural(results.length, "damaged entry", "damaged entries")}` +
+    (count.held > 0 ? ` (${count.held} held by live nodes)` : "") +
+    (fix ? `, removed ${count.removed}` : "");
+}
+
+/** The `--json` output: the findings, with their outcome under `--fix`. */
+export function doctorJson({ results, fix }: DoctorModel): object[] {
+  return results.map(({ finding, outcome }) => ({ ...finding, ...(fix ? { outcome } : {}) }));
+}
+
+/** The table of findings (an outcome column under `--fix`, holders when some are held). */
+export function doctorTable({ results, fix, count }: DoctorModel): {
+  header: string[];
+  rows: string[][];
+} {
+  const holders = count.held > 0;
+  const header = [
+    "KIND",
+    ...(fix ? ["OUTCOME"] : []),
+    "REASON",
+    ...(holders ? ["HELD BY"] : []),
+    "ENTRY",
+  ];
+  const rows = results.map(({ finding: f, outcome }) => [
+    f.kind,
+    ...(fix ? [outcome] : []),
+    f.reason,
+    ...(holders ? [f.heldBy?.join(",") ?? "-"] : []),
+    printable(f.entry),
+  ]);
+  return { header, rows };
+}
+
+/** Why held entries stay and what to do about them (`undefined`: none is held). */
+export function heldWarning({ count: { held }, holders: nodes }: DoctorModel): string | undefined {
+  if (held === 0) return undefined;
+  const them = nodes.length === 1 ? "it" : "them";
+  const entries = held === 1 ? "it" : "them";
+  return `${plural(held, "entry is", "entries are")} held by live ` +
+    `${nodes.length === 1 ? "node" : "nodes"} ${nodes.join(", ")}, so doctor leaves ` +
+    `${entries}: deleting would take an ID from under a running node, which writes its ` +
+    `entries back anyway. Stop ${them} (references go with their lease) or let ${them} ` +
+    `repair ${entries} (a node holding a key rewrites its corrupt master at its next sync), ` +
+    "then run 'idalloc doctor' again";
+}
+
+/** The hint to run `doctor --fix` (`undefined` with `--fix`, or when nothing could go). */
+export function fixHint({ fix, count: { kept: fixable, held } }: DoctorModel): string | undefined {
+  if (fix || fixable === 0) return undefined;
+  return `run 'idalloc doctor --fix' to delete ${
+    fixable === 1 ? "this entry" : `these ${fixable} entries`
+  }${held === 0 ? "" : held === 1 ? " (not the held one)" : " (not the held ones)"}`;
 }

@@ -29,7 +29,8 @@ export interface StatusCommandOptions {
 /** How long `status` waits for the store's leader to be known. */
 const LEADER_WAIT_MS = 1_000;
 
-interface Usage {
+/** How many stored IDs live references use. */
+export interface Usage {
   readonly inUse: number;
   readonly unused: number;
 }
@@ -52,14 +53,14 @@ function inSeconds(ms: number): string {
   return s >= 0 ? `in ${s}s` : `${-s}s ago`;
 }
 
-function describeLease(lease: NodeLease, now: number): string {
+function describeLease(lease: StatusModel["nodes"][number], now: number): string {
   const state = lease.live ? "live" : "lapsed";
-  if (lease.expiresAt === undefined) return `${lease.node}: ${state}`;
-  return `${lease.node}: ${state}, lease ends ${inSeconds(lease.expiresAt - now)}`;
+  if (lease.expiresAt === null) return `${lease.node}: ${state}`;
+  return `${lease.node}: ${state}, lease ends ${inSeconds(Date.parse(lease.expiresAt) - now)}`;
 }
 
 /** The counters `status` shares with an allocator's metrics, under the metrics' names. */
-interface StatusMetrics {
+export interface StatusMetrics {
   /** Free IDs in `--min`…`--max`. */
   readonly "idalloc.ids.free": number;
   /** Keys each node holds (its live references). */
@@ -96,12 +97,58 @@ function describeSplit(split: SplitKey): string {
   return `${printable(split.key)}: ${byId.join(" vs ")}`;
 }
 
+/** What `status` read from the store (its model is computed from this alone). */
+export interface StatusReading {
+  readonly where: string;
+  readonly backend: string;
+  readonly prefix: string;
+  /** The first read's latency, in ms (one decimal). */
+  readonly latencyMs: number;
+  readonly health: SessionStatus;
+  /** The stored IDs with their keys, ascending. */
+  readonly ids: readonly (readonly [number, string])[];
+  readonly references: readonly StoredReference[];
+  readonly leases: readonly NodeLease[];
+}
+
+/** What `status` reports: its `--json` output, and what its table shows. */
+export interface StatusModel {
+  readonly store: string;
+  readonly backend: string;
+  readonly prefix: string;
+  readonly reachable: true;
+  readonly healthy: boolean;
+  readonly latencyMs: number;
+  readonly leader: string | null;
+  readonly lastError: string | null;
+  readonly ids: number;
+  readonly minId: number | null;
+  readonly maxId: number | null;
+  readonly nodes: readonly {
+    readonly node: string;
+    readonly live: boolean;
+    /** ISO 8601, `null` when the store cannot tell. */
+    readonly expiresAt: string | null;
+  }[];
+  readonly references: { readonly total: number; readonly live: number };
+  readonly usage: Usage;
+  readonly splitKeys: readonly SplitKey[];
+  readonly metrics: StatusMetrics;
+}
+
 /** `status`. */
 export async function statusCommand(
   ctx: RunContext,
   _options: StatusCommandOptions,
 ): Promise<number> {
-  const { output } = ctx;
+  const model = statusModel(await readStatus(ctx), ctx.options);
+  if (ctx.options.json) ctx.output.out.line(JSON.stringify(model));
+  else writeTable(ctx.output.out, null, statusRows(model, ctx.options, Date.now()));
+  return ExitCode.Ok;
+}
+
+/** Times one read, then lists the masters, the references and the node leases. */
+async function readStatus(ctx: RunContext): Promise<StatusReading> {
   const store = await ctx.store();
   const session = await store.reader(ctx.signal);
   const started = performance.now();
@@ -121,15 +168,22 @@ export async function statusCommand(
     : [[], [], []];
   progress.clear();
   const health = await sessionStatus(ctx, session);
+  const { where, kind: backend, prefix } = store;
+  return { where, backend, prefix, latencyMs, health, ids, references, leases };
+}
+
+/** The model of what was read; `range` is the allocator's (`--min`, `--max`). */
+export function statusModel(
+  read: StatusReading,
+  range: { readonly min: number; readonly max: number },
+): StatusModel {
+  const { ids, references, leases, health, latencyMs } = read;
   const liveKeys = new Set(references.filter((r) => r.live).map((r) => r.key));
   const inUse = ids.filter(([, key]) => liveKeys.has(key)).length;
-  const usage: Usage = { inUse, unused: ids.length - inUse };
-  const splits = splitKeys(references);
-  const now = Date.now();
-  const summary = {
-    store: store.where,
-    backend: store.kind,
-    prefix: store.prefix,
+  return {
+    store: read.where,
+    backend: read.backend,
+    prefix: read.prefix,
     reachable: true,
     healthy: health.healthy,
     latencyMs,
@@ -147,52 +201,52 @@ export async function statusCommand(
       total: references.length,
       live: references.filter((r) => r.live).length,
     },
-    usage,
-    splitKeys: splits.map((s) => ({ key: s.key, ids: s.ids, references: s.references })),
-    metrics: metricsOf(ids, references, ctx.options, health.healthy, latencyMs),
+    usage: { inUse, unused: ids.length - inUse },
+    splitKeys: splitKeys(references).map((s) => ({
+      key: s.key,
+      ids: s.ids,
+      references: s.references,
+    })),
+    metrics: metricsOf(ids, references, range, health.healthy, latencyMs),
   };
-  if (ctx.options.json) {
-    output.out.line(JSON.stringify(summary));
-    return ExitCode.Ok;
-  }
+}
+
+/** The table `status` prints (without `--json`), at time `now`. */
+export function statusRows(
+  model: StatusModel,
+  range: { readonly min: number; readonly max: number },
+  now: number,
+): string[][] {
+  const { leader, lastError, nodes, references, usage, metrics, splitKeys: splits } = model;
   const rows: string[][] = [
-    ["store", store.where],
-    ["prefix", store.prefix],
+    ["store", model.store],
+    ["prefix", model.prefix],
     [
       "reachable",
-      `yes, one read took ${latencyMs} ms${health.healthy ? "" : " (unhealthy)"}` +
-      (health.lastError ? `; last error: ${health.lastError}` : ""),
+      `yes, one read took ${model.latencyMs} ms${model.healthy ? "" : " (unhealthy)"}` +
+      (lastError ? `; last error: ${lastError}` : ""),
     ],
   ];
-  if (health.leader !== undefined) rows.push(["leader", health.leader]);
+  if (leader !== null) rows.push(["leader", leader]);
   rows.push([
     "IDs",
-    ids.length === 0 ? "none" : `${ids.length} (from ${summary.minId} to ${summary.maxId})`,
+    model.ids === 0 ? "none" : `${model.ids} (from ${model.minId} to ${model.maxId})`,
   ]);
-  const live = leases.filter((l) => l.live);
-  rows.push(["nodes", `${live.length} with a live lease, ${leases.length - live.length} lapsed`]);
-  for (const l of leases) rows.push(["", describeLease(l, now)]);
-  rows.push([
-    "references",
-    `${summary.references.live} live, ${summary.references.total - summary.references.live} dead`,
-  ]);
+  const live = nodes.filter((l) => l.live);
+  rows.push(["nodes", `${live.length} with a live lease, ${nodes.length - live.length} lapsed`]);
+  for (const l of nodes) rows.push(["", describeLease(l, now)]);
+  rows.push(["references", `${references.live} live, ${references.total - references.live} dead`]);
   rows.push([
     "usage",
     `${usage.inUse} in use, ${usage.unused} unused (GC collects them in two passes)`,
   ]);
-  const { min, max } = ctx.options;
-  const held = Object.entries(summary.metrics["idalloc.keys.held"]).sort(([a], [b]) =>
-    a < b ? -1 : 1
-  )
+  const { min, max } = range;
+  const held = Object.entries(metrics["idalloc.keys.held"]).sort(([a], [b]) => a < b ? -1 : 1)
     .map(([node, n]) => `${node} ${n}`);
-  rows.push([
-    "metrics",
-    `idalloc.ids.free ${summary.metrics["idalloc.ids.free"]} (of ${
-      max - min + 1
-    } in ${min}–${max})`,
-  ]);
+  const free = metrics["idalloc.ids.free"];
+  rows.push(["metrics", `idalloc.ids.free ${free} (of ${max - min + 1} in ${min}–${max})`]);
   rows.push(["", `idalloc.keys.held ${held.length === 0 ? "0" : held.join(", ")}`]);
-  rows.push(["", `idalloc.healthy ${summary.metrics["idalloc.healthy"]}`]);
+  rows.push(["", `idalloc.healthy ${metrics["idalloc.healthy"]}`]);
   if (splits.length > 0) {
     rows.push([
       "split keys",
@@ -202,6 +256,5 @@ export async function statusCommand(
     ]);
     for (const split of splits) rows.push(["", describeSplit(split)]);
   }
-  writeTable(output.out, null, rows);
-  return ExitCode.Ok;
+  return rows;
 }

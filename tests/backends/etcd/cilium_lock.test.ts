@@ -9,6 +9,7 @@ import { Allocator } from "../../../mod.ts";
 import { AllocationFailedError, KeyLockedError, SplitKeyError } from "../../../src/errors.ts";
 import { type AllocateStep, CiliumDouble, finish, runUntil } from "../../_support/cilium_double.ts";
 import { b } from "../../../src/backends/etcd/testing/fixture.ts";
+import type { EtcdBackend } from "../../../src/backends/etcd/mod.ts";
 import {
   assertOneIdPerKey,
   deadline,
@@ -26,9 +27,28 @@ const OPTIONS = { min: 1, max: 65_535, leaseTtlMs: 5_000, backoff: { initialMs: 
 /** Every step of a new-key Cilium allocation before it unlocks. */
 const STEPS: AllocateStep[] = ["locked", "refs-read", "checked", "master-created", "ref-created"];
 
+/** The backend of each allocator `idallocNode` opened, to count its transactions. */
+const backends = new WeakMap<Allocator, EtcdBackend>();
+
 async function idallocNode(ns: Namespace, node: string, honorCiliumLocks = true) {
   const backend = await ns.backend(node, { honorCiliumLocks });
-  return await Allocator.open(backend, OPTIONS);
+  const alloc = await Allocator.open(backend, OPTIONS);
+  backends.set(alloc, backend);
+  return alloc;
+}
+
+/** The acquire transactions `alloc` has sent so far. */
+function acquires(alloc: Allocator): number {
+  return backends.get(alloc)!.requestStats().operations["acquire"] ?? 0;
+}
+
+/**
+ * Resolves once `alloc` has sent two acquire transactions since it had sent `before`: the second
+ * starts only after the first came back refused (a write that went through would have ended the
+ * call), so by then idalloc has tried to write and has been turned away at least once.
+ */
+async function refusedOnce(alloc: Allocator, before: number): Promise<void> {
+  await eventually(() => acquires(alloc) >= before + 2, "idalloc tried, was refused, tried again");
 }
 
 for (const step of STEPS) {
@@ -41,9 +61,10 @@ for (const step of STEPS) {
       await alloc.waitForInitialSync();
       const steps = cilium.allocateSteps(K, () => 1759);
       await runUntil(steps, step);
+      const before = acquires(alloc);
       const pending = alloc.allocate(K, { signal: deadline() });
       // idalloc waits for the mutex: it has written nothing while Cilium is between its steps.
-      await new Promise((r) => setTimeout(r, 100));
+      await refusedOnce(alloc, before);
       assert.equal((await storeView(ns)).refIds.get(K)?.has(1759) ?? false, step === "ref-created");
       assert.equal((await ns.dump()).some((kv) => kv.key.endsWith("/idalloc-a")), false);
       const ciliumId = await finish(steps);
@@ -132,8 +153,9 @@ etcdTest("join of an unreferenced master waits for a Cilium allocation of the ke
     // Cilium found no reference and is about to create a new master; c joins the old one.
     const steps = cilium.allocateSteps(K, () => 40_000);
     await runUntil(steps, "checked");
+    const before = acquires(c);
     const joined = c.allocate(K, { signal: deadline() });
-    if (honor) await new Promise((r) => setTimeout(r, 100));
+    if (honor) await refusedOnce(c, before);
     else await joined;
     const ciliumId = await finish(steps);
     const { id } = await joined;
@@ -223,8 +245,9 @@ etcdTest("a join waits for Cilium's GC of the ID; it then allocates afresh", asy
   await eventually(() => c.cachedId(K) === old, "node c's cache knows the master");
   const gc = cilium.gcSteps(old);
   await runUntil(gc, "refs-read"); // Cilium found no user of `old` and is about to delete it
+  const before = acquires(c);
   const joined = c.allocate(K, { signal: deadline() });
-  await new Promise((r) => setTimeout(r, 100));
+  await refusedOnce(c, before);
   assert.equal((await ns.dump()).some((kv) => kv.key.endsWith("/idalloc-c")), false);
   assert.equal(await finish(gc), true);
   const { id, isNew } = await joined;

@@ -7,7 +7,7 @@
  * Prints one JSON line: `{key: id}` for acquire, `[deleted ids]` for collect.
  */
 import type { BackendSession, GcCandidate } from "../../../src/allocator/backend.ts";
-import type { StoreSpec } from "../../_support/fixture.ts";
+import type { StoreSpec } from "../../../src/testing/fixture.ts";
 import { openBackendFromSpec } from "../../_support/open_backend.ts";
 
 const [specJson, node, mode, ...rest] = Deno.args;

@@ -6,7 +6,7 @@
  * @module
  */
 import type { Backend } from "../../../allocator/backend.ts";
-import type { BenchCell, BenchHooks, RawWriter } from "../../../../bench/backend.ts";
+import type { BenchCell, BenchHooks, RawWriter } from "../../../testing/bench.ts";
 import { EtcdBackend } from "../mod.ts";
 import { startEtcd } from "./cluster.ts";
 import { b, rawClient } from "./fixture.ts";
@@ -74,4 +74,14 @@ export const etcdBench: BenchHooks = {
   open,
   raw,
   ciliumPeer: (where) => endpoints(where)[0],
+  example: {
+    async start() {
+      const etcd = await startEtcd();
+      return {
+        args: [],
+        env: { ETCD_ENDPOINTS: etcd.endpoints.join(",") },
+        [Symbol.asyncDispose]: () => etcd.close(),
+      };
+    },
+  },
 };

@@ -17,32 +17,17 @@
  */
 
 import { execFile } from "node:child_process";
-import { readFileSync, rmSync, statSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { connect as connectTls, type ConnectionOptions } from "node:tls";
+import { isFile, onPath } from "../../../testing/runtime.ts";
 
 /** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
 export const DEBIAN_ETCD = "/usr/bin/etcd";
-
-function isFile(path: string): boolean {
-  try {
-    return statSync(path).isFile();
-  } catch {
-    return false;
-  }
-}
-
-/** The first `binary` on PATH, or `undefined`. */
-export function onPath(binary: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(":")) {
-    if (dir !== "" && isFile(`${dir}/${binary}`)) return `${dir}/${binary}`;
-  }
-  return undefined;
-}
 
 /** The etcd binary: the first `etcd` on PATH, else Debian's path; `undefined` if neither. */
 export function findEtcd(): string | undefined {

@@ -27,7 +27,7 @@ import type {
   StoredReference,
   StoreFixture,
   StoreSpec,
-} from "../../../../tests/_support/fixture.ts";
+} from "../../../testing/fixture.ts";
 
 let shared: Promise<EtcdCluster> | undefined;
 

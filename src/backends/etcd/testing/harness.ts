@@ -1,13 +1,13 @@
 /**
  * etcd's development harness: its fixture for the shared test suites (a private etcd per test
- * process), its nemesis hooks and its bench opener, loaded by kind through
- * `src/backends/testing.ts`. Not published.
+ * process), its nemesis hooks, its bench opener and a private etcd for the examples, loaded by kind
+ * through `src/testing/harness.ts`. Not published.
  *
  * @module
  */
-import type { BackendHarness } from "../../../../tests/_support/harness.ts";
+import type { BackendHarness } from "../../../testing/harness.ts";
 import { etcdBench } from "./bench.ts";
-import { etcdUnavailable } from "./cluster.ts";
+import { etcdUnavailable, findEtcd, startEtcd } from "./cluster.ts";
 import { etcdFactory } from "./fixture.ts";
 import { etcdNemesis } from "./nemesis.ts";
 
@@ -18,4 +18,5 @@ export const harness: BackendHarness = {
   fixture: etcdFactory,
   nemesis: etcdNemesis,
   bench: etcdBench,
+  server: async () => findEtcd() === undefined ? undefined : await startEtcd(),
 };

@@ -1,38 +1,36 @@
 /**
- * etcd's nemesis hooks: every fault (its members can be killed, compacted and cut off), Cilium
- * nodes beside the workers, and its store — a prefix on the run's private 3-member cluster, read
- * through Cilium's layout as the backend parses it. A reference without a lease is not live
- * (Cilium always writes references with the node's lease; a lease-less one is garbage that never
- * expires).
+ * etcd's nemesis hooks: every fault of the nemesis's own, faults of its store (its members killed,
+ * compacted and cut off), Cilium nodes beside the workers, and its store — a prefix on the run's
+ * private 3-member cluster, read through Cilium's layout as the backend parses it. A reference
+ * without a lease is not live (Cilium always writes references with the node's lease; a lease-less
+ * one is garbage that never expires).
  *
  * @module
  */
 import { Buffer } from "node:buffer";
+import { sleep } from "../../../abort.ts";
 import type { Etcd3, IKeyValue } from "../../../deps/etcd3.ts";
 import { z } from "../../../deps/zod.ts";
+import {
+  type GarbageTargets,
+  type GrowthSample,
+  NEMESIS_FAULTS,
+  type NemesisHooks,
+  type NemesisRunStore,
+  type NemesisStore,
+  type NemesisStoreSpec,
+  type OpenedBackend,
+  type Planted,
+  type SnapshotMaster,
+  type SnapshotRef,
+  type StoreFaultOutcome,
+  type StoreSnapshot,
+} from "../../../testing/nemesis.ts";
+import { between } from "../../../testing/prng.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
 import { type EtcdCluster, startEtcd } from "./cluster.ts";
 import { rawClient } from "./fixture.ts";
-import type {
-  SnapshotMaster,
-  SnapshotRef,
-  StoreSnapshot,
-} from "../../../../nemesis/checks/store.ts";
-import type { GrowthSample } from "../../../../nemesis/growth_worker.ts";
-import type { StoreSpec } from "../../../../nemesis/records.ts";
-import {
-  GARBAGE_KINDS,
-  garbageId,
-  garbageKey,
-  type GarbageKind,
-  type GarbageTargets,
-  type NemesisHooks,
-  type NemesisRunStore,
-  type NemesisStore,
-  type OpenedBackend,
-  type Planted,
-} from "../../../../nemesis/stores/store.ts";
 
 /** How a nemesis process reaches an etcd store. */
 const etcdSpecSchema = z.object({
@@ -52,9 +50,28 @@ const REQUEST_TIMEOUT_MS = 3_000;
 const RUN_PREFIX = "nemesis/state/identities/v1";
 
 /** Garbage an etcd store can hold: its layout has no key index and no counters. */
-const ETCD_GARBAGE: readonly GarbageKind[] = GARBAGE_KINDS.filter((k) =>
-  k !== "bad-index" && k !== "bad-counter"
-);
+const ETCD_GARBAGE = [
+  "non-numeric-id",
+  "empty-master",
+  "bad-ref",
+  "invalid-utf8",
+  "oversized",
+  "orphan-ref",
+] as const;
+
+/** One kind of garbage of an etcd store. */
+type EtcdGarbage = typeof ETCD_GARBAGE[number];
+
+/** The faults of a run's cluster, each with the report's label. */
+const STORE_FAULTS = {
+  "compact": "compaction",
+  "kill-follower": "kill etcd follower",
+  "kill-leader": "kill etcd leader",
+  "outage": "etcd outage",
+} as const;
+
+/** One fault of a run's cluster. */
+type EtcdStoreFault = keyof typeof STORE_FAULTS;
 
 /** A master value just under etcd's default 1.5 MiB request limit. */
 const OVERSIZED_CHARS = 1_000_000;
@@ -89,17 +106,16 @@ function show(key: string | Buffer, value: string | Buffer): string {
 class EtcdNemesisStore implements NemesisRunStore {
   readonly kind = "etcd";
   readonly spec: EtcdNemesisSpec;
-  readonly garbageKinds: readonly GarbageKind[] = ETCD_GARBAGE;
   readonly skewMs = 0;
-  readonly members?: EtcdCluster;
   readonly cilium?: { readonly endpoints: readonly string[]; readonly prefix: string };
+  readonly #cluster?: EtcdCluster;
   readonly #raw: Etcd3;
   readonly #layout: EtcdLayout;
 
   /** The store `spec` names; a `cluster` given is the store's own, stopped when it is disposed. */
   constructor(spec: EtcdNemesisSpec, cluster?: EtcdCluster) {
     this.spec = spec;
-    this.members = cluster;
+    this.#cluster = cluster;
     this.cilium = cluster ? { endpoints: cluster.endpoints, prefix: spec.prefix } : undefined;
     // The checks read the whole prefix at once; a long run plants many ~1 MB garbage values (30
     // minutes: ~7 MB), past gRPC's default 4 MiB receive limit.
@@ -151,7 +167,7 @@ class EtcdNemesisStore implements NemesisRunStore {
     return { at: Date.now(), masters, refs, strictMasters: false, skipped };
   }
 
-  async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
+  async plant(kind: string, targets: GarbageTargets): Promise<Planted> {
     const tag = `nemesis-ghost-${++planted}`;
     const written: string[] = [];
     const masterIds: number[] = [];
@@ -161,7 +177,7 @@ class EtcdNemesisStore implements NemesisRunStore {
     };
     const somewhere = async (value: string | Buffer): Promise<number | undefined> => {
       for (let i = 0; i < 20; i++) {
-        const id = garbageId(targets);
+        const id = targets.id();
         const key = this.#layout.masterKey(id);
         if (await this.#create(key, value)) {
           written.push(show(key, value));
@@ -169,15 +185,15 @@ class EtcdNemesisStore implements NemesisRunStore {
         }
       }
     };
-    switch (kind) {
+    switch (kind as EtcdGarbage) {
       case "non-numeric-id":
-        await put(`${this.#layout.masterRange}${tag}`, garbageKey(targets));
+        await put(`${this.#layout.masterRange}${tag}`, targets.key());
         break;
       case "empty-master":
         await somewhere("");
         break;
       case "bad-ref":
-        await put(this.#layout.refKey(garbageKey(targets), tag), "not-an-id");
+        await put(this.#layout.refKey(targets.key(), tag), "not-an-id");
         break;
       case "invalid-utf8":
         await somewhere(Buffer.from([0xff, 0xfe, 0x80]));
@@ -198,7 +214,7 @@ class EtcdNemesisStore implements NemesisRunStore {
       case "orphan-ref":
         // A numeric reference without a lease: it never expires and names an ID that may be
         // another key's.
-        await put(this.#layout.refKey(garbageKey(targets), tag), String(garbageId(targets)));
+        await put(this.#layout.refKey(targets.key(), tag), String(targets.id()));
         break;
       default:
         throw new Error(`garbage kind ${kind} does not exist on etcd`);
@@ -237,17 +253,89 @@ class EtcdNemesisStore implements NemesisRunStore {
     return Promise.resolve(0);
   }
 
+  async injectFault(kind: string, random: () => number): Promise<StoreFaultOutcome> {
+    const cluster = this.#cluster;
+    if (cluster === undefined) throw new Error(`${kind}: the store has no cluster of its own`);
+    return await injectClusterFault(cluster, kind as EtcdStoreFault, random);
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     try {
       this.#raw.close();
     } finally {
-      await this.members?.close();
+      await this.#cluster?.close();
+    }
+  }
+}
+
+/** Injects fault `kind` on a run's `cluster` and waits until every member is healthy again. */
+async function injectClusterFault(
+  cluster: EtcdCluster,
+  kind: EtcdStoreFault,
+  random: () => number,
+): Promise<StoreFaultOutcome> {
+  const members = cluster.endpoints.map((_, i) => i);
+  switch (kind) {
+    case "compact": {
+      // A watch only meets a compacted revision when it resumes from an older one: break the
+      // streams of one member's clients first, compact while they reconnect.
+      const member = Math.floor(random() * members.length);
+      const withKill = random() < 0.5;
+      if (withKill) await cluster.kill(member);
+      const revision = await retry(() => cluster.compact());
+      if (!withKill) return { detail: `compacted at revision ${revision}` };
+      await sleep(between(random, 300, 1_500));
+      await cluster.restart(member);
+      return {
+        detail: `compacted at revision ${revision} while member ${member} was down`,
+        backAt: Date.now(),
+      };
+    }
+    case "kill-follower":
+    case "kill-leader": {
+      const leader = await cluster.leader();
+      const followers = members.filter((i) => i !== leader);
+      const victim = kind === "kill-leader"
+        ? leader
+        : followers[Math.floor(random() * followers.length)];
+      const down = between(random, 1_000, 4_000);
+      await cluster.kill(victim);
+      await sleep(down);
+      await cluster.restart(victim);
+      return {
+        detail: `SIGKILL member ${victim}${
+          kind === "kill-leader" ? " (leader)" : ""
+        }, down ${down} ms`,
+        backAt: Date.now(),
+      };
+    }
+    case "outage": {
+      const down = between(random, 2_000, 6_000);
+      await Promise.all(members.map((i) => cluster.kill(i)));
+      await sleep(down);
+      // Started together: one member alone has no quorum and never turns healthy.
+      await Promise.all(members.map((i) => cluster.restart(i)));
+      return { detail: `every member down for ${down} ms`, backAt: Date.now() };
+    }
+    default:
+      throw new Error(`no store fault '${kind}' on etcd`);
+  }
+}
+
+/** Runs `fn`, retrying a few times: etcd refuses requests for a moment after a leader change. */
+async function retry<T>(fn: () => Promise<T>, attempts = 10): Promise<T> {
+  for (let i = 1;; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (i >= attempts) throw err;
+      await sleep(500);
     }
   }
 }
 
 /** `spec` as this backend's; throws a `ZodError` when it is another's or malformed. */
-function etcdSpec(spec: StoreSpec): EtcdNemesisSpec {
+function etcdSpec(spec: NemesisStoreSpec): EtcdNemesisSpec {
   return etcdSpecSchema.parse(spec);
 }
 
@@ -262,7 +350,7 @@ async function startRun(): Promise<NemesisRunStore> {
   }, etcd);
 }
 
-async function openBackend(spec: StoreSpec, node: string): Promise<OpenedBackend> {
+async function openBackend(spec: NemesisStoreSpec, node: string): Promise<OpenedBackend> {
   const { endpoints, prefix, requestTimeoutMs } = etcdSpec(spec);
   const backend = await EtcdBackend.connect({ endpoints, prefix, node, requestTimeoutMs });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };
@@ -285,16 +373,8 @@ function checkGrowth(
 
 /** etcd's nemesis hooks. */
 export const etcdNemesis: NemesisHooks = {
-  faults: [
-    "kill",
-    "stall",
-    "lease-revoke",
-    "garbage",
-    "compact",
-    "kill-follower",
-    "kill-leader",
-    "outage",
-  ],
+  faults: NEMESIS_FAULTS,
+  storeFaults: STORE_FAULTS,
   garbageKinds: ETCD_GARBAGE,
   // Measured on a busy 2-core machine with 4 workers around a short fault phase: about 19 s with
   // three members (a store fault still in progress when the phase ends adds to it).

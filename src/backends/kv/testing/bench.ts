@@ -6,7 +6,7 @@
  * @module
  */
 import type { Backend } from "../../../allocator/backend.ts";
-import type { BenchHooks, RawWriter } from "../../../../bench/backend.ts";
+import type { BenchHooks, RawWriter } from "../../../testing/bench.ts";
 import { DenoKvBackend } from "../mod.ts";
 
 /** The KV file a measurement's children open. */
@@ -61,4 +61,14 @@ export const kvBench: BenchHooks = {
   },
   open,
   raw,
+  example: {
+    // The example's own Deno KV file, which it removes.
+    start: () =>
+      Promise.resolve({
+        args: ["--store", "kv"],
+        env: {},
+        [Symbol.asyncDispose]: () => Promise.resolve(),
+      }),
+    unsupported: { bun: "@deno/kv needs V8 serialization" },
+  },
 };

@@ -32,7 +32,7 @@ import type {
   StoredReference,
   StoreFixture,
   StoreSpec,
-} from "../../../../tests/_support/fixture.ts";
+} from "../../../testing/fixture.ts";
 
 /** The prefix every KV fixture uses (the file is fresh, so any prefix isolates). */
 export const KV_FIXTURE_PREFIX: readonly string[] = ["idalloc", "test"];

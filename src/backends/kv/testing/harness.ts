@@ -1,10 +1,10 @@
 /**
  * Deno KV's development harness: its fixture for the shared test suites, its nemesis hooks and
- * its bench opener, loaded by kind through `src/backends/testing.ts`. Not published.
+ * its bench opener, loaded by kind through `src/testing/harness.ts`. Not published.
  *
  * @module
  */
-import type { BackendHarness } from "../../../../tests/_support/harness.ts";
+import type { BackendHarness } from "../../../testing/harness.ts";
 import { kvBench } from "./bench.ts";
 import { kvFactory } from "./fixture.ts";
 import { kvNemesis } from "./nemesis.ts";

@@ -10,26 +10,22 @@ import { DenoKvBackend } from "../mod.ts";
 import { KvLayout } from "../layout.ts";
 import { isLive, type LeaseRecord } from "../liveness.ts";
 import { decode } from "../schema.ts";
-import type {
-  SnapshotMaster,
-  SnapshotRef,
-  StoreSnapshot,
-} from "../../../../nemesis/checks/store.ts";
-import type { GrowthSample } from "../../../../nemesis/growth_worker.ts";
-import type { StoreSpec, Timings } from "../../../../nemesis/records.ts";
 import {
-  GARBAGE_KINDS,
-  garbageId,
-  garbageKey,
-  type GarbageKind,
   type GarbageTargets,
+  type GrowthSample,
+  NEMESIS_FAULTS,
   type NemesisHooks,
   type NemesisStore,
+  type NemesisStoreSpec,
+  type NemesisTimings,
+  type NemesisWorkload,
   type OpenBackendExtra,
   type OpenedBackend,
   type Planted,
-} from "../../../../nemesis/stores/store.ts";
-import type { Workload, WorkloadName } from "../../../../nemesis/workload.ts";
+  type SnapshotMaster,
+  type SnapshotRef,
+  type StoreSnapshot,
+} from "../../../testing/nemesis.ts";
 
 /** How a nemesis process reaches a Deno KV store: the file, the prefix, the backends' timings. */
 const kvSpecSchema = z.object({
@@ -51,12 +47,30 @@ export type KvTimings = Pick<
 >;
 
 /** The workers' timings under `workload`: its clock slack, polls every 200 ms. */
-export function kvTimings(workload: Pick<Workload, "clockSkewMs">): KvTimings {
+export function kvTimings(workload: Pick<NemesisWorkload, "clockSkewMs">): KvTimings {
   return { pollIntervalMs: 200, maxClockSkewMs: workload.clockSkewMs, resyncIntervalMs: 15_000 };
 }
 
 /** The growth run's timings: the default workload's. */
 const GROWTH_TIMINGS: KvTimings = kvTimings({ clockSkewMs: 500 });
+
+/**
+ * Garbage a Deno KV store can hold: every entry of its layout can be damaged, key index and
+ * counters included.
+ */
+const KV_GARBAGE = [
+  "non-numeric-id",
+  "empty-master",
+  "bad-ref",
+  "invalid-utf8",
+  "oversized",
+  "orphan-ref",
+  "bad-index",
+  "bad-counter",
+] as const;
+
+/** One kind of garbage of a Deno KV store. */
+type KvGarbage = typeof KV_GARBAGE[number];
 
 /** The value size that stays just under Deno KV's 64 KiB limit. */
 const OVERSIZED_CHARS = 60_000;
@@ -79,7 +93,6 @@ function show(key: Deno.KvKey, value: unknown): string {
 class KvNemesisStore implements NemesisStore {
   readonly kind = "deno-kv";
   readonly spec: KvNemesisSpec;
-  readonly garbageKinds: readonly GarbageKind[] = GARBAGE_KINDS;
   readonly skewMs: number;
   readonly #kv: Deno.Kv;
   readonly #layout: KvLayout;
@@ -182,7 +195,7 @@ class KvNemesisStore implements NemesisStore {
     return { at: now, masters, refs, index, strictMasters: true, skipped };
   }
 
-  async plant(kind: GarbageKind, targets: GarbageTargets): Promise<Planted> {
+  async plant(kind: string, targets: GarbageTargets): Promise<Planted> {
     const tag = `nemesis-ghost-${++planted}`;
     const written: string[] = [];
     const masterIds: number[] = [];
@@ -193,19 +206,19 @@ class KvNemesisStore implements NemesisStore {
       const key = await this.#createSomewhere(candidates, value);
       if (key) written.push(show(key, value));
     };
-    switch (kind) {
+    switch (kind as KvGarbage) {
       case "non-numeric-id":
-        await put([...this.#prefix, "id", tag], { key: garbageKey(targets) });
+        await put([...this.#prefix, "id", tag], { key: targets.key() });
         break;
       case "empty-master":
-        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], { key: "" });
-        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], {});
+        await somewhere(() => [...this.#prefix, "id", targets.id()], { key: "" });
+        await somewhere(() => [...this.#prefix, "id", targets.id()], {});
         break;
       case "bad-ref":
-        await put([...this.#prefix, "ref", garbageKey(targets), tag], { id: "seven", lease: 42 });
+        await put([...this.#prefix, "ref", targets.key(), tag], { id: "seven", lease: 42 });
         break;
       case "invalid-utf8":
-        await somewhere(() => [...this.#prefix, "id", garbageId(targets)], {
+        await somewhere(() => [...this.#prefix, "id", targets.id()], {
           key: new Uint8Array([0xff, 0xfe, 0x80]),
         });
         await put([...this.#prefix, "id", new Uint8Array([0xc3, 0x28, planted & 0xff])], {
@@ -217,7 +230,7 @@ class KvNemesisStore implements NemesisStore {
         });
         break;
       case "oversized": {
-        const key = await this.#createSomewhere(() => [...this.#prefix, "id", garbageId(targets)], {
+        const key = await this.#createSomewhere(() => [...this.#prefix, "id", targets.id()], {
           key: `k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`,
         });
         if (key) {
@@ -228,18 +241,20 @@ class KvNemesisStore implements NemesisStore {
       }
       case "orphan-ref":
         // A reference naming an ID under a lease nobody holds: dead from the start.
-        await put([...this.#prefix, "ref", garbageKey(targets), tag], {
-          id: garbageId(targets),
+        await put([...this.#prefix, "ref", targets.key(), tag], {
+          id: targets.id(),
           lease: tag,
         });
         break;
       case "bad-index":
         // Only where the key has no index: an existing index is valid data.
-        await somewhere(() => [...this.#prefix, "key", garbageKey(targets)], { id: "seven" });
+        await somewhere(() => [...this.#prefix, "key", targets.key()], { id: "seven" });
         break;
       case "bad-counter":
-        await somewhere(() => [...this.#prefix, "touch", garbageKey(targets)], "not a counter");
+        await somewhere(() => [...this.#prefix, "touch", targets.key()], "not a counter");
         break;
+      default:
+        throw new Error(`garbage kind ${kind} does not exist on Deno KV`);
     }
     return { kind, entries: written, masterIds };
   }
@@ -307,12 +322,12 @@ function describe(value: unknown): string {
 }
 
 /** `spec` as this backend's; throws a `ZodError` when it is another's or malformed. */
-function kvSpec(spec: StoreSpec): KvNemesisSpec {
+function kvSpec(spec: NemesisStoreSpec): KvNemesisSpec {
   return kvSpecSchema.parse(spec);
 }
 
 async function openBackend(
-  spec: StoreSpec,
+  spec: NemesisStoreSpec,
   node: string,
   extra: OpenBackendExtra = {},
 ): Promise<OpenedBackend> {
@@ -362,13 +377,13 @@ function checkGrowth(
 
 /** Deno KV's nemesis hooks. */
 export const kvNemesis: NemesisHooks = {
-  // A single file has no members to kill, compact or cut off.
-  faults: ["kill", "stall", "lease-revoke", "garbage"],
-  garbageKinds: GARBAGE_KINDS,
+  // A single file has no members to kill, compact or cut off: no store faults of its own.
+  faults: NEMESIS_FAULTS,
+  garbageKinds: KV_GARBAGE,
   // Measured on a busy 2-core machine with 4 workers around a short fault phase: 10–11 s.
   overhead: { fixed: 10, share: 0.02 },
   cilium: false,
-  timings(name: WorkloadName, timings: Timings): Timings {
+  timings(name: string, timings: NemesisTimings): NemesisTimings {
     // The key-side workload's shape on Deno KV (see nemesis/workload.ts): leases of 1.5 s.
     return name === "keyside" ? { ...timings, leaseTtlMs: 1_500 } : timings;
   },

@@ -13,7 +13,7 @@
  * @module
  */
 import type { KvU64Class } from "../options.ts";
-import { runtime } from "../../../../tests/_support/runtime.ts";
+import { runtime } from "../../../testing/runtime.ts";
 
 const DENO_KV_NPM = "npm:@deno/kv@0.14.0";
 

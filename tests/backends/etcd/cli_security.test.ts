@@ -3,10 +3,10 @@
  * private etcd demanding client certificates, and `--user/--password` (also from the environment).
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
-import { enableAuth } from "../_support/etcd_auth.ts";
-import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../_support/tls.ts";
-import { cli, isOneLineError } from "./_run.ts";
+import { etcdUnavailable, startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
+import { enableAuth } from "../../_support/etcd_auth.ts";
+import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../../_support/tls.ts";
+import { cli, isOneLineError } from "../../cli/_run.ts";
 
 const ignore = etcdUnavailable() !== undefined;
 
@@ -59,7 +59,7 @@ Deno.test({
     // In a child process: setting the variable here would leak into tests running in parallel.
     const fromEnv = await new Deno.Command(Deno.execPath(), {
       args: ["run", "-A", "src/cli/main.ts", ...base, "--user", "root", "get", "k;"],
-      cwd: new URL("../../", import.meta.url).pathname,
+      cwd: new URL("../../../", import.meta.url).pathname,
       env: { IDALLOC_ETCD_PASSWORD: "s3cret" },
       stdout: "piped",
       stderr: "piped",

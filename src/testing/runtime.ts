@@ -1,7 +1,7 @@
 /**
- * Which runtime runs this process, and how to start a TypeScript file of the repository in a
- * child process on the same runtime (Deno: `deno run -A`; Node.js and Bun: through the hooks in
- * `compat/` that resolve the source's `npm:` specifiers).
+ * Which runtime runs this process, how to start a TypeScript file of the repository in a child
+ * process on the same runtime (Deno: `deno run -A`; Node.js and Bun: through the hooks in
+ * `compat/` that resolve the source's `npm:` specifiers), and where a program is on `PATH`.
  *
  * @example
  * ```ts ignore
@@ -9,6 +9,7 @@
  * ```
  * @module
  */
+import { statSync } from "node:fs";
 import process from "node:process";
 
 /** The runtime this process is: `deno`, `bun` or `node`. */
@@ -30,4 +31,21 @@ export function scriptCommand(path: string, args: readonly string[]): [string, s
     case "bun":
       return [process.execPath, ["--preload", new URL("bun.ts", COMPAT).pathname, path, ...args]];
   }
+}
+
+/** Whether `path` is a file (following links). */
+export function isFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The first `binary` on PATH, or `undefined`. */
+export function onPath(binary: string): string | undefined {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    if (dir !== "" && isFile(`${dir}/${binary}`)) return `${dir}/${binary}`;
+  }
+  return undefined;
 }

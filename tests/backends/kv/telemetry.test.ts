@@ -4,10 +4,10 @@
  * identity counts by scope. In a file of its own: the global providers are process-wide.
  */
 import assert from "node:assert/strict";
-import { Allocator, DenoKvBackend } from "../../mod.ts";
-import { IdentityAllocator, Labels } from "../../src/identity/mod.ts";
-import { eventually } from "../_support/eventually.ts";
-import { childrenOf, installSdk, points, spansNamed, sum } from "../_support/telemetry.ts";
+import { Allocator, DenoKvBackend } from "../../../mod.ts";
+import { IdentityAllocator, Labels } from "../../../src/identity/mod.ts";
+import { eventually } from "../../_support/eventually.ts";
+import { childrenOf, installSdk, points, spansNamed, sum } from "../../_support/telemetry.ts";
 
 const A = { "idalloc.backend": "deno-kv", "idalloc.prefix": "tel", "idalloc.node": "a" };
 const B = { ...A, "idalloc.node": "b" };

@@ -6,11 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { SpanStatusCode } from "@opentelemetry/api";
-import { Allocator } from "../../mod.ts";
-import { EtcdBackend } from "../../src/backends/etcd/mod.ts";
-import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
-import { eventually } from "../_support/eventually.ts";
-import { childrenOf, installSdk, points, spansNamed, sum } from "../_support/telemetry.ts";
+import { Allocator } from "../../../mod.ts";
+import { EtcdBackend } from "../../../src/backends/etcd/mod.ts";
+import { etcdUnavailable, startEtcd } from "../../../src/backends/etcd/testing/cluster.ts";
+import { eventually } from "../../_support/eventually.ts";
+import { childrenOf, installSdk, points, spansNamed, sum } from "../../_support/telemetry.ts";
 
 const BASE = {
   "idalloc.backend": "etcd",

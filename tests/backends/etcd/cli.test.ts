@@ -3,10 +3,10 @@
  * that is down.
  */
 import assert from "node:assert/strict";
-import { etcdUnavailable } from "../../src/backends/etcd/testing/cluster.ts";
-import { sharedEtcd } from "../../src/backends/etcd/testing/fixture.ts";
-import { main } from "../../src/cli/main.ts";
-import { Capture, cli, isOneLineError } from "./_run.ts";
+import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
+import { sharedEtcd } from "../../../src/backends/etcd/testing/fixture.ts";
+import { main } from "../../../src/cli/main.ts";
+import { Capture, cli, isOneLineError } from "../../cli/_run.ts";
 
 const ignore = etcdUnavailable() !== undefined;
 

@@ -1,10 +1,11 @@
 /**
- * The benchmarks' contract with a backend: what `bench/compare.ts` and `bench/scenario.ts` do per
- * backend, given by each backend's harness (`src/backends/<folder>/testing/bench.ts`).
+ * The benchmarks' contract with a backend: what `bench/compare.ts`, `bench/scenario.ts`,
+ * `bench/scale.ts` and `bench/runtimes.ts` do per backend, given by each backend's harness
+ * (`src/backends/<folder>/testing/bench.ts`).
  *
  * @module
  */
-import type { Backend } from "../src/allocator/backend.ts";
+import type { Backend } from "../allocator/backend.ts";
 
 /** One cell of the side-by-side table: a scenario, its size and the backend options it runs with. */
 export interface BenchCell {
@@ -27,6 +28,22 @@ export interface BenchCell {
 export interface RawWriter extends AsyncDisposable {
   /** Commits key number `i`, whose name is `key`; throws if the commit did not apply. */
   write(i: number, key: string): Promise<void>;
+}
+
+/** A store the Node.js example runs on; disposing it stops or removes it. */
+export interface ExampleStore extends AsyncDisposable {
+  /** The example's arguments that select the store. */
+  readonly args: readonly string[];
+  /** The environment that names it. */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/** How the Node.js example (`examples/node/main.ts`) runs on a backend, for `bench/runtimes.ts`. */
+export interface ExampleHooks {
+  /** A fresh store of the backend for one runtimes bench. */
+  start(): Promise<ExampleStore>;
+  /** Runtimes that cannot open the backend's store, each with why. */
+  readonly unsupported?: Readonly<Partial<Record<"deno" | "node" | "bun", string>>>;
 }
 
 /** What the benchmarks know of one backend. */
@@ -56,4 +73,6 @@ export interface BenchHooks {
    * at, for the side-by-side figures; absent for a backend Cilium cannot use.
    */
   ciliumPeer?(where: unknown): string;
+  /** How the Node.js example runs on the backend; absent when the example has no such store. */
+  readonly example?: ExampleHooks;
 }

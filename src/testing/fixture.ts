@@ -1,12 +1,12 @@
 /**
- * The conformance-suite contract: one factory per backend. A third backend gets the whole suite —
- * conformance, identity, CLI and the child-process scenarios — by giving its `BackendFactory` as
- * the `fixture` of its harness (`src/backends/<folder>/testing/harness.ts`);
- * `tests/_support/factories.ts` finds it through the registry.
+ * The shared test suites' contract with a backend: one factory per backend. A new backend gets the
+ * whole suite — conformance, identity, CLI and the child-process scenarios — by giving its
+ * `BackendFactory` as the `fixture` of its harness (`src/backends/<folder>/testing/harness.ts`);
+ * `tests/_support/factories.ts` finds it through the harness loader (`./harness.ts`).
  *
  * @module
  */
-import type { Backend } from "../../src/allocator/backend.ts";
+import type { Backend } from "../allocator/backend.ts";
 
 /** Options of a whole fixture: they apply to every backend it makes, children's included. */
 export interface FixtureOptions {

@@ -1,0 +1,248 @@
+/**
+ * The nemesis suite's contract with a backend: what the orchestrator (`nemesis/`) does to and
+ * reads from a store whatever the backend (parsed snapshots for the checks, garbage planted next
+ * to valid data, a worker's lease revoked behind its back, entry counts for the growth run), and
+ * the hooks each backend's harness (`src/backends/<folder>/testing/nemesis.ts`) gives: the faults
+ * and garbage kinds it offers, its timings, how its store starts and how a child process opens it.
+ * The nemesis lists faults and garbage kinds from what the registry's harnesses offer; nothing in
+ * `nemesis/` knows one backend from another.
+ *
+ * @module
+ */
+import type { Backend } from "../allocator/backend.ts";
+
+/**
+ * How a nemesis process reaches a store: the backend's kind, and whatever that backend's harness
+ * needs (a file, endpoints, a prefix, timings), which its own schema checks when it opens the store.
+ */
+export interface NemesisStoreSpec {
+  /** The backend's kind: the harness that opens the store. */
+  readonly kind: string;
+  /** The backend's own fields. */
+  readonly [field: string]: unknown;
+}
+
+/** Allocator timings shared by every process of a nemesis run. */
+export interface NemesisTimings {
+  readonly leaseTtlMs: number;
+  readonly syncIntervalMs: number;
+  readonly gcIntervalMs: number;
+  readonly callTimeoutMs: number;
+}
+
+/** What a backend's hooks see of the run's workload (`nemesis/workload.ts`). */
+export interface NemesisWorkload {
+  /** The workload's name (`--workload`). */
+  readonly name: string;
+  /** Allocator timings of every process of the run. */
+  readonly timings: NemesisTimings;
+  /**
+   * Clock slack, ms, that the workers' backends allow a lease where they judge leases by the
+   * clock (Deno KV: its harness makes it the backends' `maxClockSkewMs`).
+   */
+  readonly clockSkewMs: number;
+}
+
+/**
+ * The faults the nemesis injects itself, on any backend that offers them: `kill` and `stall` act
+ * on a worker's process, `lease-revoke` on its lease ({@linkcode NemesisStore.revokeLease}),
+ * `garbage` plants the backend's garbage kinds ({@linkcode NemesisStore.plant}). A backend's own
+ * faults on its store are {@linkcode NemesisHooks.storeFaults}.
+ */
+export const NEMESIS_FAULTS = ["kill", "stall", "lease-revoke", "garbage"] as const;
+
+/** One of the faults the nemesis injects itself. */
+export type NemesisFault = typeof NEMESIS_FAULTS[number];
+
+/** A master as read. */
+export interface SnapshotMaster {
+  readonly id: number;
+  readonly key: string;
+}
+
+/** A reference as read, with its liveness judged as the backend judges it. */
+export interface SnapshotRef {
+  readonly key: string;
+  readonly node: string;
+  readonly id: number;
+  readonly live: boolean;
+}
+
+/** The parsed content of a store under the run's prefix, for the store checks. */
+export interface StoreSnapshot {
+  readonly at: number;
+  readonly masters: readonly SnapshotMaster[];
+  readonly refs: readonly SnapshotRef[];
+  /** Deno KV's key index (key → ID); absent on etcd. */
+  readonly index?: ReadonlyArray<{ readonly key: string; readonly id: number }>;
+  /** Whether two masters of one key are a violation (Deno KV) or a collectable leftover (etcd). */
+  readonly strictMasters: boolean;
+  /** Entries that did not parse (garbage), by the reader's classification. */
+  readonly skipped: Readonly<Record<string, number>>;
+}
+
+/** What planting wrote, for the report. */
+export interface Planted {
+  /** The garbage kind. */
+  readonly kind: string;
+  /** The entries written, in a readable form. */
+  readonly entries: readonly string[];
+  /** IDs of masters it wrote that parse as valid ones: garbage the checks must not count as data. */
+  readonly masterIds: readonly number[];
+}
+
+/** Where planted garbage may point, drawn by the run with its seed. */
+export interface GarbageTargets {
+  /** A key of the run's families. */
+  key(): string;
+  /**
+   * An ID in the plain workers' range (garbage there collides with valid IDs) or, half the time,
+   * above it, where no worker allocates.
+   */
+  id(): number;
+}
+
+/** A store under test. */
+export interface NemesisStore extends AsyncDisposable {
+  /** The backend's kind (`BackendDriver.kind`). */
+  readonly kind: string;
+  /** How child processes reach it. */
+  readonly spec: NemesisStoreSpec;
+  /**
+   * Clock slack the workers' backends allow a lease before judging it lapsed (a backend that
+   * judges leases by the clock, e.g. Deno KV); 0 when the store ends leases itself (etcd).
+   */
+  readonly skewMs: number;
+  /** Reads and parses everything under the prefix (garbage is counted, not returned). */
+  snapshot(): Promise<StoreSnapshot>;
+  /**
+   * Plants garbage of `kind` (one of {@linkcode NemesisHooks.garbageKinds}), never overwriting an
+   * entry that exists.
+   */
+  plant(kind: string, targets: GarbageTargets): Promise<Planted>;
+  /** Revokes `node`'s lease behind its back (etcd: the lease API; Deno KV: its lease record). */
+  revokeLease(node: string): Promise<string>;
+  /**
+   * Entries under the prefix by category, for the growth run (Deno KV adds `feed written`: the
+   * change-feed entries ever written, from the store's own counter).
+   */
+  counts(): Promise<Record<string, number>>;
+  /** Bytes of the store's files on disk, for the growth run (0 for a store without a file). */
+  fileBytes(): Promise<number>;
+}
+
+/** What a store fault did, for the report. */
+export interface StoreFaultOutcome {
+  /** What exactly was done. */
+  readonly detail: string;
+  /**
+   * When the store was whole again (every member healthy), for the recovery time; absent when
+   * the fault left the store reachable throughout.
+   */
+  readonly backAt?: number;
+}
+
+/** The store of one backend run: where Cilium nodes join, and how its own faults are injected. */
+export interface NemesisRunStore extends NemesisStore {
+  /**
+   * Where real Cilium nodes join the run (`--cilium`): endpoints and prefix of an etcd store.
+   * Absent when the backend is not Cilium's kvstore.
+   */
+  readonly cilium?: { readonly endpoints: readonly string[]; readonly prefix: string };
+  /**
+   * Injects the store's own fault `kind` (one of {@linkcode NemesisHooks.storeFaults}) with the
+   * run's seeded `random`, and resolves once it is over. The nemesis injects one at a time, even
+   * when faults overlap.
+   */
+  injectFault?(kind: string, random: () => number): Promise<StoreFaultOutcome>;
+}
+
+/** A backend node's handle in a child process, and what closes it (a KV handle, a client). */
+export interface OpenedBackend extends AsyncDisposable {
+  readonly backend: Backend;
+}
+
+/** Options a child process passes when it opens a backend. */
+export interface OpenBackendExtra {
+  /** Change-feed retention of a backend that keeps a feed (Deno KV), short for the growth run. */
+  readonly logRetentionMs?: number;
+}
+
+/** One sample of the growth run. */
+export interface GrowthSample {
+  readonly cycles: number;
+  readonly elapsedMs: number;
+  readonly rss: number;
+  readonly heapUsed: number;
+  /** Bytes of the store's files (Deno KV: the file and its WAL; 0 for a store without files). */
+  readonly fileBytes: number;
+  /** Entries under the prefix by category. */
+  readonly counts: Record<string, number>;
+  /**
+   * Change-feed entries written since `logWindowMs` before this sample (Deno KV; 0 on etcd), or a
+   * little more (counted from the last sample before the window): what the feed may hold.
+   */
+  readonly recentChanges: number;
+  readonly logWindowMs: number;
+}
+
+/** The growth run's backend-specific bounds and table columns. */
+export interface GrowthHooks {
+  /**
+   * Checks `sample`'s entry counts against bounds that grow with `keys` (the key set) and
+   * `window` (keys held at once), and calls `fail` for each one broken.
+   */
+  check(
+    sample: GrowthSample,
+    bounds: { readonly keys: number; readonly window: number },
+    fail: (what: string) => void,
+  ): void;
+  /** Table columns after `cycles`, `s`, `RSS MiB` and `heap MiB`. */
+  readonly columns: readonly string[];
+  /** One table row's cells for `columns`. */
+  row(sample: GrowthSample): string[];
+}
+
+/** What the nemesis suite knows of one backend: one object in its harness. */
+export interface NemesisHooks {
+  /** The nemesis's own faults ({@linkcode NEMESIS_FAULTS}) its runs take. */
+  readonly faults: readonly NemesisFault[];
+  /**
+   * The store's own faults (etcd: members killed, compacted, cut off), kind → the report's label,
+   * in the order `--faults` lists them; its run store injects them
+   * ({@linkcode NemesisRunStore.injectFault}). Kinds are the backend's to name, but not the
+   * nemesis's own, and two backends that offer one kind mean one thing by it.
+   */
+  readonly storeFaults?: Readonly<Record<string, string>>;
+  /**
+   * The garbage kinds its layout can hold (`--faults garbage/<kind>`), in the order `--faults`
+   * lists them; its store plants them ({@linkcode NemesisStore.plant}).
+   */
+  readonly garbageKinds: readonly string[];
+  /**
+   * Seconds a run spends outside its fault phase (starting the store and the workers, settling,
+   * probing, draining, checking): a fixed part, and a share of the run for the logs.
+   */
+  readonly overhead: { readonly fixed: number; readonly share: number };
+  /** Whether real Cilium nodes can join its runs (`--cilium`: the store is Cilium's kvstore). */
+  readonly cilium: boolean;
+  /** The workers' allocator timings under workload `name`, from the suite's `timings`. */
+  timings(name: string, timings: NemesisTimings): NemesisTimings;
+  /** Starts a fresh store for one run, its files under `dir`, tuned for `workload`. */
+  startRun(dir: string, workload: NemesisWorkload): Promise<NemesisRunStore>;
+  /**
+   * Starts a fresh store for the growth run, its files under `dir`; `spec` is how the growth
+   * worker reaches it. Disposing it stops the store.
+   */
+  startGrowth(dir: string): Promise<{ readonly spec: NemesisStoreSpec } & AsyncDisposable>;
+  /** Opens the store `spec` names for reading and damage (the growth worker's counts). */
+  openStore(spec: NemesisStoreSpec): Promise<NemesisStore>;
+  /** Opens `node`'s backend on the store `spec` names, in a child process. */
+  openBackend(
+    spec: NemesisStoreSpec,
+    node: string,
+    extra?: OpenBackendExtra,
+  ): Promise<OpenedBackend>;
+  /** The growth run's bounds and table. */
+  readonly growth: GrowthHooks;
+}

@@ -1,0 +1,106 @@
+// Dependencies point one way: the library never imports the development harnesses (tests/,
+// nemesis/, bench/), no published module names a file the package leaves out, and outside
+// src/backends/ the repository reaches a backend only through the registry, the harness loader
+// (src/testing/harness.ts) or the backend's package entry (`@idalloc/idalloc/etcd`, which the
+// Node.js example imports by path, as Node.js reads no import map).
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, normalize } from "node:path";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+/** Every TypeScript file under `dir` (repository-relative), skipping dependencies and git. */
+function sources(dir = ""): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(join(ROOT, dir), { withFileTypes: true })) {
+    const path = dir === "" ? entry.name : `${dir}/${entry.name}`;
+    if (entry.isDirectory()) {
+      if (entry.name !== "node_modules" && !entry.name.startsWith(".")) out.push(...sources(path));
+    } else if (entry.name.endsWith(".ts")) out.push(path);
+  }
+  return out;
+}
+
+/** A module a file refers to: imported, re-exported, dynamically imported or made a URL of. */
+interface Reference {
+  readonly file: string;
+  readonly line: number;
+  /** The target, repository-relative. */
+  readonly target: string;
+}
+
+// `from "…"` (imports, re-exports), `import "…"`, `import("…")` and `new URL("…", …)`.
+const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\bnew URL\(\s*)"(\.{1,2}\/[^"]*)"/g;
+
+/** The relative references of `file`, resolved against the repository. */
+function references(file: string): Reference[] {
+  const text = readFileSync(join(ROOT, file), "utf8");
+  return [...text.matchAll(SPECIFIER)].map((m) => ({
+    file,
+    line: text.slice(0, m.index).split("\n").length,
+    target: normalize(join(dirname(file), m[1])),
+  }));
+}
+
+function show(refs: readonly Reference[]): string {
+  return refs.map((r) => `${r.file}:${r.line} → ${r.target}`).join("\n");
+}
+
+const files = sources();
+const denoJson = JSON.parse(readFileSync(join(ROOT, "deno.json"), "utf8")) as {
+  exports: Record<string, string>;
+  publish: { exclude: string[] };
+};
+
+/** `publish.exclude` as tests of a repository-relative path (`*` is one path segment). */
+const excluded: ((path: string) => boolean)[] = denoJson.publish.exclude.map((pattern) => {
+  const source = pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]+");
+  const re = new RegExp(`^${source}${pattern.endsWith("/") ? "" : "$"}`);
+  return (path) => re.test(path);
+});
+const isExcluded = (path: string) => excluded.some((test) => test(path));
+
+/** The package's entry modules, repository-relative. */
+const entries = new Set(Object.values(denoJson.exports).map((p) => normalize(p)));
+
+/** Backend folders: the folders of `src/backends/` with a driver. */
+const backendFolders = readdirSync(join(ROOT, "src/backends"), { withFileTypes: true })
+  .filter((e) => e.isDirectory() && existsSync(join(ROOT, "src/backends", e.name, "driver.ts")))
+  .map((e) => `src/backends/${e.name}/`);
+
+Deno.test("dependencies: no file in src/ refers to tests/, nemesis/ or bench/", () => {
+  const refs = files.filter((f) => f.startsWith("src/")).flatMap(references);
+  assert.ok(refs.length > 500, `the scan sees src/'s imports (${refs.length})`);
+  const bad = refs.filter((r) => /^(tests|nemesis|bench)\//.test(r.target));
+  assert.deepEqual(bad, [], `src/ refers to the harnesses:\n${show(bad)}`);
+});
+
+Deno.test("dependencies: no published module refers to a file the package leaves out", () => {
+  assert.ok(isExcluded("src/testing/harness.ts") && isExcluded("src/backends/kv/testing/open.ts"));
+  const published = files.filter((f) => (f === "mod.ts" || f.startsWith("src/")) && !isExcluded(f));
+  assert.ok(published.includes("src/backends/driver.ts"));
+  const bad = published.flatMap(references).filter((r) => isExcluded(r.target));
+  assert.deepEqual(bad, [], `published modules refer to unpublished ones:\n${show(bad)}`);
+});
+
+Deno.test("dependencies: outside src/backends/, a backend is reached through the registry", () => {
+  assert.ok(backendFolders.length >= 2, backendFolders.join(", "));
+  const outside = files.filter((f) => !f.startsWith("tests/") && !f.startsWith("src/backends/"));
+  const reach = outside.flatMap(references)
+    .filter((r) => backendFolders.some((folder) => r.target.startsWith(folder)));
+  /** The package entries, and the harness modules for the loader that maps kinds to them. */
+  const allowed = (r: Reference) =>
+    entries.has(r.target) ||
+    (r.file === "src/testing/harness.ts" && /^src\/backends\/[^/]+\/testing\/harness\.ts$/.test(
+      r.target,
+    ));
+  // The scan sees what it allows: the loader's harness modules (one per backend folder: a new
+  // backend adds its line to HARNESS_MODULES) and the package's own entries.
+  assert.deepEqual(
+    reach.filter((r) => r.file === "src/testing/harness.ts").map((r) => r.target).sort(),
+    backendFolders.map((folder) => `${folder}testing/harness.ts`).sort(),
+  );
+  assert.ok(reach.some((r) => r.file === "mod.ts"), show(reach));
+  const bad = reach.filter((r) => !allowed(r));
+  assert.deepEqual(bad, [], `non-test files reach into a backend's modules:\n${show(bad)}`);
+});
