@@ -22,7 +22,8 @@ export interface NemesisBackend {
 /** Every backend, in the registry's order. */
 export const NEMESIS_BACKENDS: readonly NemesisBackend[] = (await loadHarnesses()).map((h) => ({
   kind: h.kind,
-  unavailable: h.unavailable,
+  // The backend's own reason first (no binary here), then its nemesis hooks' (not built).
+  unavailable: () => h.unavailable() ?? h.nemesis.unavailable?.(),
   hooks: checked(h.kind, h.nemesis),
 }));
 

@@ -7,10 +7,11 @@
  */
 import type { BackendDriver } from "./driver.ts";
 import { etcdDriver } from "./etcd/driver.ts";
+import { k8sDriver } from "./k8s/driver.ts";
 import { kvDriver } from "./kv/driver.ts";
 
 /** Every backend, in the order tools list them. */
-export const BACKENDS: readonly BackendDriver[] = [kvDriver, etcdDriver];
+export const BACKENDS: readonly BackendDriver[] = [kvDriver, etcdDriver, k8sDriver];
 
 /** The driver of backend `kind`, or `undefined`. */
 export function backendOfKind(kind: string): BackendDriver | undefined {

@@ -26,6 +26,11 @@ import type { NemesisHooks } from "./nemesis.ts";
 export interface PrivateServer extends AsyncDisposable {
   /** Its client URLs (`http://127.0.0.1:<port>`), one per member. */
   readonly endpoints: readonly string[];
+  /**
+   * A kubeconfig file naming the server and an administrator's credentials, for a store reached
+   * through one (Kubernetes); its current context is the one to use.
+   */
+  readonly kubeconfig?: string;
   /** Stops it and removes its data. */
   close(): Promise<void>;
 }
@@ -62,6 +67,7 @@ export const HARNESS_MODULES: Readonly<
 > = {
   "deno-kv": () => import("../backends/kv/testing/harness.ts"),
   "etcd": () => import("../backends/etcd/testing/harness.ts"),
+  "k8s": () => import("../backends/k8s/testing/harness.ts"),
 };
 
 /** A backend kind no driver in the registry has. */

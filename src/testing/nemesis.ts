@@ -205,6 +205,11 @@ export interface GrowthHooks {
 
 /** What the nemesis suite knows of one backend: one object in its harness. */
 export interface NemesisHooks {
+  /**
+   * Why the nemesis cannot run on this backend although its tests can (its hooks are not built
+   * yet), or `undefined` when it can; runs on it are skipped with that reason. Absent: it can.
+   */
+  unavailable?(): string | undefined;
   /** The nemesis's own faults ({@linkcode NEMESIS_FAULTS}) its runs take. */
   readonly faults: readonly NemesisFault[];
   /**

@@ -16,13 +16,15 @@ import { openBackendFromSpec } from "../_support/open_backend.ts";
 Deno.test("harnesses: one per registered backend, of its kind, in the registry's order", async () => {
   const harnesses = await loadHarnesses();
   assert.deepEqual(harnesses.map((h) => h.kind), BACKENDS.map((b) => b.kind));
-  assert.deepEqual(backendKinds(), ["deno-kv", "etcd"]);
+  assert.deepEqual(backendKinds(), ["deno-kv", "etcd", "k8s"]);
   // The loader's map names each registered backend's harness module, and nothing else.
   assert.deepEqual(Object.keys(HARNESS_MODULES).sort(), backendKinds().sort());
   // The published driver names no harness: the package leaves the harnesses out.
   for (const driver of BACKENDS) assert.ok(!("harness" in driver), `${driver.kind}'s driver`);
   for (const h of harnesses) {
     assert.equal(h.fixture.kind, h.kind, `${h.kind}'s fixture`);
+    // Nemesis hooks not built yet say why; built ones offer faults and garbage.
+    if (h.nemesis.unavailable?.() !== undefined) continue;
     assert.ok(h.nemesis.faults.length > 0, `${h.kind} supports some faults`);
     assert.ok(h.nemesis.garbageKinds.length > 0, `${h.kind} holds some garbage`);
   }
@@ -37,7 +39,7 @@ Deno.test("harnesses: a kind no driver has is an UnknownBackendError naming the 
   assert.ok(err instanceof UnknownBackendError);
   assert.equal(err.name, "UnknownBackendError");
   assert.equal(err.kind, "kv");
-  assert.equal(err.message, "no backend of kind 'kv' (have: deno-kv, etcd)");
+  assert.equal(err.message, "no backend of kind 'kv' (have: deno-kv, etcd, k8s)");
 });
 
 testEachBackend("a store spec opens the same store in another node, by kind", async (f) => {

@@ -125,6 +125,11 @@ export interface KubeconfigOptions {
   readonly context?: string;
   /** The context's namespace. */
   readonly namespace?: string;
+  /**
+   * Make the context the kubeconfig's current one. @default {false}: the current context is
+   * another one (namespace `other`), so that a reader must honour the context it is given.
+   */
+  readonly current?: boolean;
   /** Log in with a client certificate for this user (CN) and groups (O) instead of a token. */
   readonly clientCertificate?: { readonly user: string; readonly groups?: readonly string[] };
   /** `insecure-skip-tls-verify: true` and no CA. */
@@ -403,7 +408,9 @@ ${userFields}contexts:
   context:
     cluster: test-cluster
     user: test-user
-${options.namespace ? `    namespace: ${options.namespace}\n` : ""}current-context: other
+${options.namespace ? `    namespace: ${options.namespace}\n` : ""}current-context: ${
+    options.current ? context : "other"
+  }
 `;
 }
 
