@@ -191,6 +191,19 @@ export interface KubeTestCluster extends AsyncDisposable {
   kill(): Promise<void>;
   /** Starts a killed API server again on the same port and waits until it is ready. */
   restart(): Promise<void>;
+  /**
+   * Waits until the running API server answers `/readyz` (after its etcd was restarted, say);
+   * throws when it exits or is not ready within `timeoutMs`.
+   */
+  ready(timeoutMs?: number): Promise<void>;
+  /**
+   * Makes the API server rebuild its storage of the CRD `crdName` (`<plural>.<group>`), watch
+   * cache included, by changing the CRD's printer columns, as a CRD upgrade does: every watch of
+   * the resource ends within about a second, and one resumed from a version older than the
+   * rebuild gets `410 Expired` ("too old resource version"), so every informer re-lists. Watches
+   * that the cache serves meet no 410 otherwise: compacting etcd alone does not expire them.
+   */
+  rebuildWatchCache(crdName: string): Promise<void>;
   /** Stops the API server and etcd, and removes the dir. */
   close(): Promise<void>;
 }
@@ -463,14 +476,102 @@ export async function startKubeApiServer(
   }
 }
 
+/** Mints client certificate number `n` (CN `user`, O `groups`) with the client CA in `dir`. */
+async function mintClientCertificate(
+  dir: string,
+  n: number,
+  user: string,
+  groups: readonly string[],
+): Promise<ClientCertificate> {
+  const subject = `${groups.map((g) => `/O=${g}`).join("")}/CN=${user}`;
+  await run("openssl", [
+    "req",
+    ...EC_KEY,
+    "-keyout",
+    `client-${n}.key`,
+    "-out",
+    `client-${n}.csr`,
+    "-subj",
+    subject,
+  ], dir);
+  await writeFile(join(dir, `client-${n}.ext`), "extendedKeyUsage=clientAuth\n");
+  await run("openssl", [
+    "x509",
+    "-req",
+    "-in",
+    `client-${n}.csr`,
+    "-CA",
+    "client-ca.crt",
+    "-CAkey",
+    "client-ca.key",
+    "-CAcreateserial",
+    "-days",
+    "2",
+    "-out",
+    `client-${n}.crt`,
+    "-extfile",
+    `client-${n}.ext`,
+  ], dir);
+  const certFile = join(dir, `client-${n}.crt`);
+  const keyFile = join(dir, `client-${n}.key`);
+  return {
+    certFile,
+    keyFile,
+    cert: await readFile(certFile, "utf8"),
+    key: await readFile(keyFile, "utf8"),
+  };
+}
+
+/** Writes a kubeconfig for `user` of the server `where` into the plan's dir; its path. */
+async function writeKubeconfig(
+  plan: Plan,
+  where: { server: string; caFile: string; ca: string },
+  mint: KubeTestCluster["clientCertificate"],
+  user: KubeTestUser,
+  options: KubeconfigOptions,
+): Promise<string> {
+  const cert = options.clientCertificate
+    ? await mint(options.clientCertificate.user, options.clientCertificate.groups)
+    : undefined;
+  const path = join(plan.dir, `kubeconfig-${randomBytes(4).toString("hex")}.yaml`);
+  await writeFile(path, kubeconfigYaml(where, { token: plan.tokens[user], cert }, options));
+  return path;
+}
+
+/** The API server process of `plan`, started as `first`: its PID across kills and restarts. */
+function apiserverProcess(plan: Plan, first: number) {
+  let pid: number | undefined = first;
+  return {
+    get pid(): number | undefined {
+      return pid;
+    },
+    rssKiB: (): number => rssOf(pid),
+    async kill(): Promise<void> {
+      await stopPid(pid);
+      pid = undefined;
+    },
+    async restart(): Promise<void> {
+      if (pid !== undefined) throw new Error("kube-apiserver is running");
+      const next = await spawnApiserver(plan);
+      pid = next;
+      await waitReady(plan, next);
+    },
+    async ready(timeoutMs = 60_000): Promise<void> {
+      if (pid === undefined) throw new Error("kube-apiserver is not running");
+      await waitReady(plan, pid, timeoutMs);
+    },
+  };
+}
+
 async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
-  let pid: number | undefined = await spawnApiserver(plan);
+  const first = await spawnApiserver(plan);
   try {
-    await waitReady(plan, pid);
+    await waitReady(plan, first);
   } catch (err) {
-    await stopPid(pid);
+    await stopPid(first);
     throw err;
   }
+  const proc = apiserverProcess(plan, first);
   const startMs = performance.now() - started;
   const server = `https://127.0.0.1:${plan.port}`;
   // kube-apiserver writes its self-signed certificate and the CA that signed it into one file.
@@ -493,73 +594,24 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
     }
   };
   let certs = 0;
+  let rebuilds = 0;
   const cluster: KubeTestCluster = {
     server,
     dir: plan.dir,
     caFile,
     etcd: plan.etcd,
     get pid() {
-      return pid;
+      return proc.pid;
     },
     startMs,
     token: (user) => plan.tokens[user],
     connection,
     client: (user = "admin", namespace = "default") =>
       createKubeClient(connection(user, namespace)),
-    async clientCertificate(user, groups = []) {
-      const n = ++certs;
-      const subject = `${groups.map((g) => `/O=${g}`).join("")}/CN=${user}`;
-      await run("openssl", [
-        "req",
-        ...EC_KEY,
-        "-keyout",
-        `client-${n}.key`,
-        "-out",
-        `client-${n}.csr`,
-        "-subj",
-        subject,
-      ], plan.dir);
-      await writeFile(join(plan.dir, `client-${n}.ext`), "extendedKeyUsage=clientAuth\n");
-      await run("openssl", [
-        "x509",
-        "-req",
-        "-in",
-        `client-${n}.csr`,
-        "-CA",
-        "client-ca.crt",
-        "-CAkey",
-        "client-ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-out",
-        `client-${n}.crt`,
-        "-extfile",
-        `client-${n}.ext`,
-      ], plan.dir);
-      const certFile = join(plan.dir, `client-${n}.crt`);
-      const keyFile = join(plan.dir, `client-${n}.key`);
-      return {
-        certFile,
-        keyFile,
-        cert: await readFile(certFile, "utf8"),
-        key: await readFile(keyFile, "utf8"),
-      };
-    },
-    async kubeconfig(user = "admin", options = {}) {
-      const cert = options.clientCertificate
-        ? await cluster.clientCertificate(
-          options.clientCertificate.user,
-          options.clientCertificate.groups,
-        )
-        : undefined;
-      const path = join(plan.dir, `kubeconfig-${randomBytes(4).toString("hex")}.yaml`);
-      await writeFile(
-        path,
-        kubeconfigYaml({ server, caFile, ca }, { token: plan.tokens[user], cert }, options),
-      );
-      return path;
-    },
+    clientCertificate: (user, groups = []) =>
+      mintClientCertificate(plan.dir, ++certs, user, groups),
+    kubeconfig: (user = "admin", options = {}) =>
+      writeKubeconfig(plan, { server, caFile, ca }, cluster.clientCertificate, user, options),
     installCrd: (crd) => admin((client) => installCrd(client, crd)),
     async installIdentityCrd(group = `t${randomBytes(6).toString("hex")}.idalloc.test`) {
       await cluster.installCrd(identityCrd(group));
@@ -567,22 +619,15 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
     },
     grant: (user, rules, namespace) => admin((client) => grant(client, user, rules, namespace)),
     compact: () => plan.etcd.compact(),
-    rssKiB: () => rssOf(pid),
-    async kill() {
-      await stopPid(pid);
-      pid = undefined;
-    },
-    async restart() {
-      if (pid !== undefined) throw new Error("kube-apiserver is running");
-      const next = await spawnApiserver(plan);
-      pid = next;
-      await waitReady(plan, next);
-    },
+    rssKiB: proc.rssKiB,
+    kill: proc.kill,
+    restart: proc.restart,
+    ready: proc.ready,
+    rebuildWatchCache: (crdName) => admin((client) => rebuildStorage(client, crdName, ++rebuilds)),
     async close() {
       if (closed) return;
       closed = true;
-      await stopPid(pid);
-      pid = undefined;
+      await proc.kill();
       await plan.etcd.close();
       await rm(plan.dir, { recursive: true, force: true }).catch(() => {});
     },
@@ -640,6 +685,25 @@ async function installCrd(client: KubeClient, crd: CrdManifest): Promise<number>
     }
   }
   return performance.now() - started;
+}
+
+/**
+ * Changes CRD `name`'s printer columns (a column named after `n`, so each call changes the spec):
+ * the API server then serves the resource from a new storage with a new watch cache, and tears the
+ * old one down, ending its watches (apiextensions-apiserver's crdHandler on a spec change).
+ */
+async function rebuildStorage(client: KubeClient, name: string, n: number): Promise<void> {
+  const crd = await client.get(CRDS, name) as
+    | { spec: { versions: Record<string, unknown>[] } }
+    | undefined;
+  if (crd === undefined) throw new Error(`no CRD ${name}`);
+  const versions = crd.spec.versions.map((v) => ({
+    ...v,
+    additionalPrinterColumns: [
+      { name: `Rebuild${n}`, type: "date", jsonPath: ".metadata.creationTimestamp" },
+    ],
+  }));
+  await client.patch(CRDS, name, { spec: { versions } }, { type: "merge" });
 }
 
 async function grant(
