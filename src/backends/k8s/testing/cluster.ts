@@ -197,13 +197,10 @@ export interface KubeTestCluster extends AsyncDisposable {
    */
   ready(timeoutMs?: number): Promise<void>;
   /**
-   * Makes the API server rebuild its storage of the CRD `crdName` (`<plural>.<group>`), watch
-   * cache included, by changing the CRD's printer columns, as a CRD upgrade does: every watch of
-   * the resource ends within about a second, and one resumed from a version older than the
-   * rebuild gets `410 Expired` ("too old resource version"), so every informer re-lists. Watches
-   * that the cache serves meet no 410 otherwise: compacting etcd alone does not expire them.
+   * SIGSTOPs the API server (`true`) or SIGCONTs it (`false`): stopped, it holds its connections
+   * and answers nothing, as a stalled process does; continued, it finds what changed meanwhile.
    */
-  rebuildWatchCache(crdName: string): Promise<void>;
+  pause(paused: boolean): void;
   /** Stops the API server and etcd, and removes the dir. */
   close(): Promise<void>;
 }
@@ -560,6 +557,10 @@ function apiserverProcess(plan: Plan, first: number) {
       if (pid === undefined) throw new Error("kube-apiserver is not running");
       await waitReady(plan, pid, timeoutMs);
     },
+    pause(paused: boolean): void {
+      if (pid === undefined) throw new Error("kube-apiserver is not running");
+      process.kill(pid, paused ? "SIGSTOP" : "SIGCONT");
+    },
   };
 }
 
@@ -594,7 +595,6 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
     }
   };
   let certs = 0;
-  let rebuilds = 0;
   const cluster: KubeTestCluster = {
     server,
     dir: plan.dir,
@@ -623,7 +623,7 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
     kill: proc.kill,
     restart: proc.restart,
     ready: proc.ready,
-    rebuildWatchCache: (crdName) => admin((client) => rebuildStorage(client, crdName, ++rebuilds)),
+    pause: proc.pause,
     async close() {
       if (closed) return;
       closed = true;
@@ -685,25 +685,6 @@ async function installCrd(client: KubeClient, crd: CrdManifest): Promise<number>
     }
   }
   return performance.now() - started;
-}
-
-/**
- * Changes CRD `name`'s printer columns (a column named after `n`, so each call changes the spec):
- * the API server then serves the resource from a new storage with a new watch cache, and tears the
- * old one down, ending its watches (apiextensions-apiserver's crdHandler on a spec change).
- */
-async function rebuildStorage(client: KubeClient, name: string, n: number): Promise<void> {
-  const crd = await client.get(CRDS, name) as
-    | { spec: { versions: Record<string, unknown>[] } }
-    | undefined;
-  if (crd === undefined) throw new Error(`no CRD ${name}`);
-  const versions = crd.spec.versions.map((v) => ({
-    ...v,
-    additionalPrinterColumns: [
-      { name: `Rebuild${n}`, type: "date", jsonPath: ".metadata.creationTimestamp" },
-    ],
-  }));
-  await client.patch(CRDS, name, { spec: { versions } }, { type: "merge" });
 }
 
 async function grant(

@@ -7,12 +7,12 @@
  * - `etcd-restart`: SIGKILL the etcd under the API server, wait 1–4 s, start it again on the same
  *   data. Requests fail meanwhile; the API server's watch cache resumes its etcd watch, so the
  *   clients' watches go on.
- * - `watch-expiry`: every client's watch of the identities forced into `410 Expired` while the
- *   API server stays up: etcd is compacted at its current revision, then the API server is made
- *   to rebuild the resource's storage and watch cache (a CRD spec change, as an upgrade makes),
- *   which ends every watch; a resume from any version before the rebuild gets `410`. Compaction
- *   alone expires nothing (the watch cache serves watches), hence the rebuild. The fault checks
- *   from outside that a watch from a version read before it now gets `410`.
+ * - `watch-expiry`: every client's watch of the identities forced into `410 Expired` (the watch
+ *   cache serves watches, so compacting etcd alone expires none): the API server is stopped
+ *   (SIGSTOP) while its etcd restarts and is compacted past what its watch cache has seen, then
+ *   continued. The cache's etcd watch resumes into the compaction, the cache re-lists and ends
+ *   every client's watch, and a resume from any version before gets `410`. The fault checks from
+ *   outside that a watch from a version read before it now gets `410`.
  *
  * @module
  */
@@ -84,14 +84,41 @@ export async function injectK8sFault(
   }
 }
 
-/** The `watch-expiry` fault (see the module doc); what it did and the API server's answer. */
+/**
+ * The `watch-expiry` fault (see the module doc); what it did and the API server's answer. While
+ * the API server is stopped, its watch cache cannot resume its etcd watch, and nothing else writes:
+ * etcd is restarted (the cache's etcd stream breaks), written twice and compacted at its new
+ * revision, past any revision the cache will resume from. Continued, the cache meets the
+ * compaction, re-lists, and ends every client's watch; their resumes get `410`.
+ */
 async function expireWatches({ cluster, client, identities }: FaultTarget): Promise<string> {
   const { resourceVersion: before } = await client.list(identities, { limit: 1 });
-  const revision = await cluster.compact();
-  await cluster.rebuildWatchCache(`${identities.plural}.${identities.group}`);
+  const paused = Date.now();
+  cluster.pause(true);
+  let revision: number;
+  try {
+    await cluster.etcd.kill(0);
+    await cluster.etcd.restart(0);
+    for (let i = 0; i < 2; i++) await putBehind(cluster.etcd.endpoints[0], i);
+    revision = await cluster.compact();
+  } finally {
+    cluster.pause(false);
+  }
+  const stalled = Date.now() - paused;
   const answer = await expiredFrom(client, identities, before);
-  return `etcd compacted at revision ${revision}, the identities' watch cache rebuilt (CRD ` +
-    `printer columns changed): a watch from version ${before} now gets 410 (${answer})`;
+  return `kube-apiserver stopped ${stalled} ms while its etcd restarted and was compacted at ` +
+    `revision ${revision}: a watch from version ${before} now gets 410 (${answer})`;
+}
+
+/** Writes a key of no resource straight into etcd (`endpoint`), behind the API server's back. */
+async function putBehind(endpoint: string, n: number): Promise<void> {
+  const response = await fetch(`${endpoint}/v3/kv/put`, {
+    method: "POST",
+    body: JSON.stringify({ key: btoa("/nemesis/behind"), value: btoa(String(n)) }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  await response.body?.cancel();
+  if (!response.ok) throw new Error(`etcd put: HTTP ${response.status}`);
 }
 
 /**
