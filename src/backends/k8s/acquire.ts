@@ -151,136 +151,180 @@ export interface AcquireParts {
   readonly informer: IdentityInformer;
 }
 
+/** The steps that write (the others read). */
+const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set(["join", "claim", "create", "moveClaim"]);
+
+/** What a step ends in: the next step, or the acquisition's result. */
+type Next = AcquireStep | { readonly kind: "done"; readonly result: AcquireResult };
+
 /** Runs the acquire protocol for `req` (see the module doc). */
 export async function acquire(parts: AcquireParts, req: AcquireRequest): Promise<AcquireResult> {
-  const { ctx, lease, informer } = parts;
-  const { key, signal, range } = req;
-  const client = countedClient(ctx.client, req.roundTrips);
-  await informer.waitSynced(signal);
-  const claim = claimName(ctx.resourceName, key);
-  const exclude = new Set<number>();
-  let step = firstStep(key, informer.index.answer(key), range);
-  let chases = 0;
-  for (let writes = 0; writes < MAX_ACQUIRE_ROUNDS;) {
-    signal.throwIfAborted();
-    await lease.ensureFresh(signal);
-    const epoch = lease.epoch;
-    switch (step.kind) {
-      case "join": {
-        writes++;
-        const written = await patchOrUndefined(
-          client,
-          ctx,
-          step.id,
-          joinPatch(key, ctx.node, epoch, step.annotated),
-          signal,
-        );
-        if (written === undefined) {
-          step = {
-            kind: "readIdentity",
-            id: step.id,
-            ...(step.claimRv ? { claimRv: step.claimRv } : {}),
-          };
-          continue;
-        }
-        informer.observe(written);
-        if (lease.epoch === epoch) return result(step.id, false, written);
-        // The lease was replaced while the patch was in flight: the reference names a dead
-        // epoch. Write it again under the new one.
-        if (++chases > MAX_LEASE_CHASES) break;
-        step = { ...step, annotated: true };
-        continue;
-      }
-      case "claim": {
-        // An identity of the key may have reached the index meanwhile: never create beside it.
-        const answer = informer.index.answer(key);
-        if (answer !== undefined && !exclude.has(answer.id)) {
-          step = firstStep(key, answer, range);
-          exclude.add(answer.id);
-          continue;
-        }
-        const id = pick(req, exclude);
-        writes++;
-        try {
-          const created = await client.create(LEASES, claimObject(claim, key, id, ctx.node), {
-            namespace: ctx.namespace,
-            signal,
-          });
-          step = { kind: "create", id, claimRv: rvOf(created) };
-        } catch (err) {
-          if (!isStatus(err, 409)) throw err;
-          step = { kind: "readClaim" };
-        }
-        continue;
-      }
-      case "readClaim": {
-        const obj = await client.get(LEASES, claim, { namespace: ctx.namespace, signal });
-        const record = obj === undefined ? undefined : readClaim(obj);
-        if (obj !== undefined && record === undefined) {
-          throw new CorruptEntryError(
-            `the claim ${claim} of key '${key}' names no key or no ID: a hand-made object; ` +
-              "remove it",
-          );
-        }
-        const known = record === undefined ? undefined : informer.index.get(record.id);
-        step = afterClaimRead(key, record, known, range);
-        continue;
-      }
-      case "create": {
-        writes++;
-        const obj = identityObject(ctx.identityKind, step.id, key, {
-          [refAnnotation(ctx.node)]: epoch,
-        });
-        let created: KubeObject;
-        try {
-          created = await client.create(ctx.identities, obj, { signal });
-        } catch (err) {
-          if (!isStatus(err, 409)) throw err;
-          step = { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
-          continue;
-        }
-        informer.observe(created);
-        if (lease.epoch === epoch) return result(step.id, true, created);
-        if (++chases > MAX_LEASE_CHASES) break;
-        step = { kind: "join", id: step.id, annotated: true, claimRv: step.claimRv };
-        continue;
-      }
-      case "readIdentity": {
-        const obj = await client.get(ctx.identities, String(step.id), { signal });
-        const read = obj === undefined ? undefined : readIdentity(obj);
-        if (obj !== undefined) informer.observe(obj);
-        step = afterIdentityRead(key, step.id, read, step.claimRv);
-        continue;
-      }
-      case "moveClaim": {
-        exclude.add(step.from);
-        const id = pick(req, exclude);
-        writes++;
-        try {
-          const moved = await client.patch(
-            LEASES,
-            claim,
-            guardedMergePatch(claimObject(claim, key, id, ctx.node), step.claimRv),
-            { type: "merge", namespace: ctx.namespace, signal },
-          );
-          step = { kind: "create", id, claimRv: rvOf(moved) };
-        } catch (err) {
-          // Another node moved (or GC removed) the claim first: follow what it says now.
-          if (!isStatus(err, 409) && !isStatus(err, 404)) throw err;
-          step = { kind: "readClaim" };
-        }
-        continue;
-      }
-    }
-    break;
-  }
-  throw new ConflictError(
-    `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} writes: the store kept changing`,
-  );
+  await parts.informer.waitSynced(req.signal);
+  return await new AcquireRun(parts, req).run();
 }
 
-function result(id: number, created: boolean, obj: KubeObject): AcquireResult {
-  return { id, created, version: rvOf(obj) };
+/** One acquisition: the plan's steps applied, one write (or read) each. */
+class AcquireRun {
+  readonly #parts: AcquireParts;
+  readonly #req: AcquireRequest;
+  readonly #client: KubeClient;
+  readonly #claim: string;
+  readonly #exclude = new Set<number>();
+  #chases = 0;
+  /** Whether this call created the identity (a later chase of a replaced lease only joins it). */
+  #created = false;
+
+  constructor(parts: AcquireParts, req: AcquireRequest) {
+    this.#parts = parts;
+    this.#req = req;
+    this.#client = countedClient(parts.ctx.client, req.roundTrips);
+    this.#claim = claimName(parts.ctx.resourceName, req.key);
+  }
+
+  async run(): Promise<AcquireResult> {
+    const { lease, informer } = this.#parts;
+    const { key, signal, range } = this.#req;
+    let step: Next = firstStep(key, informer.index.answer(key), range);
+    for (let writes = 0; writes < MAX_ACQUIRE_ROUNDS;) {
+      signal.throwIfAborted();
+      await lease.ensureFresh(signal);
+      const epoch = lease.epoch;
+      if (WRITES.has(step.kind)) writes++;
+      step = await this.#apply(step, epoch);
+      if (step.kind === "done") return step.result;
+    }
+    throw new ConflictError(
+      `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} writes: the store kept changing`,
+    );
+  }
+
+  #apply(step: AcquireStep, epoch: string): Promise<Next> {
+    switch (step.kind) {
+      case "join":
+        return this.#join(step, epoch);
+      case "claim":
+        return this.#newClaim();
+      case "readClaim":
+        return this.#readClaim();
+      case "create":
+        return this.#create(step, epoch);
+      case "readIdentity":
+        return this.#readIdentity(step);
+      case "moveClaim":
+        return this.#moveClaim(step);
+    }
+  }
+
+  /** The written object's result, or (the lease was replaced meanwhile) a join under the new epoch. */
+  #written(id: number, obj: KubeObject, epoch: string, claimRv?: string): Next {
+    this.#parts.informer.observe(obj);
+    if (this.#parts.lease.epoch === epoch) {
+      return { kind: "done", result: { id, created: this.#created, version: rvOf(obj) } };
+    }
+    // The reference names a dead epoch: write it again under the new one.
+    if (++this.#chases > MAX_LEASE_CHASES) {
+      throw new ConflictError(
+        `the lease of '${this.#parts.ctx.node}' kept changing during acquire`,
+      );
+    }
+    return { kind: "join", id, annotated: true, ...(claimRv ? { claimRv } : {}) };
+  }
+
+  async #join(step: Extract<AcquireStep, { kind: "join" }>, epoch: string): Promise<Next> {
+    const { ctx } = this.#parts;
+    const ops = joinPatch(this.#req.key, ctx.node, epoch, step.annotated);
+    const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
+    if (written === undefined) {
+      return {
+        kind: "readIdentity",
+        id: step.id,
+        ...(step.claimRv ? { claimRv: step.claimRv } : {}),
+      };
+    }
+    return this.#written(step.id, written, epoch, step.claimRv);
+  }
+
+  async #newClaim(): Promise<Next> {
+    const { ctx, informer } = this.#parts;
+    const { key, range, signal } = this.#req;
+    // An identity of the key may have reached the index meanwhile: never create beside it.
+    const answer = informer.index.answer(key);
+    if (answer !== undefined && !this.#exclude.has(answer.id)) {
+      this.#exclude.add(answer.id);
+      return firstStep(key, answer, range);
+    }
+    const id = pick(this.#req, this.#exclude);
+    try {
+      const obj = claimObject(this.#claim, key, id, ctx.node);
+      const created = await this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal });
+      return { kind: "create", id, claimRv: rvOf(created) };
+    } catch (err) {
+      if (!isStatus(err, 409)) throw err;
+      return { kind: "readClaim" };
+    }
+  }
+
+  async #readClaim(): Promise<Next> {
+    const { ctx, informer } = this.#parts;
+    const { key, range, signal } = this.#req;
+    const obj = await this.#client.get(LEASES, this.#claim, { namespace: ctx.namespace, signal });
+    const record = obj === undefined ? undefined : readClaim(obj);
+    if (obj !== undefined && record === undefined) {
+      throw new CorruptEntryError(
+        `the claim ${this.#claim} of key '${key}' names no key or no ID: a hand-made object; ` +
+          "remove it",
+      );
+    }
+    const known = record === undefined ? undefined : informer.index.get(record.id);
+    return afterClaimRead(key, record, known, range);
+  }
+
+  async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
+    const { ctx } = this.#parts;
+    const annotations = { [refAnnotation(ctx.node)]: epoch };
+    const obj = identityObject(ctx.identityKind, step.id, this.#req.key, annotations);
+    let made: KubeObject;
+    try {
+      made = await this.#client.create(ctx.identities, obj, { signal: this.#req.signal });
+    } catch (err) {
+      if (!isStatus(err, 409)) throw err;
+      return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    }
+    this.#created = true;
+    return this.#written(step.id, made, epoch, step.claimRv);
+  }
+
+  async #readIdentity(step: Extract<AcquireStep, { kind: "readIdentity" }>): Promise<Next> {
+    const { ctx, informer } = this.#parts;
+    const obj = await this.#client.get(ctx.identities, String(step.id), {
+      signal: this.#req.signal,
+    });
+    if (obj !== undefined) informer.observe(obj);
+    const read = obj === undefined ? undefined : readIdentity(obj);
+    return afterIdentityRead(this.#req.key, step.id, read, step.claimRv);
+  }
+
+  async #moveClaim(step: Extract<AcquireStep, { kind: "moveClaim" }>): Promise<Next> {
+    const { ctx } = this.#parts;
+    this.#exclude.add(step.from);
+    const id = pick(this.#req, this.#exclude);
+    const body = guardedMergePatch(
+      claimObject(this.#claim, this.#req.key, id, ctx.node),
+      step.claimRv,
+    );
+    try {
+      const moved = await this.#client.patch(LEASES, this.#claim, body, {
+        type: "merge",
+        namespace: ctx.namespace,
+        signal: this.#req.signal,
+      });
+      return { kind: "create", id, claimRv: rvOf(moved) };
+    } catch (err) {
+      // Another node moved (or GC removed) the claim first: follow what it says now.
+      if (!isStatus(err, 409) && !isStatus(err, 404)) throw err;
+      return { kind: "readClaim" };
+    }
+  }
 }
 
 function rvOf(obj: KubeObject): string {

@@ -119,16 +119,10 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     try {
       // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it
       // and the Leases. Write rights are told by the first write's answer (403 names the rule):
-      // a read-only run needs none.
+      // a read-only run needs none. So are the endpoints' (only GC lists them).
       await client.probe([
         { resource: ctx.identities, verbs: ["get", "list", "watch"] },
         { resource: LEASES, verbs: ["get", "list"], namespace: ctx.namespace },
-        ...(endpoints === undefined ? [] : [{
-          resource: endpoints,
-          verbs: ["list" as const],
-          allNamespaces: true,
-          optional: true,
-        }]),
       ], { timeoutMs: settings.connectTimeoutMs, ...(signal === undefined ? {} : { signal }) });
     } catch (err) {
       if (owns) await client.close();

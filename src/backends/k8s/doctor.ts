@@ -13,7 +13,7 @@
  *   answer: the oldest stays; removing a duplicate deletes it);
  * - claims that name no key or ID (`claim-undecodable`) or whose identity is gone or carries
  *   another key (`claim-stale`);
- * - node Leases without an epoch or an end (`lease-undecodable`).
+ * - node Leases without an epoch or an end (`node-lease-undecodable`).
  *
  * Each finding names the live nodes holding it (their live references on the identity); such a
  * finding is refused by {@linkcode removeDamage} with `LiveEntryError`.
@@ -28,6 +28,7 @@ import {
   decodeToken,
   encodeToken,
   heldBy,
+  type RangeCheck,
   rangeCheck,
   shorten,
 } from "../../allocator/damage.ts";
@@ -72,23 +73,25 @@ const tokenSchema = z.object({
 
 type Token = z.infer<typeof tokenSchema>;
 
-function storeOf(ctx: K8sContext): string {
+function storeOf(ctx: Pick<K8sContext, "resourceName" | "namespace">): string {
   return `${ctx.resourceName}@${ctx.namespace}`;
 }
 
-/** The live nodes whose references (by annotation, however malformed the rest) name `obj`. */
-function holdersOf(
-  obj: KubeObject,
-  leases: ReadonlyMap<string, NodeLeaseRecord>,
-  now: number,
-  skew: number,
-): string[] {
-  const out: string[] = [];
-  for (const [annotation, epoch] of Object.entries(obj.metadata.annotations ?? {})) {
-    const node = nodeOfRefAnnotation(annotation);
-    if (node !== undefined && refLive(epoch, leases.get(node), now, skew)) out.push(node);
-  }
-  return out;
+/** What a damage scan read: one list of each, identities first (as GC reads them). */
+export interface DamageSnapshot {
+  readonly identities: readonly KubeObject[];
+  readonly nodeLeases: readonly KubeObject[];
+  readonly claims: readonly KubeObject[];
+}
+
+/** Reads the snapshot a scan judges. */
+async function readSnapshot(ctx: K8sContext, signal: AbortSignal): Promise<DamageSnapshot> {
+  const leases = (labelSelector: string) =>
+    listAll(ctx.client, LEASES, { namespace: ctx.namespace, labelSelector, signal });
+  const identities = (await listAll(ctx.client, ctx.identities, { signal })).items;
+  const nodeLeases = (await leases(NODE_SELECTOR)).items;
+  const claims = (await leases(CLAIM_SELECTOR)).items;
+  return { identities, nodeLeases, claims };
 }
 
 /** Lists the damaged entries of the store (see the module doc). Reads only. */
@@ -97,147 +100,184 @@ export async function* findDamage(
   options: DamageScanOptions = {},
 ): AsyncGenerator<DamageFinding> {
   const signal = options.signal ?? new AbortController().signal;
-  const check = rangeCheck(options);
-  const store = storeOf(ctx);
-  const { items } = await listAll(ctx.client, ctx.identities, { signal });
-  const leaseObjs = (await listAll(ctx.client, LEASES, {
-    namespace: ctx.namespace,
-    labelSelector: NODE_SELECTOR,
-    signal,
-  })).items;
-  const leases = new Map<string, NodeLeaseRecord>();
-  for (const obj of leaseObjs) {
-    const l = readNodeLease(obj);
-    if (l !== undefined && l.name === nodeLeaseName(l.node)) leases.set(l.node, l);
+  yield* judgeDamage(ctx, await readSnapshot(ctx, signal), options);
+}
+
+/** The findings of `snapshot` (plain data in, findings out; see the module doc). */
+export function judgeDamage(
+  ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
+  snapshot: DamageSnapshot,
+  options: DamageScanOptions = {},
+): DamageFinding[] {
+  const scan = new Scan(ctx, snapshot.nodeLeases, options);
+  const records: IdentityRecord[] = [];
+  const out: DamageFinding[] = [];
+  for (const obj of snapshot.identities) out.push(...scan.identity(obj, records));
+  out.push(...scan.duplicates(records));
+  const byId = new Map(records.map((r) => [r.id, r]));
+  for (const obj of snapshot.claims) out.push(...scan.claim(obj, byId));
+  for (const obj of snapshot.nodeLeases) out.push(...scan.nodeLease(obj));
+  return out;
+}
+
+/** One scan's judgement: the node Leases' liveness, the valid ranges, and how findings look. */
+class Scan {
+  readonly #ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">;
+  readonly #leases = new Map<string, NodeLeaseRecord>();
+  readonly #check: RangeCheck | undefined;
+  readonly #now: number;
+
+  constructor(
+    ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
+    nodeLeases: readonly KubeObject[],
+    options: DamageScanOptions,
+  ) {
+    this.#ctx = ctx;
+    this.#check = rangeCheck(options);
+    this.#now = ctx.settings.now();
+    for (const obj of nodeLeases) {
+      const l = readNodeLease(obj);
+      if (l !== undefined && l.name === nodeLeaseName(l.node)) this.#leases.set(l.node, l);
+    }
   }
-  const now = ctx.settings.now();
-  const skew = ctx.settings.maxClockSkewMs;
-  const entry = (name: string, annotation?: string) =>
-    shorten(`${ctx.resourceName}/${name}${annotation === undefined ? "" : ` ${annotation}`}`);
-  const finding = (
+
+  #live(node: string, epoch: string): boolean {
+    return refLive(epoch, this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+  }
+
+  /** The live nodes whose references (by annotation, however malformed the rest) name `obj`. */
+  #holders(annotations: Readonly<Record<string, string>>): string[] {
+    return Object.entries(annotations).flatMap(([annotation, epoch]) => {
+      const node = nodeOfRefAnnotation(annotation);
+      return node !== undefined && this.#live(node, epoch) ? [node] : [];
+    });
+  }
+
+  #finding(
     kind: DamageKind,
     token: Omit<Token, "store" | "kind">,
     reason: string,
     about: { id?: number; key?: string; node?: string },
     holders: readonly string[] = [],
-  ): DamageFinding =>
-    heldBy({
+  ): DamageFinding {
+    const { namespace, resourceName } = this.#ctx;
+    const entry = token.what === "claim" || token.what === "lease"
+      ? `${namespace}/${token.name}`
+      : `${resourceName}/${token.name}${
+        token.annotation === undefined ? "" : ` ${token.annotation}`
+      }`;
+    return heldBy({
       kind,
-      entry: token.what === "claim" || token.what === "lease"
-        ? shorten(`${ctx.namespace}/${token.name}`)
-        : entry(token.name, token.annotation),
+      entry: shorten(entry),
       reason: shorten(reason),
       ...(about.id === undefined ? {} : { id: about.id }),
       ...(about.key === undefined ? {} : { key: shorten(about.key) }),
       ...(about.node === undefined ? {} : { node: shorten(about.node) }),
-      token: encodeToken(TAG, { ...token, store, kind }),
+      token: encodeToken(TAG, { ...token, store: storeOf(this.#ctx), kind }),
     }, holders);
+  }
 
-  const records: IdentityRecord[] = [];
-  for (const obj of items) {
+  /** An identity's own damage; a readable one joins `records`. */
+  identity(obj: KubeObject, records: IdentityRecord[]): DamageFinding[] {
     const read = readIdentity(obj);
     const name = String(obj.metadata.name ?? "");
     const rv = String(obj.metadata.resourceVersion ?? "");
-    const holders = holdersOf(obj, leases, now, skew);
     if (!read.ok) {
       const { damage } = read;
-      yield finding(damage.kind, { what: "identity", name, rv }, damage.reason, {
+      const holders = this.#holders(obj.metadata.annotations ?? {});
+      return [this.#finding(damage.kind, { what: "identity", name, rv }, damage.reason, {
         id: damage.id,
-      }, holders);
-      continue;
+      }, holders)];
     }
     const { record, badRefs } = read;
     records.push(record);
-    for (const bad of badRefs) {
-      const kind = nodeOfRefAnnotation(bad.annotation) === undefined
-        ? "reference-bad-key"
-        : "reference-undecodable";
-      yield finding(
-        kind,
+    const about = { id: record.id, key: record.key };
+    const out = badRefs.map((bad) =>
+      this.#finding(
+        nodeOfRefAnnotation(bad.annotation) === undefined
+          ? "reference-bad-key"
+          : "reference-undecodable",
         { what: "annotation", name, annotation: bad.annotation, rv },
         bad.reason,
-        {
-          id: record.id,
-          key: record.key,
-        },
-      );
+        about,
+      )
+    );
+    const check = this.#check;
+    if (check === undefined || check.valid(record.id, record.key)) return out;
+    for (const [node, epoch] of record.refs) {
+      out.push(this.#finding(
+        "reference-out-of-range",
+        { what: "annotation", name, annotation: REF_PREFIX + node, rv },
+        check.outside(record.id, record.key),
+        { ...about, node },
+        this.#live(node, epoch) ? [node] : [],
+      ));
     }
-    if (check !== undefined && !check.valid(record.id, record.key)) {
-      for (const [node, epoch] of record.refs) {
-        const live = refLive(epoch, leases.get(node), now, skew);
-        yield finding(
-          "reference-out-of-range",
-          { what: "annotation", name, annotation: REF_PREFIX + node, rv },
-          check.outside(record.id, record.key),
-          { id: record.id, key: record.key, node },
-          live ? [node] : [],
-        );
+    return out;
+  }
+
+  /** Every identity of a key that is not Cilium's answer for it. */
+  duplicates(records: readonly IdentityRecord[]): DamageFinding[] {
+    const byKey = new Map<string, IdentityRecord[]>();
+    for (const r of records) byKey.set(r.key, [...byKey.get(r.key) ?? [], r]);
+    const out: DamageFinding[] = [];
+    for (const [key, list] of byKey) {
+      const answer = answerOf(list)!;
+      for (const r of list) {
+        if (r.id === answer.id) continue;
+        out.push(this.#finding(
+          "key-duplicate",
+          { what: "identity", name: String(r.id), rv: r.rv },
+          `the key also has identity ${answer.id}, Cilium's answer (the oldest)`,
+          { id: r.id, key },
+          [...r.refs].filter(([node, epoch]) => this.#live(node, epoch)).map(([node]) => node),
+        ));
       }
     }
+    return out;
   }
 
-  const byKey = new Map<string, IdentityRecord[]>();
-  for (const r of records) {
-    const list = byKey.get(r.key);
-    if (list === undefined) byKey.set(r.key, [r]);
-    else list.push(r);
-  }
-  for (const [key, list] of byKey) {
-    if (list.length < 2) continue;
-    const answer = answerOf(list)!;
-    for (const r of list) {
-      if (r.id === answer.id) continue;
-      const holders = [...r.refs].filter(([node, epoch]) =>
-        refLive(epoch, leases.get(node), now, skew)
-      ).map(([node]) => node);
-      yield finding(
-        "key-duplicate",
-        { what: "identity", name: String(r.id), rv: r.rv },
-        `the key also has identity ${answer.id}, Cilium's answer (the oldest)`,
-        { id: r.id, key },
-        holders,
-      );
-    }
-  }
-
-  const byId = new Map(records.map((r) => [r.id, r]));
-  const claims = (await listAll(ctx.client, LEASES, {
-    namespace: ctx.namespace,
-    labelSelector: CLAIM_SELECTOR,
-    signal,
-  })).items;
-  for (const obj of claims) {
+  /** A claim that names nothing, or whose identity is gone or carries another key. */
+  claim(obj: KubeObject, byId: ReadonlyMap<number, IdentityRecord>): DamageFinding[] {
     const name = String(obj.metadata.name ?? "");
     const rv = String(obj.metadata.resourceVersion ?? "");
     const claim = readClaim(obj);
     if (claim === undefined) {
-      yield finding("claim-undecodable", { what: "claim", name, rv }, "it names no key or ID", {});
-      continue;
+      return [
+        this.#finding(
+          "claim-undecodable",
+          { what: "claim", name, rv },
+          "it names no key or ID",
+          {},
+        ),
+      ];
     }
     // Another identity resource's claim (the resource is hashed into the name): not ours.
-    if (claimName(ctx.resourceName, claim.key) !== name) continue;
+    if (claimName(this.#ctx.resourceName, claim.key) !== name) return [];
     const identity = byId.get(claim.id);
-    if (identity?.key === claim.key) continue;
-    yield finding(
-      "claim-stale",
-      { what: "claim", name, rv },
-      identity === undefined
-        ? `identity ${claim.id} does not exist`
-        : `identity ${claim.id} carries another key`,
-      { id: claim.id, key: claim.key },
-    );
+    if (identity?.key === claim.key) return [];
+    const reason = identity === undefined
+      ? `identity ${claim.id} does not exist`
+      : `identity ${claim.id} carries another key`;
+    return [this.#finding("claim-stale", { what: "claim", name, rv }, reason, {
+      id: claim.id,
+      key: claim.key,
+    })];
   }
 
-  for (const obj of leaseObjs) {
+  /** A node Lease without a holder, an epoch or an end. */
+  nodeLease(obj: KubeObject): DamageFinding[] {
     const lease = readNodeLease(obj);
-    if (lease !== undefined && lease.epoch !== undefined && lease.expiresAt !== undefined) continue;
+    if (lease !== undefined && lease.epoch !== undefined && lease.expiresAt !== undefined) {
+      return [];
+    }
     const name = String(obj.metadata.name ?? "");
-    yield finding(
-      "lease-undecodable",
+    return [this.#finding(
+      "node-lease-undecodable",
       { what: "lease", name, rv: String(obj.metadata.resourceVersion ?? "") },
       "it has no holder, epoch or end",
       lease === undefined ? {} : { node: lease.node },
-    );
+    )];
   }
 }
 

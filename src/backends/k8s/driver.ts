@@ -40,7 +40,7 @@ export const K8S_DAMAGE_KINDS: Readonly<Record<string, string>> = {
   "key-duplicate": "a second identity of a key (Cilium's agents take no lock); the oldest stays",
   "claim-stale": "a key claim whose identity is gone or carries another key",
   "claim-undecodable": "a key claim Lease that names no key or no ID",
-  "lease-undecodable": "a node Lease without an epoch or an end",
+  "node-lease-undecodable": "a node Lease without an epoch or an end",
 };
 
 /** The Kubernetes error classes, by name: what to do about them in the CLI's flags. */

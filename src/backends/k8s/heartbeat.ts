@@ -3,7 +3,8 @@
  * Cilium's operator sets on an identity no `CiliumEndpoint` names and deletes a heartbeat timeout
  * later: an identity carrying this node's reference under its current epoch is unmarked as soon as
  * the informer shows the mark, and again at every lease renewal (a sweep of the index), well
- * within the operator's timeout (the options check that renewal comes within a third of it).
+ * within the operator's timeout (the options check that renewal comes within a third of it) —
+ * while the node's claim is valid: a node whose lease lapsed holds nothing until it re-proves.
  *
  * @module
  */
@@ -54,9 +55,14 @@ export class MarkKeeper {
     this.#signal = signal;
   }
 
-  /** The informer saw `record`: unmark it if this node holds it and it is marked. */
+  /**
+   * The informer saw `record`: unmark it if this node holds it and it is marked. Not while the
+   * node's claim has lapsed: its references are dead for everyone then, GC may rightly collect
+   * the identity, and the node re-proves its keys (which unmarks what it still holds) first.
+   */
   check(record: IdentityRecord): void {
     if (record.mark === undefined || this.#lease.lost) return;
+    if (Date.now() >= this.#lease.claimValidUntil) return;
     if (!holds(record, this.#ctx.node, this.#lease.epoch)) return;
     if (this.#inFlight.has(record.id) || this.#signal.aborted) return;
     this.#inFlight.add(record.id);

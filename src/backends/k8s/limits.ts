@@ -45,6 +45,15 @@ export const WATCH_RETRY_MIN_MS = 50;
 /** See {@linkcode WATCH_RETRY_MIN_MS}. */
 export const WATCH_RETRY_MAX_MS = 2_000;
 
+/** The shortest server-side timeout of one watch, in seconds (client-go's reflector's: 5 min). */
+export const WATCH_TIMEOUT_SECONDS = 300;
+
+/**
+ * How long a watch may stay silent before it counts as dead, in ms: the API server sends a
+ * bookmark about every minute when nothing changes.
+ */
+export const WATCH_IDLE_MS = 120_000;
+
 /** Cilium operator's default `--identity-heartbeat-timeout`: 30 minutes. */
 export const CILIUM_HEARTBEAT_TIMEOUT_MS = 30 * 60_000;
 

@@ -2,8 +2,8 @@
  * A Kubernetes store as idalloc's tools name it: `--store k8s:<kubeconfig file>` (`k8s:` alone:
  * `$KUBECONFIG`, else `~/.kube/config`) or `k8s:in-cluster` (the pod's service account),
  * `--prefix` as the identity resource `<plural>.<group>/<version>`, and the backend's own options:
- * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--clock-skew`,
- * `--heartbeat-timeout` and `--connect-timeout`. {@linkcode describeK8sStore} turns them into a
+ * `--context`, `--namespace` (of the node Leases and key claims), `--kind` and
+ * `--heartbeat-timeout`. {@linkcode describeK8sStore} turns them into a
  * {@linkcode K8sStoreDescription}, which `./driver.ts` opens. Nothing here loads the client.
  *
  * @example
@@ -39,8 +39,14 @@ export const IN_CLUSTER = "in-cluster";
 /** The identity resource when `--prefix` is not given. */
 export const DEFAULT_K8S_PREFIX = "ciliumidentities.cilium.io/v2";
 
-/** How long connecting waits unless `--connect-timeout` says otherwise (at most `--timeout`). */
+/** How long connecting waits for the API server (at most `--timeout`). */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * The clock-skew margin of CLI runs: the backend's default. (The CLI's backends declare no flag
+ * in common, and Deno KV's `--clock-skew` is its own.)
+ */
+export const DEFAULT_CLOCK_SKEW_MS = 5_000;
 
 /** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
 export interface K8sStoreDescription {
@@ -105,19 +111,9 @@ export const K8S_OPTIONS: readonly StoreOption[] = [
     default: "CiliumIdentity",
   },
   {
-    flags: "--clock-skew <duration>",
-    description: "largest clock difference between nodes",
-    default: "5s",
-  },
-  {
     flags: "--heartbeat-timeout <duration>",
     description: "Cilium operator's --identity-heartbeat-timeout",
     default: "30m",
-  },
-  {
-    flags: "--connect-timeout <duration>",
-    description: "time to wait for an answer when connecting (default: 5s, at most --timeout), " +
-      "and per request when given (default: --timeout)",
   },
 ];
 
@@ -127,9 +123,7 @@ const k8sValues = z.object({
   kind: z.string().regex(/^[A-Z][A-Za-z0-9]*$/, "must be a kind (CamelCase)").default(
     "CiliumIdentity",
   ),
-  clockSkew: durationFlag(0).default(5_000),
   heartbeatTimeout: durationFlag(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
-  connectTimeout: durationFlag(1).optional(),
 });
 
 /** `<plural>.<group>/<version>` of `--prefix`, or `undefined` when it is not that. */
@@ -174,9 +168,10 @@ export function describeK8sStore(
     ...(o.context === undefined ? {} : { context: o.context }),
     ...(o.namespace === undefined ? {} : { namespace: o.namespace }),
     resource: { ...resource, kind: o.kind },
-    maxClockSkewMs: o.clockSkew,
+    maxClockSkewMs: DEFAULT_CLOCK_SKEW_MS,
     heartbeatTimeoutMs: o.heartbeatTimeout,
-    connectTimeoutMs: Math.min(o.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
-    requestTimeoutMs: Math.min(o.connectTimeout ?? context.timeoutMs, context.timeoutMs),
+    // Connecting answers within 5s (at most --timeout); a request may take --timeout.
+    connectTimeoutMs: Math.min(DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
+    requestTimeoutMs: context.timeoutMs,
   };
 }

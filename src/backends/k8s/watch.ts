@@ -25,7 +25,12 @@ import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import { answerOf, type IdentityRecord, idOfName, readIdentity } from "./layout.ts";
-import { WATCH_RETRY_MAX_MS, WATCH_RETRY_MIN_MS } from "./limits.ts";
+import {
+  WATCH_IDLE_MS,
+  WATCH_RETRY_MAX_MS,
+  WATCH_RETRY_MIN_MS,
+  WATCH_TIMEOUT_SECONDS,
+} from "./limits.ts";
 import { listAll } from "./paging.ts";
 
 const log = idallocLogger("k8s", "watch");
@@ -254,6 +259,10 @@ export class IdentityInformer {
     const events = client.watch(identities, {
       resourceVersion: this.#resourceVersion,
       bookmarks: true,
+      // As client-go's reflector: the server ends each watch after 5–10 minutes, spreading the
+      // re-watches of many nodes; a connection silent past two bookmark periods is dead.
+      timeoutSeconds: WATCH_TIMEOUT_SECONDS + Math.floor(Math.random() * WATCH_TIMEOUT_SECONDS),
+      idleTimeoutMs: WATCH_IDLE_MS,
       signal: this.#signal,
     });
     for await (const event of events) {

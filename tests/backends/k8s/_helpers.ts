@@ -34,6 +34,30 @@ export function sharedCluster(): Promise<KubeTestCluster> {
   return shared;
 }
 
+/** Events of a watch, collected in the background until `stop()`. */
+export interface Collected<T> {
+  /** What arrived so far. */
+  readonly events: T[];
+  /** Ends the watch and waits for it. */
+  stop(): Promise<void>;
+}
+
+/** Collects what `watch(signal)` yields until `stop()`. */
+export function collect<T>(watch: (signal: AbortSignal) => AsyncIterable<T>): Collected<T> {
+  const controller = new AbortController();
+  const events: T[] = [];
+  const running = (async () => {
+    for await (const ev of watch(controller.signal)) events.push(ev);
+  })();
+  return {
+    events,
+    stop: async () => {
+      controller.abort();
+      await running;
+    },
+  };
+}
+
 /** A generous deadline for one call in a test. */
 export function deadline(ms = 20_000): AbortSignal {
   return AbortSignal.timeout(ms);

@@ -71,7 +71,7 @@ k8sTest(
     await fx.createIdentity(901, { "idalloc:key": "refs;" });
     await fx.patchIdentity(901, {
       // (An annotation name that is no node name cannot exist: the API server refuses it.)
-    metadata: { annotations: { "ref.idalloc.io/n9": "" } },
+      metadata: { annotations: { "ref.idalloc.io/n9": "" } },
     });
     const leases = { namespace: fx.namespace, signal: deadline() };
     await fx.client.create(LEASES, {
@@ -106,10 +106,10 @@ k8sTest(
       "claim-undecodable - ",
       "key-duplicate 401 a",
       "key-duplicate 403 ",
-      "lease-undecodable - ",
       "master-bad-id - ",
       "master-undecodable 900 ",
-        "reference-undecodable 901 ",
+      "node-lease-undecodable - ",
+      "reference-undecodable 901 ",
     ]);
     for (const f of findings) {
       if (f.heldBy !== undefined) {

@@ -1,16 +1,18 @@
 // The Kubernetes session on a real kube-apiserver: acquire, release, get, getById and watch round
 // trips with the round trips each operation costs; ensure's repairs; Cilium's GC mark removed from
 // a held identity; a pre-existing duplicate answered as Cilium answers it (the oldest), and a held
-// key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven.
+// key moved to an older identity of it; NodeInUseError and `restart`; a lost Lease re-proven; a
+// lapsed lease fenced, its identity collected and its key re-proven under another ID.
 import assert from "node:assert/strict";
-import type { BackendEvent } from "../../../src/allocator/backend.ts";
-import type { AllocatorEvent } from "../../../src/allocator/types.ts";
-import { countedClient, type Tally } from "../../../src/backends/k8s/kube.ts";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { StoreUnavailableError } from "../../../src/errors.ts";
+import { countedClient, type KubeClient, type Tally } from "../../../src/backends/k8s/kube.ts";
 import { nodeLeaseName, readNodeLease } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
-import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
+import { collect, deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const picker = (...ids: number[]) => (exclude: ReadonlySet<number>) =>
   ids.find((id) => !exclude.has(id));
@@ -89,11 +91,7 @@ k8sTest(
       assert.deepEqual(Object.keys(refs), ["ref.idalloc.io/a"], "only b's reference went");
 
       // A watch: the identity as an upsert, synced, then a live change.
-      const controller = new AbortController();
-      const events: BackendEvent[] = [];
-      const watching = (async () => {
-        for await (const ev of a.session.watch(controller.signal)) events.push(ev);
-      })();
+      const { events, stop } = collect((signal) => a.session.watch(signal));
       await eventually(() => events.some((e) => e.type === "synced"), "the watch synced");
       assert.deepEqual(events[0], {
         type: "upsert",
@@ -110,8 +108,7 @@ k8sTest(
         () => events.some((e) => e.type === "upsert" && e.id === 400 && e.key === "k8s:app=db;"),
         "the watch shows the new identity",
       );
-      controller.abort();
-      await watching;
+      await stop();
       // Cilium's layout: the k8s: labels as metadata.labels.
       assert.deepEqual((await fx.identity(400))!.metadata.labels, { app: "db" });
     } finally {
@@ -209,11 +206,7 @@ k8sTest(
     const key = "moving;";
     const { id } = await a.allocate(key);
     assert.notEqual(id, 700);
-    const controller = new AbortController();
-    const events: AllocatorEvent[] = [];
-    const watching = (async () => {
-      for await (const ev of a.watch({ signal: controller.signal })) events.push(ev);
-    })();
+    const { events, stop } = collect((signal) => a.watch({ signal }));
     // Identity 700, created before the key's own, now carries the key: Cilium's answer is 700.
     await fx.patchIdentity(700, { "security-labels": { "idalloc:key": key } });
     assert.ok(older.metadata.creationTimestamp);
@@ -222,8 +215,7 @@ k8sTest(
       "a announces the move to 700",
     );
     assert.equal(await a.get(key), 700);
-    controller.abort();
-    await watching;
+    await stop();
   },
 );
 
@@ -275,5 +267,66 @@ k8sTest(
     }, "a new epoch, and the reference re-written under it");
     assert.equal(await a.get(key), id);
     assert.deepEqual((await a.allocate(key)).id, id);
+  },
+);
+
+k8sTest(
+  "lease lapse: the node fences, GC collects its identity, and the node re-proves its key elsewhere",
+  async () => {
+    await using fx = await fixture();
+    // A partition between node a and its Lease: its renewals fail while `blocked`.
+    let blocked = false;
+    const partitioned: KubeClient = {
+      ...countedClient(fx.client, { count: 0 }), // the real client's calls, as own methods
+      patch: (res, name, body, o) =>
+        blocked && res.plural === "leases"
+          ? Promise.reject(new StoreUnavailableError("partitioned (test)"))
+          : fx.client.patch(res, name, body, o),
+      create: (res, obj, o) =>
+        blocked && res.plural === "leases"
+          ? Promise.reject(new StoreUnavailableError("partitioned (test)"))
+          : fx.client.create(res, obj, o),
+    };
+    const backend = await K8sBackend.connect(fx.options("a"), { client: partitioned });
+    try {
+      await using a = await Allocator.open(backend, { max: 65535, leaseTtlMs: 3_000 });
+      const key = "k8s:app=lapsed;";
+      const { id } = await a.allocate(key);
+      const { events, stop } = collect((signal) => a.watch({ signal }));
+      blocked = true;
+      await eventually(() => a.status().fence.active && a.status().fence.lapses > 0, "a fenced");
+      const gc = await fx.allocator("gc");
+      await eventually(async () => (await gc.runGc()).deletedIds.includes(id), "GC collected it");
+      // The ID goes to another key (as a Cilium node would take it).
+      await fx.createIdentity(id, { "k8s:app": "taker" });
+      blocked = false;
+      await eventually(
+        () => events.some((e) => e.type === "reassigned" && e.key === key && e.oldId === id),
+        "a re-proved its key under another ID",
+      );
+      const moved = events.find((e) => e.type === "reassigned")!;
+      assert.ok(moved.type === "reassigned" && moved.newId !== id);
+      assert.equal(await a.get(key), moved.newId);
+      assert.equal(a.status().fence.active, false);
+      await stop();
+    } finally {
+      await backend.close();
+    }
+  },
+);
+
+k8sTest(
+  "the largest key checkKey accepts is stored (identity and claim), one byte more is refused",
+  async () => {
+    await using fx = await fixture();
+    const backend = await fx.backend("a");
+    const key = "x".repeat(MAX_KEY_BYTES);
+    backend.checkKey(key);
+    assert.throws(() => backend.checkKey(key + "x"), { name: "InvalidKeyError" });
+    const s = await fx.session("b");
+    const { id, created } = await s.acquire({ key, pickCandidate: () => 300, signal: deadline() });
+    assert.deepEqual([id, created], [300, true]);
+    assert.equal(await s.getById(300, deadline()), key);
+    assert.equal(await s.get(key, deadline()), 300);
   },
 );

@@ -2,10 +2,9 @@
 // Cilium's answer is the oldest, and resource versions compare as numbers. On a real API server:
 // an expired watch re-lists and reports what vanished, once.
 import assert from "node:assert/strict";
-import type { BackendEvent } from "../../../src/allocator/backend.ts";
 import { rawClient } from "../../../src/backends/etcd/testing/fixture.ts";
 import { startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
-import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
+import { collect, deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 import { IdentityIndex, newer } from "../../../src/backends/k8s/watch.ts";
 import type { IdentityRecord } from "../../../src/backends/k8s/layout.ts";
 
@@ -54,11 +53,7 @@ k8sTest(
       readOnly: true,
       onLeaseReplaced: () => {},
     });
-    const events: BackendEvent[] = [];
-    const controller = new AbortController();
-    const watching = (async () => {
-      for await (const ev of reader.watch(controller.signal)) events.push(ev);
-    })();
+    const { events, stop } = collect((signal) => reader.watch(signal));
     for (const [key, id] of [["a;", 300], ["b;", 301]] as const) {
       await writer.acquire({ key, pickCandidate: () => id, signal: deadline() });
     }
@@ -84,8 +79,7 @@ k8sTest(
         events.some((e) => e.type === "upsert" && e.id === 302),
       "the reader re-listed: 301 deleted, 302 seen",
     );
-    controller.abort();
-    await watching;
+    await stop();
     const changes = events.filter((e) => e.type !== "synced")
       .map((e) => e.type === "upsert" ? `upsert ${e.id}@${e.version}` : `${e.type} ${e.id}`);
     assert.deepEqual(changes.filter((c) => c.startsWith("delete")), ["delete 301"]);

@@ -26,7 +26,7 @@
  */
 import { execFile } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -203,6 +203,8 @@ export interface KubeTestCluster extends AsyncDisposable {
   pause(paused: boolean): void;
   /** Stops the API server and etcd, and removes the dir. */
   close(): Promise<void>;
+  /** SIGKILLs the API server and etcd and removes the dir, synchronously (for `exit`). */
+  stopSync(): void;
 }
 
 /** The resource of Cilium's identities in `group`. */
@@ -631,9 +633,42 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
       await plan.etcd.close();
       await rm(plan.dir, { recursive: true, force: true }).catch(() => {});
     },
+    stopSync() {
+      if (closed) return;
+      closed = true;
+      if (pid !== undefined) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+      plan.etcd.stopSync();
+      try {
+        rmSync(plan.dir, { recursive: true, force: true });
+      } catch {
+        // the watchdog removes it
+      }
+    },
     [Symbol.asyncDispose]: () => cluster.close(),
   };
   return cluster;
+}
+
+let shared: Promise<KubeTestCluster> | undefined;
+
+/**
+ * One API server for every test of this process (Cilium's CRDs installed), started on first use
+ * and stopped when the process exits. Tests isolate themselves on it with
+ * {@linkcode KubeTestCluster.installIdentityCrd}; a test that kills or restarts the server, or
+ * needs other flags, starts its own.
+ */
+export function sharedKubeApiServer(): Promise<KubeTestCluster> {
+  shared ??= startKubeApiServer().then((cluster) => {
+    process.on("exit", () => cluster.stopSync());
+    return cluster;
+  });
+  return shared;
 }
 
 const CRDS = {
