@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { DriverFailure } from "../backends/driver.ts";
+import type { BackendDriver, DriverFailure } from "../backends/driver.ts";
 import { BACKENDS } from "../backends/registry.ts";
 import { errorMessage } from "../errors.ts";
 
@@ -111,9 +111,14 @@ const UNAVAILABLE = new Set([
  */
 const CONNECT_FAILURES = new Set([...UNAVAILABLE, ...BACKEND_FAILURES.keys()]);
 
-/** What to do about a setup mistake, in the CLI's flags (the library's message says what is wrong). */
-function hintOf(err: unknown, name: string): string {
-  return BACKEND_FAILURES.get(name)?.hint?.(err) ?? "";
+/**
+ * What to do about a setup mistake, in the CLI's flags (the library's message says what is wrong):
+ * the hint of the store's own backend when the command chose one (two backends may raise one
+ * class, e.g. `StoreAccessDeniedError`, with different flags to check), else any backend's.
+ */
+function hintOf(err: unknown, name: string, driver: BackendDriver | undefined): string {
+  const failure = driver === undefined ? BACKEND_FAILURES.get(name) : driver.failures[name];
+  return failure?.hint?.(err) ?? "";
 }
 
 function nameOf(err: unknown): string | undefined {
@@ -132,7 +137,12 @@ function messageOf(err: unknown): string {
  */
 export function classify(
   err: unknown,
-  context: { readonly interrupted: boolean; readonly timedOut?: string },
+  context: {
+    readonly interrupted: boolean;
+    readonly timedOut?: string;
+    /** The backend of the store the command chose, when it got that far. */
+    readonly driver?: BackendDriver;
+  },
 ): Failure {
   if (context.interrupted) return { code: ExitCode.Interrupted, message: "interrupted" };
   const name = nameOf(err);
@@ -158,7 +168,7 @@ export function classify(
       : UNAVAILABLE.has(name)
       ? "store unavailable: "
       : "";
-    const hint = hintOf(err, name);
+    const hint = hintOf(err, name, context.driver);
     return {
       code: BY_NAME[name],
       message: `${prefix}${messageOf(err)}${hint === "" ? "" : `; ${hint}`}`,

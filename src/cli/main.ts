@@ -110,6 +110,7 @@ export async function main(args: string[], io: CliIo = processIo()): Promise<num
     const failure = classify(err, {
       interrupted: interrupt.signal.aborted,
       timedOut: ctx?.timedOut ? formatTimeout(ctx) : undefined,
+      driver: ctx?.options.backend.driver,
     });
     code = failure.code;
     if (failure.message !== "") {

@@ -116,6 +116,17 @@ export interface BackendTraits {
    * {@linkcode StoreFixture.corruptCounter} can damage.
    */
   readonly counters: boolean;
+  /**
+   * Whether the backend batches writes (group commit) that `FixtureOptions.groupCommit` turns
+   * off, so that the conformance scenarios run once more with it off.
+   */
+  readonly groupCommit: boolean;
+  /**
+   * Whether GC marks unused IDs in the store and a node removes the mark from what it holds as
+   * soon as its watch shows it (Kubernetes: Cilium's heartbeat annotation), so that a holder
+   * unaware of its lapsed lease races GC passes that ignore the grace.
+   */
+  readonly holdersUnmark: boolean;
   /** The shortest lease the backend grants, in ms (etcd: whole seconds, at least 2). */
   readonly minLeaseTtlMs: number;
   /**

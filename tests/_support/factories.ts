@@ -37,11 +37,16 @@ export function testEachBackendAndMode(
   selection: BackendSelection = {},
 ): void {
   testEachBackend(name, fn, selection);
+  // A backend without group commit would run the very same scenario again.
+  const applies = selection.applies;
   testEachBackend(`${name} [group commit off]`, (factory) =>
     fn({
       ...factory,
       create: (options) => factory.create({ ...options, groupCommit: false }),
-    }), selection);
+    }), {
+    ...selection,
+    applies: (traits) => traits.groupCommit && (applies?.(traits) ?? true),
+  });
 }
 
 /** Registers `fn` once per backend as `"<kind>: <name>"`; a backend that can't run here is skipped. */

@@ -4,6 +4,11 @@
 import assert from "node:assert/strict";
 import { etcdUnavailable, freePort, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
 import { rawClient } from "../../src/backends/etcd/testing/fixture.ts";
+import {
+  identityResource,
+  kubeApiserverUnavailable,
+  startKubeApiServer,
+} from "../../src/backends/k8s/testing/cluster.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A hung example fails the test instead of hanging CI. */
@@ -202,4 +207,43 @@ Deno.test("deploy:dev: a port in use or a PORT that is no port is one line, exit
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+function assertK8sRun(result: TaskResult): void {
+  assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+  assert.match(result.stdout, /identities: ciliumidentities\.cilium\.io/);
+  assert.match(result.stdout, /✔ both nodes answer \d+ for app=web;/);
+  assert.match(result.stdout, /✔ the second node joins the same identity/);
+  assert.match(
+    result.stdout,
+    /security-labels: \{"k8s:app":"web","k8s:io\.kubernetes\.pod\.namespace":"prod"\}/,
+  );
+  assert.doesNotMatch(result.stdout, /✘/);
+  assert.match(result.stdout, /all checks passed/);
+}
+
+Deno.test("k8s: two nodes and a Cilium identity on a private API server, or a polite skip", async () => {
+  const result = await task("k8s", [], { KUBECONFIG: "" });
+  if (kubeApiserverUnavailable() !== undefined) {
+    assert.equal(result.code, 0);
+    assert.match(result.stdout, /^skipped: no Kubernetes API server/);
+    return;
+  }
+  assert.match(result.stdout, /started a private kube-apiserver at https:\/\/127\.0\.0\.1:\d+/);
+  assertK8sRun(result);
+});
+
+Deno.test({
+  name: "k8s: the cluster of KUBECONFIG, and the run removes the identities it made",
+  ignore: kubeApiserverUnavailable() !== undefined,
+  fn: async () => {
+    await using cluster = await startKubeApiServer();
+    const kubeconfig = await cluster.kubeconfig("admin", { namespace: "default", current: true });
+    const result = await task("k8s", [], { KUBECONFIG: kubeconfig });
+    assert.match(result.stdout, new RegExp(`using the cluster of ${kubeconfig} \\(KUBECONFIG\\)`));
+    assertK8sRun(result);
+    assert.match(result.stdout, /removed the example's 4 identities/);
+    await using client = await cluster.client("admin");
+    assert.deepEqual((await client.list(identityResource())).items, []);
+  },
 });

@@ -39,6 +39,8 @@ import {
   resourceName,
 } from "./options.ts";
 import { K8sSession, type K8sSessionOptions } from "./session.ts";
+import { timedClient } from "./telemetry.ts";
+import { StoreTelemetry } from "../../telemetry/store.ts";
 
 function never(): AbortSignal {
   return new AbortController().signal;
@@ -105,6 +107,11 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       client = await createKubeClient(connection, { requestTimeoutMs: settings.requestTimeoutMs });
     }
     const { group, version, kind } = settings.resource;
+    // Every round trip timed, as on the other backends (`./telemetry.ts`).
+    client = timedClient(
+      client,
+      new StoreTelemetry("k8s", `${resourceName(settings)}/${version}`, settings.node),
+    );
     const endpoints = endpointResource(settings);
     const ctx: K8sContext = {
       client,

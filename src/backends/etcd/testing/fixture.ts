@@ -226,6 +226,8 @@ export const etcdFactory: BackendFactory = {
   kind: "etcd",
   traits: {
     counters: false,
+    groupCommit: true,
+    holdersUnmark: false,
     // etcd grants leases of whole seconds, at least 2.
     minLeaseTtlMs: 2_000,
     // etcd deletes a lease's keys with it.

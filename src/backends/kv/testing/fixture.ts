@@ -79,6 +79,8 @@ export const kvFactory: BackendFactory = {
   },
   traits: {
     counters: true,
+    groupCommit: true,
+    holdersUnmark: false,
     minLeaseTtlMs: 1_000,
     // A dead node's references stay until GC sweeps them: liveness is read from lease records.
     deadReferencesStay: true,

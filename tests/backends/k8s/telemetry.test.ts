@@ -1,0 +1,128 @@
+/**
+ * Metrics and traces of a known sequence on a private kube-apiserver, read back through the
+ * OpenTelemetry SDK (tests/_support/telemetry.ts): 3 new keys, 1 re-allocation, 1 release, 1 GC
+ * pass, then an outage (the API server killed) during an allocation. Every API request is one
+ * round trip `<verb> <plural>`. In a file of its own: the global providers are process-wide.
+ */
+import assert from "node:assert/strict";
+import { SpanStatusCode } from "@opentelemetry/api";
+import { Allocator } from "../../../mod.ts";
+import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
+import {
+  kubeApiserverUnavailable,
+  startKubeApiServer,
+} from "../../../src/backends/k8s/testing/cluster.ts";
+import { eventually } from "../../_support/eventually.ts";
+import { childrenOf, installSdk, points, spansNamed, sum } from "../../_support/telemetry.ts";
+
+const NODE = "node-a";
+
+Deno.test({
+  name: "telemetry on k8s: exact counts and outcomes of a known sequence, then an outage",
+  ignore: kubeApiserverUnavailable() !== undefined,
+  async fn() {
+    await using sdk = installSdk();
+    await using cluster = await startKubeApiServer({ ciliumCrds: false });
+    const identities = await cluster.installIdentityCrd();
+    const kubeconfig = await cluster.kubeconfig("admin", { namespace: "default", current: true });
+    await using backend = await K8sBackend.connect({
+      node: NODE,
+      kubeconfig,
+      resource: { group: identities.group },
+      endpoints: false,
+      maxClockSkewMs: 500,
+      requestTimeoutMs: 2_000,
+    });
+    const BASE = {
+      "idalloc.backend": "k8s",
+      "idalloc.prefix": `ciliumidentities.${identities.group}/v2`,
+      "idalloc.node": NODE,
+    };
+    await using alloc = await Allocator.open(backend, {
+      min: 1,
+      max: 100,
+      leaseTtlMs: 3_000,
+      maxAttempts: 2,
+      backoff: { initialMs: 10, maxMs: 20 },
+    });
+    await alloc.waitForInitialSync();
+
+    const a = await alloc.allocate("a;");
+    const b = await alloc.allocate("b;");
+    const c = await alloc.allocate("c;");
+    assert.deepEqual([a.isNew, b.isNew, c.isNew], [true, true, true]);
+    assert.equal((await alloc.allocate("a;")).id, a.id); // re-allocation: held, no store access
+    assert.deepEqual(await alloc.release("b;"), { lastUse: true });
+    const gc = await alloc.runGc();
+    assert.deepEqual([gc.marked, gc.deleted], [1, 0]);
+
+    let m = await sdk.collect();
+    const allocations = (outcome: string) =>
+      sum(m, "idalloc.allocations", { ...BASE, "idalloc.outcome": outcome });
+    assert.deepEqual(["new", "existing", "cached", "failed"].map(allocations), [3, 0, 1, 0]);
+    // A new key uncontended: its claim (a Lease), then the identity carrying the reference.
+    const trips = points(m, "idalloc.allocation.round_trips", { "idalloc.outcome": "new" });
+    assert.deepEqual(trips.map((p) => [p.value, p.sum]), [[3, 6]], "two requests per new key");
+    const ops = (operation: string, outcome = "ok") =>
+      sum(m, "idalloc.store.operations", {
+        ...BASE,
+        "idalloc.store.operation": operation,
+        "idalloc.outcome": outcome,
+      });
+    assert.equal(ops("create ciliumidentities"), 3);
+    assert.ok(ops("create leases") >= 4, "three claims and the node's Lease");
+    assert.ok(ops("patch ciliumidentities") >= 2, "the release and GC's mark");
+    assert.ok(ops("list ciliumidentities") >= 2, "the informer's list and GC's");
+    assert.ok(ops("watch ciliumidentities") >= 1, "the informer's watch");
+    assert.equal(sum(m, "idalloc.store.operations", { "idalloc.outcome": "error" }), 0);
+    assert.equal(
+      sum(m, "idalloc.store.operation.duration", {
+        "idalloc.store.operation": "create ciliumidentities",
+      }),
+      3,
+      "each create timed",
+    );
+    assert.equal(sum(m, "idalloc.keys.held", BASE), 2);
+    await eventually(
+      async () => sum(await sdk.collect(), "idalloc.cache.ids", BASE) === 3,
+      "the cache holds the three IDs",
+    );
+
+    // The outage: the API server is gone while a new key is allocated.
+    await cluster.kill();
+    await assert.rejects(alloc.allocate("d;"), { name: "AllocationFailedError" });
+    m = await sdk.collect();
+    assert.deepEqual(["new", "existing", "cached", "failed"].map(allocations), [3, 0, 1, 1]);
+    assert.ok(
+      sum(m, "idalloc.store.operations", {
+        "idalloc.outcome": "error",
+        "error.type": "StoreConnectionRefusedError",
+      }) >= 2,
+      "each attempt's request refused",
+    );
+
+    // Traces: every store round trip of a call under its span.
+    const spans = sdk.spans();
+    const allocates = spansNamed(spans, "idalloc.allocate");
+    assert.deepEqual(
+      allocates.map((s) => s.attributes["idalloc.outcome"]),
+      ["new", "new", "new", "failed"],
+    );
+    for (const span of allocates.slice(0, 3)) {
+      assert.deepEqual(
+        childrenOf(spans, span).map((s) => [s.name, s.attributes["idalloc.outcome"]]),
+        [["k8s create leases", "ok"], ["k8s create ciliumidentities", "ok"]],
+      );
+    }
+    assert.equal(allocates[3].status.code, SpanStatusCode.ERROR);
+    assert.ok(
+      childrenOf(spans, allocates[3]).every((s) =>
+        s.attributes["error.type"] === "StoreConnectionRefusedError"
+      ),
+    );
+    const [release] = spansNamed(spans, "idalloc.release");
+    assert.deepEqual(childrenOf(spans, release).map((s) => s.name), ["k8s patch ciliumidentities"]);
+    const [gcSpan] = spansNamed(spans, "idalloc.gc");
+    assert.ok(childrenOf(spans, gcSpan).length > 0, "GC's reads are its children");
+  },
+});
