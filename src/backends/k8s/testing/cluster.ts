@@ -549,6 +549,16 @@ function apiserverProcess(plan: Plan, first: number) {
       await stopPid(pid);
       pid = undefined;
     },
+    /** SIGKILLs it without waiting (for `exit`). */
+    killSync(): void {
+      if (pid === undefined) return;
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+      pid = undefined;
+    },
     async restart(): Promise<void> {
       if (pid !== undefined) throw new Error("kube-apiserver is running");
       const next = await spawnApiserver(plan);
@@ -563,6 +573,29 @@ function apiserverProcess(plan: Plan, first: number) {
       if (pid === undefined) throw new Error("kube-apiserver is not running");
       process.kill(pid, paused ? "SIGSTOP" : "SIGCONT");
     },
+  };
+}
+
+/** Connections to the server at `server` (CA `ca`) for each user of `plan`. */
+function connectionOf(plan: Plan, server: string, ca: string) {
+  return (user: KubeTestUser = "admin", namespace = "default"): KubeConnection => ({
+    server,
+    namespace,
+    ca,
+    token: plan.tokens[user],
+    source: `test API server (user ${user})`,
+  });
+}
+
+/** Runs a body with a fresh admin client of `connection`, closed after it. */
+function adminOf(connection: (user?: KubeTestUser) => KubeConnection) {
+  return async <T>(body: (client: KubeClient) => Promise<T>): Promise<T> => {
+    const client = await createKubeClient(connection("admin"));
+    try {
+      return await body(client);
+    } finally {
+      await client.close();
+    }
   };
 }
 
@@ -581,21 +614,8 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
   const caFile = join(plan.dir, "certs", "apiserver.crt");
   const ca = await readFile(caFile, "utf8");
   let closed = false;
-  const connection = (user: KubeTestUser = "admin", namespace = "default"): KubeConnection => ({
-    server,
-    namespace,
-    ca,
-    token: plan.tokens[user],
-    source: `test API server (user ${user})`,
-  });
-  const admin = async <T>(body: (client: KubeClient) => Promise<T>): Promise<T> => {
-    const client = await createKubeClient(connection("admin"));
-    try {
-      return await body(client);
-    } finally {
-      await client.close();
-    }
-  };
+  const connection = connectionOf(plan, server, ca);
+  const admin = adminOf(connection);
   let certs = 0;
   const cluster: KubeTestCluster = {
     server,
@@ -636,13 +656,7 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
     stopSync() {
       if (closed) return;
       closed = true;
-      if (pid !== undefined) {
-        try {
-          process.kill(pid, "SIGKILL");
-        } catch {
-          // already gone
-        }
-      }
+      proc.killSync();
       plan.etcd.stopSync();
       try {
         rmSync(plan.dir, { recursive: true, force: true });
