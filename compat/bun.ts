@@ -1,7 +1,8 @@
 /**
  * Runs idalloc's TypeScript source from a checkout on Bun: `bun --preload ./compat/bun.ts
  * app.ts`. Like `node.ts`: maps the source's `npm:name@range` specifiers to bare package names,
- * which Bun finds in the checkout's `node_modules` (made by `deno install`).
+ * which Bun finds in the checkout's `node_modules` (made by `deno install`), and the package's own
+ * names (`@idalloc/idalloc`, `@idalloc/idalloc/etcd`, …) to the checkout's files.
  *
  * @example
  * ```sh
@@ -10,7 +11,8 @@
  * @module
  */
 import { dirname } from "node:path";
-import { bareNpmSpecifier } from "./specifiers.ts";
+import { fileURLToPath } from "node:url";
+import { bareNpmSpecifier, packageEntries } from "./specifiers.ts";
 
 /** The part of Bun's global this preload uses (Bun's types are not a dependency). */
 interface BunRuntime {
@@ -21,6 +23,7 @@ interface BunRuntime {
         options: { filter: RegExp; namespace?: string },
         resolve: (args: { path: string; importer: string }) => { path: string } | undefined,
       ): void;
+      module(specifier: string, load: () => { contents: string; loader: "ts" }): void;
     }): void;
   }): void;
   resolveSync(specifier: string, from: string): string;
@@ -37,5 +40,12 @@ bun.plugin({
       if (bare === undefined) return undefined;
       return { path: bun.resolveSync(bare, dirname(args.importer)) };
     });
+    // The package's own names, for an application outside the checkout: as virtual modules that
+    // re-export the checkout's (a runtime plugin's onResolve is never asked about a bare
+    // specifier: oven-sh/bun#40579).
+    for (const [name, url] of packageEntries()) {
+      const contents = `export * from ${JSON.stringify(fileURLToPath(url))};`;
+      build.module(name, () => ({ contents, loader: "ts" }));
+    }
   },
 });

@@ -11,6 +11,7 @@
  * @module
  */
 import { IdallocError } from "@idalloc/idalloc";
+import { callerPath } from "../src/caller_path.ts";
 
 /** A mistake in how an example was started or what it was pointed at, said in plain words. */
 export class ExampleError extends Error {
@@ -49,11 +50,13 @@ export function exitOnMistakes(name: string): void {
 }
 
 /**
- * Opens the Deno KV file `path`, which the user gave as `source` (an argument, a variable): a
+ * Opens the Deno KV file `given`, which the user gave as `source` (an argument, a variable): a
  * path in a missing directory, a directory or a file that is not a KV store is an
- * {@linkcode ExampleError} naming both.
+ * {@linkcode ExampleError} naming both. A relative path names a file in the caller's directory,
+ * under `deno task` too (which runs in the repository), as the CLI's `--store kv:<file>` does.
  */
-export async function openKvFile(path: string, source: string): Promise<Deno.Kv> {
+export async function openKvFile(given: string, source: string): Promise<Deno.Kv> {
+  const path = callerPath(given);
   try {
     return await Deno.openKv(path);
   } catch (err) {

@@ -30,6 +30,13 @@ export const NEMESIS_BACKENDS: readonly NemesisBackend[] = (await loadHarnesses(
 /** The kinds `--backend` takes, in the registry's order. */
 export const BACKEND_KINDS: readonly string[] = NEMESIS_BACKENDS.map((b) => b.kind);
 
+/**
+ * The kinds whose nemesis hooks are built (a backend's hooks may say they are not yet), in the
+ * registry's order: what `--backend all` runs, and what the fault and time figures cover.
+ */
+export const RUN_KINDS: readonly string[] = NEMESIS_BACKENDS
+  .filter((b) => b.hooks.unavailable?.() === undefined).map((b) => b.kind);
+
 /** The nemesis hooks of backend `kind`; throws `UnknownBackendError` for a kind not registered. */
 export function hooksOf(kind: string): NemesisHooks {
   const backend = NEMESIS_BACKENDS.find((b) => b.kind === kind);

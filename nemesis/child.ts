@@ -15,6 +15,9 @@ export type ChildSignal = "SIGKILL" | "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGUS
 
 /** One child process. */
 export class Child implements AsyncDisposable {
+  /** Every child not known to have exited, for {@linkcode Child.killAll}. */
+  static readonly #running = new Set<Child>();
+
   /** A name for messages. */
   readonly name: string;
   readonly #process: Deno.ChildProcess;
@@ -40,6 +43,20 @@ export class Child implements AsyncDisposable {
     this.#stdin = process.stdin.getWriter();
     this.#stderrDone = process.stderr.pipeTo(stderrFile.writable).catch(() => {});
     this.#stdoutDone = this.#readStdout();
+    Child.#running.add(this);
+    process.status.finally(() => Child.#running.delete(this));
+  }
+
+  /**
+   * SIGKILLs every child still running (after SIGCONT, so a stopped one dies too), without waiting:
+   * for an interrupted orchestrator, whose children would otherwise outlive it (a worker does not
+   * always end when its stdin closes).
+   */
+  static killAll(): void {
+    for (const child of Child.#running) {
+      child.signal("SIGCONT");
+      child.signal("SIGKILL");
+    }
   }
 
   /**

@@ -13,6 +13,7 @@ import {
   GARBAGE_KINDS,
   hooksOf,
   NEMESIS_BACKENDS,
+  RUN_KINDS,
 } from "./backends.ts";
 import {
   withCiliumKeys,
@@ -184,8 +185,8 @@ function either(items: readonly string[]): string {
 function partialFaults(): string {
   const bySupport = new Map<string, string[]>();
   for (const fault of FAULT_KINDS) {
-    const on = BACKEND_KINDS.filter((k) => faultKindsOf(k).includes(fault));
-    if (on.length === BACKEND_KINDS.length) continue;
+    const on = RUN_KINDS.filter((k) => faultKindsOf(k).includes(fault));
+    if (on.length === RUN_KINDS.length) continue;
     const key = either(on);
     bySupport.set(key, [...bySupport.get(key) ?? [], fault]);
   }
@@ -198,11 +199,11 @@ const CILIUM_KINDS = BACKEND_KINDS.filter((k) => hooksOf(k).cilium);
 
 /** The bounds `--help` gives, from the figures above. */
 const BOUNDS = {
-  overhead: either(BACKEND_KINDS.map((k) => `${OVERHEAD[k].fixed} s (${k})`)),
-  share: `${OVERHEAD[BACKEND_KINDS[0]].share * 100}%`,
+  overhead: either(RUN_KINDS.map((k) => `${OVERHEAD[k].fixed} s (${k})`)),
+  share: `${OVERHEAD[RUN_KINDS[0]].share * 100}%`,
   least: [
-    ...BACKEND_KINDS.map((k) => `${minSeconds(k)} (${k})`),
-    `${BACKEND_KINDS.length * Math.max(...BACKEND_KINDS.map(minSeconds))} (all)`,
+    ...RUN_KINDS.map((k) => `${minSeconds(k)} (${k})`),
+    `${RUN_KINDS.length * Math.max(...RUN_KINDS.map(minSeconds))} (all)`,
   ].join(", "),
   growth: GROWTH_CYCLES_PER_SECOND.toLocaleString("en-US"),
 };
@@ -366,7 +367,7 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
       `--backend takes ${either([...BACKEND_KINDS, "all"])}, not '${backend}'`,
     );
   }
-  const backends: readonly string[] = backend === "all" ? BACKEND_KINDS : [backend];
+  const backends: readonly string[] = backend === "all" ? RUN_KINDS : [backend];
   const totalSeconds = values.seconds === undefined
     ? DEFAULT_SECONDS
     : wholeNumber("seconds", values.seconds, 1, MAX_SECONDS, "a whole number of seconds");

@@ -1,8 +1,10 @@
 /**
- * The nemesis: injects faults, chosen by the seed, until the fault phase ends. The enabled kinds
- * are visited in a seeded shuffled order, round after round, so that a short run still sees every
- * kind. Each fault is recorded with its start, end and, for store outages, the instant the store
- * was back (for the recovery time).
+ * The nemesis: injects faults, chosen by the seed, until the fault phase ends. The first round
+ * tries every enabled kind once, each garbage kind included, in a seeded shuffled order, and runs
+ * to its end even past the fault phase: a short run still tries every kind (and takes longer than
+ * asked). Then the enabled kinds are visited round after round, garbage kinds in turn. Each fault
+ * is recorded with its start, end and, for store outages, the instant the store was back (for the
+ * recovery time).
  *
  * The nemesis injects its own kinds (`NEMESIS_FAULTS`: on a worker, its lease, or garbage); the
  * store's own (etcd's members killed, compacted, cut off) its backend's run store injects.
@@ -128,17 +130,31 @@ export async function runNemesis(
   if (kinds.length === 0) return;
   let order: string[] = [];
   let garbageOrder: string[] = [];
+  /** Every kind once, each garbage kind too: tried before `until` is looked at. */
+  const firstRound = shuffle(ctx.random, [
+    ...kinds.filter((k) => k !== "garbage").map((kind) => ({ kind, garbage: undefined })),
+    ...(kinds.includes("garbage") ? ctx.garbage : []).map((garbage) => ({
+      kind: "garbage" as const,
+      garbage,
+    })),
+  ]);
   /** Worker slots and the store with a fault in progress (overlapping faults only). */
   const busySlots = new Set<number>();
   let storeBusy = false;
   const running = new Set<Promise<void>>();
-  while (Date.now() < until && !signal?.aborted) {
-    if (order.length === 0) order = shuffle(ctx.random, [...kinds]);
-    const kind = order.shift()!;
+  while ((Date.now() < until || firstRound.length > 0) && !signal?.aborted) {
+    const first = firstRound.shift();
+    let kind: string;
     let garbage: string | undefined;
-    if (kind === "garbage") {
-      if (garbageOrder.length === 0) garbageOrder = shuffle(ctx.random, [...ctx.garbage]);
-      garbage = garbageOrder.shift();
+    if (first !== undefined) {
+      ({ kind, garbage } = first);
+    } else {
+      if (order.length === 0) order = shuffle(ctx.random, [...kinds]);
+      kind = order.shift()!;
+      if (kind === "garbage") {
+        if (garbageOrder.length === 0) garbageOrder = shuffle(ctx.random, [...ctx.garbage]);
+        garbage = garbageOrder.shift();
+      }
     }
     let slot = Math.floor(ctx.random() * ctx.slots);
     if (ctx.overlapEveryMs !== undefined && WORKER_FAULTS.has(kind)) {
@@ -171,6 +187,9 @@ export async function runNemesis(
         if (isStoreFault(ctx, kind)) storeBusy = false;
       });
       running.add(task);
+    } else if (first !== undefined) {
+      // Its worker or the store is busy: it is tried later, still in the first round.
+      firstRound.push(first);
     }
     const [min, max] = ctx.overlapEveryMs;
     await sleep(between(ctx.random, min, max), signal).catch(() => {});

@@ -29,6 +29,7 @@ import {
 import { runGrowth, writeGrowth } from "./growth.ts";
 import { clean, writeReport } from "./report.ts";
 import { runBackend } from "./run.ts";
+import { Child } from "./child.ts";
 
 /** The command that repeats `run` alone: its share of `--seconds`, its seed, no growth run. */
 function command(o: NemesisOptions, run: BackendRun): string {
@@ -65,6 +66,7 @@ async function main(): Promise<number> {
   }
   const sink = new Sink(processIo().stdout, 0);
   const root = options.out ?? await Deno.makeTempDir({ prefix: "idalloc-nemesis-" });
+  stopOnInterrupt(root, options.out === undefined && !options.keep);
   const runs = options.runs.map((r) => `${r.backend} for ${r.seconds} s`).join(", then ");
   const growth = options.growthOps > 0
     ? `then ${options.growthOps.toLocaleString("en-US")} growth cycles after each (on top)`
@@ -110,6 +112,31 @@ async function main(): Promise<number> {
     await Deno.remove(root, { recursive: true }).catch(() => {});
   }
   return !ok ? 1 : harness ? 2 : 0;
+}
+
+/**
+ * Ctrl-C or SIGTERM: the run's processes are killed (a private etcd's watchdog stops it when this
+ * process exits), and, as an interrupted run has no verdict to keep evidence for, its directory goes
+ * as a clean finished run's does, unless it is to be kept (`--keep`, `--out`).
+ */
+function stopOnInterrupt(root: string, remove: boolean): void {
+  const stop = (signal: Deno.Signal) => {
+    Child.killAll();
+    console.error(
+      `nemesis: ${signal}: stopped its processes, ${remove ? "removing" : "keeping"} ${root}`,
+    );
+    if (remove) {
+      try {
+        Deno.removeSync(root, { recursive: true });
+      } catch {
+        // already gone
+      }
+    }
+    Deno.exit(130);
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    Deno.addSignalListener(signal, () => stop(signal));
+  }
 }
 
 Deno.exit(await main());

@@ -279,6 +279,43 @@ export class LiveEntryError extends IdallocError {
   }
 }
 
+/**
+ * A writable session was opened under a node name whose lease is live: another process (or
+ * another session of this one) is that node and still renews its lease. Taking its lease record
+ * over would cut that node's references, and GC could then give its IDs to other keys while it
+ * runs. Nothing was written. Use another node name, stop that node, or wait until its lease has
+ * lapsed (`expiresAt`); a process that is that node restarting (the old process is gone, its
+ * lease has not lapsed yet) opens with `restart: true`. Not retryable as is.
+ */
+export class NodeInUseError extends IdallocError {
+  /** The node name asked for. */
+  readonly node: string;
+  /** When the live lease lapses unless renewed (ms since the epoch, the holder's clock), if known. */
+  readonly expiresAt?: number;
+
+  /**
+   * Creates the error.
+   *
+   * @param node the node name
+   * @param expiresAt when the holder's lease lapses unless renewed, if known
+   * @param options the `cause`
+   */
+  constructor(node: string, expiresAt?: number, options?: IdallocErrorOptions) {
+    const until = expiresAt === undefined
+      ? ""
+      : ` until ${new Date(expiresAt).toISOString()} unless renewed`;
+    super(
+      `node ${node} is in use: another session (in this process or another) holds its live ` +
+        `lease${until}; use another node name, stop that node, or, if this process is that node ` +
+        "restarting, open with restart: true",
+      options,
+    );
+    this.name = "NodeInUseError";
+    this.node = node;
+    if (expiresAt !== undefined) this.expiresAt = expiresAt;
+  }
+}
+
 // Connection and access failures that any networked backend (etcd, the Kubernetes API) reports.
 
 /**

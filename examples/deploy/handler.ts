@@ -33,8 +33,10 @@ export interface HandlerOptions {
 /** Largest request body accepted, in bytes. */
 const MAX_BODY_BYTES = 64 * 1024;
 
+// The shape only: what makes a label valid is `Labels.parse`'s to say (the library's one label
+// parser, which the CLI uses too), so that every bad label gets the same verdict everywhere.
 const createSchema = z.object({
-  labels: z.array(z.string().min(1).max(1024)).min(1).max(256),
+  labels: z.array(z.string().max(1024)).min(1).max(256),
 }).strict();
 
 /** An identity ID in a path: a positive whole number; the message names what was sent. */

@@ -11,7 +11,7 @@
  * curl -sN 'localhost:8000/v1/identities?watch'
  * ```
  *
- * Each isolate is one node (`deploy-<region>-<deployment>-<random>`); see `service.ts` for what
+ * Each isolate is one node (`deploy-<timeline>-<deployment>-<random>`); see `service.ts` for what
  * that means for leases and references.
  *
  * Observability: run with `OTEL_DENO=true` (on Deno Deploy: set it as an environment variable)
@@ -36,12 +36,16 @@ export {
   type ServiceStatus,
 } from "./service.ts";
 
-/** This isolate's node name: where and what runs it, plus a random part (isolates come and go). */
+/**
+ * This isolate's node name: where and what runs it, plus a random part (isolates come and go).
+ * Deno Deploy sets `DENO_TIMELINE` (`production`, `git-branch/<name>`, `preview/<revision>`) and
+ * `DENO_DEPLOYMENT_ID`; Deploy Classic (shut down) set `DENO_REGION` instead of a timeline.
+ */
 export function isolateNode(env: Pick<typeof Deno.env, "get"> = Deno.env): string {
   const clean = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, "-");
-  const region = clean(env.get("DENO_REGION") ?? "local");
+  const where = clean(env.get("DENO_TIMELINE") ?? env.get("DENO_REGION") ?? "local");
   const deployment = clean(env.get("DENO_DEPLOYMENT_ID") ?? "dev").slice(0, 12);
-  return `deploy-${region}-${deployment}-${crypto.randomUUID().slice(0, 8)}`;
+  return `deploy-${where}-${deployment}-${crypto.randomUUID().slice(0, 8)}`;
 }
 
 /** The local port: `$PORT` (0 picks a free one), 8000 without it. */

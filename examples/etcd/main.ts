@@ -3,17 +3,21 @@
  * reclaims) on etcd, in Cilium's key layout. Uses `ETCD_ENDPOINTS` (comma-separated client URLs,
  * or etcdctl's `host:port`) if set, else starts a private etcd on loopback when an `etcd` binary is
  * installed, else explains and exits 0. On an etcd of the user's, it removes what it wrote when it
- * is done (or says where it left it).
+ * is done (or says where it left it). An etcd that refuses access (authentication on: this example
+ * connects without a user) is one line and exit 1, at once. Ctrl-C (or SIGTERM) stops the node
+ * processes, cleans up as a finished run does (and stops a private etcd), then exits 130.
  *
  * @module
  */
 import { Allocator, InvalidOptionsError } from "@idalloc/idalloc";
-import { EtcdBackend } from "@idalloc/idalloc/etcd";
+import { EtcdBackend, StoreAccessDeniedError } from "@idalloc/idalloc/etcd";
 import { loadHarness, type PrivateServer } from "../../src/testing/harness.ts";
 import { type ClusterStore, runCluster } from "../cluster/scenario.ts";
+import { exitIfInterrupted, onInterrupt } from "../interrupt.ts";
 import { ExampleError, exitOnMistakes } from "../mistakes.ts";
 
 exitOnMistakes("etcd");
+const interrupted = onInterrupt("etcd");
 let etcd: PrivateServer | undefined;
 let endpoints = Deno.env.get("ETCD_ENDPOINTS")?.split(",").map((e) => e.trim()).filter(Boolean);
 if (endpoints === undefined || endpoints.length === 0) {
@@ -39,7 +43,14 @@ try {
   await using operator = await connect(endpoints, prefix);
   console.log(`Cilium's layout under ${prefix}: id/<ID> → key, value/<key>/<node> → ID (leased)\n`);
   try {
-    ok = await runCluster({ kind: "etcd", endpoints, prefix } satisfies ClusterStore, operator);
+    ok = await runCluster(
+      { kind: "etcd", endpoints, prefix } satisfies ClusterStore,
+      operator,
+      interrupted,
+    );
+  } catch (err) {
+    // What fails once the run is interrupted is the interruption's doing.
+    if (!interrupted.aborted) throw err;
   } finally {
     // A private etcd goes away with its data; the user's keeps what the example wrote unless it
     // is removed here.
@@ -48,6 +59,7 @@ try {
 } finally {
   await etcd?.close();
 }
+exitIfInterrupted(interrupted);
 if (!ok) Deno.exit(1);
 
 /** The operator's backend; a mistake in `ETCD_ENDPOINTS` is said as one. */
@@ -55,6 +67,13 @@ async function connect(endpoints: string[], prefix: string): Promise<EtcdBackend
   try {
     return await EtcdBackend.connect({ endpoints, prefix, node: "operator" });
   } catch (err) {
+    if (err instanceof StoreAccessDeniedError) {
+      throw new ExampleError(
+        `${err.message}; this example connects without a user: point ETCD_ENDPOINTS at an etcd ` +
+          "without authentication, or leave it unset for a private etcd",
+        { cause: err },
+      );
+    }
     if (!(err instanceof InvalidOptionsError)) throw err;
     throw new ExampleError(
       `ETCD_ENDPOINTS takes comma-separated client URLs (http://127.0.0.1:2379) or host:port: ` +

@@ -10,7 +10,8 @@ import { exitOnMistakes, openKvFile } from "../mistakes.ts";
 exitOnMistakes("quickstart");
 using kv = await openKvFile(Deno.args[0] ?? "./quickstart.kv", "the first argument");
 const backend = new DenoKvBackend(kv, { prefix: ["quickstart"], node: "node-a" });
-await using ids = await Allocator.open(backend, { min: 256, max: 65535 });
+// Every run is node-a starting again, while the last run's lease may still be live.
+await using ids = await Allocator.open(backend, { min: 256, max: 65535, restart: true });
 
 for (const key of ["app=web;", "app=db;", "app=web;"]) {
   const { id, isNew, firstUse } = await ids.allocate(key);

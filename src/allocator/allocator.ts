@@ -110,6 +110,7 @@ export class Allocator<K = string> implements AsyncDisposable {
     const session = await backend.openSession({
       leaseTtlMs: settings.leaseTtlMs,
       readOnly: settings.readOnly,
+      restart: settings.restart,
       onLeaseReplaced: () => {
         if (opened.allocator) opened.allocator.#p.recheck.leaseReplaced();
       },

@@ -198,6 +198,14 @@ export interface SessionOptions {
   /** A read-only session writes nothing: no lease, no references (remote clusters, CLI listing). */
   readonly readOnly: boolean;
   /**
+   * Whether this process is the node restarting: a writable session then takes over the node's
+   * lease record even while it is live. Without it (the default), opening a writable session
+   * under a node name whose lease is live (held by another session, in this process or another)
+   * throws {@linkcode NodeInUseError} and writes nothing; the check and the write are one atomic
+   * step, so two sessions opening one name at once cannot both succeed.
+   */
+  readonly restart?: boolean;
+  /**
    * Called when the node's lease was lost and replaced: every reference bound to the old lease is
    * gone. The allocator then re-creates the references of every key it holds, at once.
    */

@@ -22,6 +22,7 @@ import type { IdSpace } from "./id_space.ts";
 import type { LocalKeys } from "./local_keys.ts";
 import type { AllocatorEvent, CacheValidator, KeyCodec } from "./types.ts";
 import { idallocLogger } from "../log.ts";
+import { IdallocError } from "../errors.ts";
 import type { AllocatorTelemetry } from "../telemetry/allocator.ts";
 
 const log = idallocLogger("allocator");
@@ -56,6 +57,13 @@ export class CacheFeed<K> {
   readonly #subscribers = new Set<EventQueue<AllocatorEvent<K>>>();
   #synced = false;
   readonly #syncedSignal = Promise.withResolvers<void>();
+  /**
+   * The last watch failure while it is one that retrying cannot fix (`retryable: false`: the
+   * store denies access, the backend closed): waiting for the initial list then fails with it at
+   * once instead of at the caller's deadline. The watch keeps retrying; a list clears it.
+   */
+  #fatal: IdallocError | undefined;
+  readonly #failWaiters = new Set<(err: unknown) => void>();
 
   /** A feed over `parts`; nothing runs until {@linkcode CacheFeed.run}. */
   constructor(parts: FeedParts<K>) {
@@ -76,10 +84,20 @@ export class CacheFeed<K> {
     return queued;
   }
 
-  /** Resolves once the initial list is in the cache; rejects when `signal` aborts. */
+  /**
+   * Resolves once the initial list is in the cache; rejects when `signal` aborts, or with the
+   * watch's failure when it is one that retrying cannot fix (see `#fatal`).
+   */
   async waitForInitialSync(signal: AbortSignal): Promise<void> {
     if (this.#synced) return;
-    await abortable(this.#syncedSignal.promise, signal);
+    if (this.#fatal !== undefined) throw this.#fatal;
+    const failed = Promise.withResolvers<never>();
+    this.#failWaiters.add(failed.reject);
+    try {
+      await abortable(Promise.race([this.#syncedSignal.promise, failed.promise]), signal);
+    } finally {
+      this.#failWaiters.delete(failed.reject);
+    }
   }
 
   /** Fails every wait for the initial list: the allocator closed. */
@@ -121,12 +139,17 @@ export class CacheFeed<K> {
         if (signal.aborted) return;
         this.#p.telemetry.reconnect(err);
         log.warning("store watch failed, restarting: {err}", { err });
+        if (err instanceof IdallocError && !err.retryable) {
+          this.#fatal = err;
+          for (const fail of this.#failWaiters) fail(err);
+        }
       }
       await sleep(backoffDelay(this.#p.backoff, attempt) + 50, signal).catch(() => {});
     }
   }
 
   #markSynced(): void {
+    this.#fatal = undefined;
     if (this.#synced) return;
     this.#synced = true;
     this.#syncedSignal.resolve();

@@ -34,6 +34,7 @@ const optionsSchema = z.object({
   }).prefault({}),
   validator: z.function().optional(),
   readOnly: z.boolean().default(false),
+  restart: z.boolean().default(false),
   releaseInBackground: z.boolean().default(false),
 }).strict().refine((o) => o.max > o.min, {
   message: "maximum ID must be greater than minimum ID",

@@ -93,6 +93,15 @@ export interface AllocatorOptions<K = string> {
   /** Open without a lease: only lookups and watches; `allocate`/`release` throw. @default {false} */
   readonly readOnly?: boolean;
   /**
+   * This process is the backend's node restarting: take over its lease record even though it is
+   * still live (the previous process of this node is gone, its lease has not lapsed yet). Without
+   * it, opening under a node name whose lease is live (another process, or another allocator of
+   * this one, is that node) throws {@linkcode NodeInUseError}: two sessions under one name would
+   * cut each other's references, and GC could give a running node's IDs to other keys. Never pass
+   * it for a name another running process uses. Ignored with `readOnly`. @default {false}
+   */
+  readonly restart?: boolean;
+  /**
    * Write-behind release: a key's last `release` returns once this node's bookkeeping is done and
    * the reference's deletion lands in the background (concurrent ones share a request). Acquiring
    * the key again first cancels a deletion not yet sent, or waits for one in flight;

@@ -27,6 +27,11 @@ export interface StoreOption {
   readonly default?: string;
   /** The environment variable that gives the value when the flag does not. */
   readonly env?: string;
+  /**
+   * The long flag without which a value from {@linkcode StoreOption.env} is not used (`--user`
+   * for the password): an exported password must not break the commands that name no user.
+   */
+  readonly envOnlyWith?: string;
   /** Whether the value is a file name (shell completion then offers files). */
   readonly file?: boolean;
 }

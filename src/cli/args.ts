@@ -12,9 +12,11 @@ import type { BackendDriver } from "../backends/driver.ts";
 import {
   attributeName,
   durationFlag,
+  flagName,
   longFlag,
   validateFlags,
 } from "../backends/driver_options.ts";
+import { parseOptions } from "../validate.ts";
 import { backendOfStore, BACKENDS, type SelectedStore, storeSyntax } from "../backends/registry.ts";
 
 export { formatDuration } from "../backends/driver_options.ts";
@@ -94,6 +96,8 @@ export interface CollectedOptions {
   readonly values: Readonly<Record<string, unknown>>;
   /** Where the value of an attribute came from: `cli`, `env`, `default`, or `undefined`. */
   readonly sourceOf: (attribute: string) => string | undefined;
+  /** The environment variable of an attribute's option, if it has one. */
+  readonly envOf?: (attribute: string) => string | undefined;
 }
 
 /** `a` or `an`, for a backend's title in a sentence. */
@@ -122,14 +126,38 @@ function refuseForeignOptions(selected: SelectedStore, store: string, o: Collect
   }
 }
 
-/** The values of `driver`'s own options that commander collected (given, from env or default). */
+/**
+ * The values of `driver`'s own options that commander collected (given, from env or default),
+ * less a value from the environment whose option's `envOnlyWith` flag has no value.
+ */
 function valuesOf(driver: BackendDriver, o: CollectedOptions): Record<string, unknown> {
   const values: Record<string, unknown> = {};
   for (const option of driver.options) {
     const attribute = attributeName(option);
-    if (o.values[attribute] !== undefined) values[attribute] = o.values[attribute];
+    if (o.values[attribute] === undefined) continue;
+    const needs = option.envOnlyWith;
+    if (
+      needs !== undefined && o.sourceOf(attribute) === "env" &&
+      o.values[attributeName({ flags: needs, description: "" })] === undefined
+    ) continue;
+    values[attribute] = o.values[attribute];
   }
   return values;
+}
+
+/**
+ * Names a flag in messages: `--store`, or `IDALLOC_STORE (--store from the environment)` when its
+ * value came from there, so that a bad exported value is found where it was set.
+ */
+function sourcedFlagName(o: CollectedOptions): (path: readonly PropertyKey[]) => string {
+  return (path) => {
+    const flag = flagName(path);
+    const attribute = String(path[0] ?? "");
+    const env = o.envOf?.(attribute);
+    return env !== undefined && o.sourceOf(attribute) === "env"
+      ? `${env} (${flag} from the environment)`
+      : flag;
+  };
 }
 
 /**
@@ -137,7 +165,7 @@ function valuesOf(driver: BackendDriver, o: CollectedOptions): Record<string, un
  * store's through its backend's driver.
  */
 export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): GlobalOptions {
-  const o = validateFlags(globalSchema, collected.values);
+  const o = parseOptions(globalSchema, collected.values, "option", sourcedFlagName(collected));
   const selected = backendOfStore(o.store)!;
   refuseForeignOptions(selected, o.store, collected);
   const description = selected.driver.describe(

@@ -27,8 +27,9 @@ export interface ExitCodes {
   /** `get`, `get-id` or `release`: the key or ID has no entry in the store. */
   readonly NotFound: 3;
   /**
-   * The store refused: no free ID left, allocation failed after its retries, a corrupt entry, or
-   * another error the store reported. (Wrong credentials or permissions are usage errors, 1.)
+   * The store refused: no free ID left, allocation failed after its retries, a corrupt entry, a
+   * `--node` whose lease is live, or another error the store reported. (Wrong credentials or
+   * permissions are usage errors, 1.)
    */
   readonly Refused: 4;
   /** An unexpected failure (a bug); `--debug` prints the stack trace. */
@@ -77,6 +78,9 @@ const CORE_BY_NAME: Readonly<Record<string, number>> = {
   CorruptEntryError: ExitCode.Refused,
   AllocationFailedError: ExitCode.Refused,
   KeyNotHeldError: ExitCode.NotFound,
+  // A writable session under a node name whose lease is live (another process, or a run that
+  // exited within its lease TTL): refused, as `gc --node` and `release --node` refuse.
+  NodeInUseError: ExitCode.Refused,
   // The base class: a failure the store reported that has no class of its own. The store
   // answered, so it is not "down".
   IdallocError: ExitCode.Refused,

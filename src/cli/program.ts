@@ -56,7 +56,8 @@ Exit codes:
   2    store unavailable: host name not resolvable, connection refused, no answer within
        --connect-timeout, a KV file that cannot be opened, or no answer within --timeout
   3    not found: get / get-id / identity get / release found no such key, ID or reference
-  4    refused by the store: no free ID left, allocation failed after its retries, corrupt entry
+  4    refused: no free ID left, allocation failed after its retries, corrupt entry, a --node
+       whose lease is live (a running node, or a run that exited within its lease TTL)
   5    internal error (a bug; --debug prints the stack trace)
   130  interrupted (Ctrl-C) before a one-shot command finished
 `;
@@ -231,7 +232,7 @@ function addGlobalOptionsHint(program: Command): void {
 type Pick = (run: (ctx: RunContext) => Promise<number>) => void;
 
 /** The program, with no options or commands yet: its output, help layout and usage errors. */
-function newProgram(output: Output, json: boolean): Command {
+function newProgram(output: Output): Command {
   const backends = BACKENDS.map((d) => d.title).join(" or ");
   return new Command("idalloc")
     .description(`Cluster-wide small integer IDs for keys, on ${backends} (Cilium's ID allocator).`)
@@ -240,19 +241,14 @@ function newProgram(output: Output, json: boolean): Command {
     .configureOutput({
       writeOut: (text) => output.out.write(text),
       writeErr: (text) => output.err.write(text),
-      outputError: (text, write) =>
-        write(
-          json
-            ? errorLine(true, 1, "UsageError", text.replace(/^error: /, "").trim()) + "\n"
-            : `idalloc: ${text}`,
-        ),
+      // Usage errors are reported by parseCommandLine, in one line with the fix (usageError).
+      outputError: () => {},
       getOutHelpWidth: () => 100,
       getErrHelpWidth: () => 100,
       getOutHasColors: () => false,
       getErrHasColors: () => false,
     })
     .configureHelp({ showGlobalOptions: false, sortSubcommands: false })
-    .showHelpAfterError(json ? false : "(run with --help for usage)")
     .addHelpText("after", EXAMPLES_HELP + EXIT_CODES_HELP);
 }
 
@@ -264,8 +260,11 @@ function addKeyCommands(program: Command, pick: Pick): void {
     .option("--hold", "keep referencing the key until Ctrl-C, then release it")
     .addHelpText(
       "after",
-      "\nThe reference is this run's (--node): without --hold it lapses --lease-ttl after exit,\n" +
-        "and the ID lives on only while another node references the key.",
+      "\nThe reference is this run's (--node): without --hold it stays after exit until the\n" +
+        "run's lease lapses (the note says when; until then --node is refused to other runs),\n" +
+        "and the ID lives on only while another node references the key. --hold follows the\n" +
+        "key if its ID is given to another key (it says so) and releases what it holds.\n" +
+        "A --node whose lease is live (running, or a run that exited lately) is refused (exit 4).",
     )
     .action((key: string, o: { hold?: boolean }) =>
       pick((ctx) => allocateCommand(ctx, key, { hold: o.hold ?? false }))
@@ -278,9 +277,9 @@ function addKeyCommands(program: Command, pick: Pick): void {
       "after",
       "\nA new process holds nothing, so release names the node explicitly: --node <name>.\n" +
         "The reference is deleted directly, without taking that node's lease, and only if the\n" +
-        "node is not live (exit 4 otherwise: that would take the ID from under a running node,\n" +
-        "which writes it back at its next sync). A node is live while its lease is: a CLI run's\n" +
-        "lapses --lease-ttl after it exits; on etcd a dead node's references go with its lease.",
+        "node is not live (exit 4 otherwise, saying until when its lease runs: the node may\n" +
+        "still use the ID). A node is live while its lease is: a CLI run's lapses --lease-ttl\n" +
+        "after its last renewal; on etcd a dead node's references go with its lease.",
     )
     .action((key: string) => pick((ctx) => releaseCommand(ctx, key)));
 
@@ -316,17 +315,25 @@ function addKeyCommands(program: Command, pick: Pick): void {
 function addOperatorCommands(program: Command, pick: Pick): void {
   program.command("gc")
     .description("delete IDs no node uses (two-round marking) and print what was deleted")
-    .option("--every <duration>", "keep running: one pass per interval, e.g. 15m")
-    .option("--grace <duration>", "time between the two passes of a single run", "5s")
+    .option("--every <duration>", "keep running: one pass per interval, e.g. 15m (>= --lease-ttl)")
+    .option(
+      "--grace <duration>",
+      "time between the two passes of a single run (default: --lease-ttl, the least allowed)",
+    )
+    .option("--force", "allow --grace or --every shorter than --lease-ttl (see below)")
     .addHelpText(
       "after",
       "\nA pass marks unused IDs; the next pass deletes the ones still unused and unchanged.\n" +
-        "Only IDs in [--min, --max] are considered.",
+        "Only IDs in [--min, --max] are considered.\n\n" +
+        "Passes are at least --lease-ttl apart (give it the longest lease TTL of your nodes): a\n" +
+        "node whose lease vanished without its knowing (revoked, or its record replaced) keeps\n" +
+        "using its IDs until its own lease deadline, and must notice before they go to other\n" +
+        "keys. --force allows less, for when no node can be in that state (all stopped, tests).",
     )
-    .action((o: { every?: string; grace: string }) => {
+    .action((o: { every?: string; grace?: string; force?: boolean }) => {
       const everyMs = o.every === undefined ? undefined : durationOption("every", o.every, 10);
-      const graceMs = durationOption("grace", o.grace);
-      pick((ctx) => gcCommand(ctx, { everyMs, graceMs }));
+      const graceMs = o.grace === undefined ? undefined : durationOption("grace", o.grace);
+      pick((ctx) => gcCommand(ctx, { everyMs, graceMs, force: o.force ?? false }));
     });
 
   program.command("status")
@@ -428,10 +435,55 @@ function addCompletionCommand(program: Command, pick: Pick): void {
     });
 }
 
+/**
+ * Makes every command record itself as the one that failed when commander reports a usage error
+ * (commander's error text does not say which command it was about).
+ */
+function recordFailingCommand(program: Command): { command?: Command } {
+  const failed: { command?: Command } = {};
+  const visit = (command: Command) => {
+    command.configureOutput({ outputError: () => void (failed.command = command) });
+    command.commands.forEach(visit);
+  };
+  visit(program);
+  return failed;
+}
+
+/** `idalloc identity allocate`: the command line that leads to `command`. */
+function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c !== null; c = c.parent) names.unshift(c.name());
+  return names.join(" ");
+}
+
+/**
+ * Commander's usage error (`error: unknown option '--jsn'` and maybe `(Did you mean --json?)` on
+ * a second line) as one line that names the fix: the suggestion, else where the right usage is.
+ */
+export function usageError(message: string, command: Command): string {
+  const [first, ...rest] = message.trim().split("\n");
+  const what = first.replace(/^error: /, "").replace(/\.$/, "");
+  const suggestion = /\(Did you mean (.+)\?\)/.exec(rest.join(" "))?.[1];
+  if (suggestion !== undefined) return `${what}; did you mean ${suggestion}?`;
+  const missing = /^option '(.+)' argument missing$/.exec(what);
+  if (missing !== null) return `option '${missing[1]}' needs a value: ${missing[1]}`;
+  const path = commandPath(command);
+  if (/^unknown (option|command)/.test(what)) {
+    return `${what}; '${path} --help' lists the ${
+      what.includes("option") ? "options" : "commands"
+    }`;
+  }
+  return `${what}; usage: ${path} ${command.usage()}`;
+}
+
 /** The global options commander collected, with where each came from. */
 function collectedOptions(program: Command): CollectedOptions {
   const values = program.opts();
-  return { values, sourceOf: (attribute) => program.getOptionValueSource(attribute) };
+  return {
+    values,
+    sourceOf: (attribute) => program.getOptionValueSource(attribute),
+    envOf: (attribute) => program.options.find((o) => o.attributeName() === attribute)?.envVar,
+  };
 }
 
 /**
@@ -447,18 +499,26 @@ export async function parseCommandLine(
   const pick: Pick = (run) => {
     selected = run;
   };
-  const program = newProgram(output, json);
+  const program = newProgram(output);
   addGlobalOptions(program);
   addKeyCommands(program, pick);
   addOperatorCommands(program, pick);
   addIdentityCommands(program, pick);
   addCompletionCommand(program, pick);
   addGlobalOptionsHint(program);
+  const failed = recordFailingCommand(program);
   try {
     await program.parseAsync(args, { from: "user" });
   } catch (err) {
-    if (err instanceof CommanderError) return { kind: "exit", code: err.exitCode === 0 ? 0 : 1 };
-    throw err;
+    if (!(err instanceof CommanderError)) throw err;
+    if (err.exitCode === 0) return { kind: "exit", code: 0 };
+    // Help shown for a command group (`idalloc identity`) is its own message.
+    if (err.code !== "commander.help" && err.code !== "commander.helpDisplayed") {
+      output.err.line(
+        errorLine(json, 1, "UsageError", usageError(err.message, failed.command ?? program)),
+      );
+    }
+    return { kind: "exit", code: 1 };
   }
   if (selected === undefined) {
     // `idalloc identity` alone: commander printed the group's help.

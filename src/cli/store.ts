@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { Backend, BackendAdmin, BackendSession } from "../allocator/backend.ts";
+import type { Backend, BackendAdmin, BackendSession, NodeLease } from "../allocator/backend.ts";
 import type { GlobalOptions } from "./args.ts";
 
 /** The store of one run. Close it after every allocator opened on its backend. */
@@ -25,6 +25,12 @@ export interface Store {
   readonly emptyBecause?: string;
   /** How often to look again for a store that is not there yet (`emptyBecause`), in ms. */
   readonly pollIntervalMs?: number;
+  /**
+   * When a node's lease stops counting as live for other nodes (ms since the epoch): its
+   * `expiresAt`, plus the clock-skew margin on a store that judges leases by the nodes' clocks
+   * (Deno KV's `--clock-skew`). `undefined` when the store cannot tell.
+   */
+  liveUntil(lease: NodeLease): number | undefined;
   /** A read-only session (no lease, no writes), closed with the store. */
   reader(signal: AbortSignal): Promise<BackendSession>;
   /** Closes sessions and the connection (etcd) or the Kv handle. */
@@ -48,6 +54,10 @@ export async function openStore(options: GlobalOptions, open: OpenStoreOptions):
   const { backend } = opened;
   const admin = backend.admin();
   const sessions: BackendSession[] = [];
+  // A description that names a clock-skew margin is of a store whose leases are judged by the
+  // nodes' clocks: others count a lease live for that much longer than its own end.
+  const skew = (description as { maxClockSkewMs?: unknown }).maxClockSkewMs;
+  const marginMs = typeof skew === "number" ? skew : 0;
   return {
     kind: backend.kind,
     where: opened.where,
@@ -56,6 +66,7 @@ export async function openStore(options: GlobalOptions, open: OpenStoreOptions):
     admin,
     emptyBecause: opened.emptyBecause,
     pollIntervalMs: opened.pollIntervalMs,
+    liveUntil: (lease) => lease.expiresAt === undefined ? undefined : lease.expiresAt + marginMs,
     async reader(signal: AbortSignal): Promise<BackendSession> {
       const session = await backend.openSession({
         leaseTtlMs: 60_000,

@@ -76,6 +76,12 @@ export interface IdentityAllocatorOptions {
    * {@linkcode IdentityAllocator.flush}). @default {false}
    */
   readonly releaseInBackground?: boolean;
+  /**
+   * This process is the backend's node restarting: take over its live lease record (see
+   * `AllocatorOptions.restart`; without it a live node name throws `NodeInUseError`).
+   * @default {false}
+   */
+  readonly restart?: boolean;
 }
 
 /** Options of {@linkcode IdentityAllocator.allocate}. */
@@ -145,6 +151,7 @@ const optionsSchema = z.object({
   maxAttempts: z.number().optional(),
   backoff: z.object({}).loose().optional(),
   releaseInBackground: z.boolean().optional(),
+  restart: z.boolean().optional(),
 }).strict();
 
 const remoteSchema = z.object({
@@ -261,6 +268,7 @@ export class IdentityAllocator implements AsyncDisposable {
       maxAttempts: settings.maxAttempts,
       backoff: settings.backoff,
       releaseInBackground: settings.releaseInBackground,
+      restart: settings.restart,
     }, callOptions);
     return new IdentityAllocator(settings, range, reserved, main, new ChangeHub());
   }
@@ -559,9 +567,15 @@ export class IdentityAllocator implements AsyncDisposable {
     const old = this.#remotes.get(name);
     this.#remotes.set(name, remote);
     // Listen before any further await: an abort in between must still withdraw this remote.
-    const withdraw = () => void this.#withdraw(remote);
-    options.signal?.addEventListener("abort", withdraw, { once: true });
-    if (options.signal?.aborted) withdraw();
+    // Closing the remote removes the listener: a listener on a timeout signal (`AbortSignal.timeout`)
+    // keeps its timer, and so the process, alive until it fires.
+    const callerSignal = options.signal;
+    if (callerSignal) {
+      const withdraw = () => void this.#withdraw(remote);
+      callerSignal.addEventListener("abort", withdraw, { once: true });
+      remote.onClose(() => callerSignal.removeEventListener("abort", withdraw));
+      if (callerSignal.aborted) withdraw();
+    }
     if (old) {
       old.halt();
       for (const id of old.published.keys()) {

@@ -251,39 +251,26 @@ export class Labels implements Iterable<Label> {
   }
 
   /**
-   * Cilium's `NewLabelsFromModel`: parses each string with {@linkcode Label.parse} and skips
-   * strings whose key is empty. A single string is one label. Throws {@linkcode LabelError} for a
-   * label that cannot be stored, and for two labels of one key that differ (`k8s:a=b` and
-   * `k8s:a=c`): Cilium keeps the last one silently, which turns a typo into another identity.
-   * The same label given twice counts once.
+   * Cilium's `NewLabelsFromModel`: parses each string with {@linkcode Label.parse}. A single
+   * string is one label. Throws {@linkcode LabelError} for a label that cannot be stored, one
+   * with an empty key (`k8s:=x`, `=x`, `k8s:`, `""`), and two labels of one key that differ
+   * (`k8s:a=b` and `k8s:a=c`). Cilium skips a label with an empty key and keeps the last value of
+   * a key, silently: either turns a typo into another identity. The same label given twice counts
+   * once. This is the
+   * one parser of label strings a user gives (the library, the CLI's `identity` commands and the
+   * Deploy service all parse with it), so every one of them gives the same verdict.
    */
   static parse(labels: string | Iterable<string>): Labels {
-    const list = typeof labels === "string" ? [labels] : labels;
-    const byKey = new Map<string, Label>();
-    for (const str of list) {
-      if (typeof str !== "string") throw new LabelError("Labels.parse expects strings");
-      const parts = splitLabel(str);
-      if (parts.key === "") continue;
-      const label = new Label(parts.source, parts.key, parts.value);
-      const earlier = byKey.get(label.key);
-      if (earlier !== undefined && earlier.toString() !== label.toString()) {
-        throw new LabelError(
-          `labels ${earlier} and ${label} have the same key '${label.key}': a label set holds ` +
-            "one value per key",
-        );
-      }
-      byKey.set(label.key, label);
-    }
-    return Labels.from(byKey.values());
+    return parseLabels(typeof labels === "string" ? [labels] : labels, "refuse");
   }
 
   /**
    * Cilium's `NewLabelArrayFromSortedList` turned into a set: splits on `;`, parses each part,
-   * skips parts with an empty key. Accepts any order; see {@linkcode labelsCodec} for the strict
-   * form the store holds.
+   * skips parts with an empty key (as Cilium does with stored strings: the last `;` leaves one).
+   * Accepts any order; see {@linkcode labelsCodec} for the strict form the store holds.
    */
   static fromKvstoreString(str: string): Labels {
-    return Labels.parse(str.split(";"));
+    return parseLabels(str.split(";"), "skip");
   }
 
   /**
@@ -400,6 +387,32 @@ export class Labels implements Iterable<Label> {
     if (this.#size !== other.#size) return false;
     return this.toKvstoreString() === other.toKvstoreString();
   }
+}
+
+/** {@linkcode Labels.parse}, with empty keys skipped (stored strings) or refused (input). */
+function parseLabels(labels: Iterable<string>, emptyKeys: "skip" | "refuse"): Labels {
+  const byKey = new Map<string, Label>();
+  for (const str of labels) {
+    if (typeof str !== "string") throw new LabelError("Labels.parse expects strings");
+    const parts = splitLabel(str);
+    if (parts.key === "") {
+      if (emptyKeys === "skip") continue;
+      throw new LabelError(
+        `label ${JSON.stringify(str)} has an empty key: write [source:]key[=value], ` +
+          "e.g. k8s:app=web",
+      );
+    }
+    const label = new Label(parts.source, parts.key, parts.value);
+    const earlier = byKey.get(label.key);
+    if (earlier !== undefined && earlier.toString() !== label.toString()) {
+      throw new LabelError(
+        `labels ${earlier} and ${label} have the same key '${label.key}': a label set holds ` +
+          "one value per key",
+      );
+    }
+    byKey.set(label.key, label);
+  }
+  return Labels.from(byKey.values());
 }
 
 /**

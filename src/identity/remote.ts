@@ -34,6 +34,8 @@ export class RemoteCluster {
   #halted = false;
   #pump: Promise<void> | undefined;
   #closed: Promise<void> | undefined;
+  /** Undone at close: listeners the owner put on its caller's signal. */
+  readonly #cleanups: (() => void)[] = [];
 
   private constructor(
     name: string,
@@ -111,9 +113,16 @@ export class RemoteCluster {
     this.#stop.abort();
   }
 
+  /** Runs `cleanup` when the remote closes (at once if it already has). */
+  onClose(cleanup: () => void): void {
+    if (this.#closed) cleanup();
+    else this.#cleanups.push(cleanup);
+  }
+
   /** Halts and closes the allocator. Idempotent. */
   close(): Promise<void> {
     this.halt();
+    for (const cleanup of this.#cleanups.splice(0)) cleanup();
     this.#closed ??= (async () => {
       await this.allocator.close();
       await this.#pump;

@@ -27,7 +27,7 @@ export function scriptCommand(path: string, args: readonly string[]): [string, s
     case "deno":
       return [Deno.execPath(), ["run", "-A", path, ...args]];
     case "node":
-      return [process.execPath, ["--import", new URL("node.ts", COMPAT).href, path, ...args]];
+      return [process.execPath, ["--import", new URL("node.mjs", COMPAT).href, path, ...args]];
     case "bun":
       return [process.execPath, ["--preload", new URL("bun.ts", COMPAT).pathname, path, ...args]];
   }

@@ -4,7 +4,7 @@
  * `*.test.ts` below them); `--filter <text>` keeps tests whose name contains it.
  *
  * ```sh
- * node --import ./compat/node.ts tests/_support/runner.ts tests/conformance tests/identity
+ * node --import ./compat/node.mjs tests/_support/runner.ts tests/conformance tests/identity
  * bun --preload ./compat/bun.ts tests/_support/runner.ts tests/conformance tests/identity
  * ```
  *

@@ -2,6 +2,41 @@
  * Runs the CLI in-process and captures what it writes; a temp dir holding a fresh Deno KV path.
  */
 import { type CliIo, main } from "../../src/cli/main.ts";
+import { ChildOutput } from "../_support/child_output.ts";
+
+/** The repository's root (where `src/cli/main.ts` is run from). */
+export const ROOT = new URL("../../", import.meta.url).pathname;
+
+/** `idalloc <args>` as a process of its own (with `env` added), reading its stdout. */
+export function spawnCli(
+  args: readonly string[],
+  env: Record<string, string> = {},
+): { child: Deno.ChildProcess; output: ChildOutput } {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "src/cli/main.ts", ...args],
+    cwd: ROOT,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  return { child, output: new ChildOutput(child, `idalloc ${args.join(" ")}`) };
+}
+
+/** `idalloc <args>` as a process of its own (with `env` added), run to its end. */
+export async function runCli(
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<CliResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "src/cli/main.ts", ...args],
+    cwd: ROOT,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder();
+  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+}
 
 /** What one CLI run produced. */
 export interface CliResult {
@@ -90,6 +125,6 @@ export class TempStore implements AsyncDisposable {
 
 /** A single line of stderr that names the problem and carries no stack trace. */
 export function isOneLineError(stderr: string): boolean {
-  const lines = stderr.trim().split("\n").filter((l) => !l.startsWith("(run with --help"));
+  const lines = stderr.trim().split("\n");
   return lines.length === 1 && lines[0].startsWith("idalloc: ") && !/\n\s+at /.test(stderr);
 }

@@ -56,7 +56,10 @@ testEachBackend(
     const live = await cli([...args, "--node", "node-a", "release", "relk;"]);
     assert.equal(live.code, 4, live.stderr);
     assert.ok(isOneLineError(live.stderr), live.stderr);
-    assert.match(live.stderr, /node node-a is live: its reference to relk; \(ID \d+\) stays/);
+    assert.match(
+      live.stderr,
+      /node node-a is live until \S+ \(in \d+s\): its reference to relk; \(ID \d+\) stays/,
+    );
     assert.deepEqual((await fx.references()).map((r) => [r.node, r.live]), [["node-a", true]]);
     // Once its lease is gone, the reference is a dead node's: Deno KV keeps it until GC sweeps
     // it, and release deletes it; etcd deleted it with the lease.
@@ -72,7 +75,7 @@ testEachBackend("cli: refs shows which node references which key, with totals", 
   const args = fx.spec().cli;
   const a = JSON.parse((await cli([...args, "--node", "na", "allocate", "k1;", "--json"])).stdout);
   await cli([...args, "--node", "nb", "allocate", "k1;"]);
-  // A third node: a second run as `nb` would replace nb's lease on Deno KV (see the README).
+  // A third node: a second run as `nb` is refused while nb's lease is live.
   const b = JSON.parse((await cli([...args, "--node", "nc", "allocate", "k2;", "--json"])).stdout);
   const refs = await cli([...args, "refs", "--json"]);
   assert.equal(refs.code, 0, refs.stderr);
@@ -105,7 +108,7 @@ testEachBackend("cli: status lists split keys with the IDs their references name
   assert.deepEqual(JSON.parse((await cli([...args, "status", "--json"])).stdout).splitKeys, []);
 
   // Another writer (e.g. a Cilium agent) split a key: its two live references name two IDs.
-  // (Node n2: n1's lease outlives its run, and a live node's name is not opened again.)
+  // Another node: n1's lease (a run that exited) is live, and a live node name is refused.
   const split = JSON.parse(
     (await cli([...args, "--node", "n2", "allocate", "split;", "--json"]))
       .stdout,

@@ -197,7 +197,7 @@ Deno.test("release deletes a dead node's reference, never a live one's; gc then 
   assert.match(twice.stderr, /holds no reference/);
   assert.equal((await cli([...store.args, "release", "app=x;", "--node", "n"])).code, 3);
 
-  const gc = await cli([...store.args, "gc", "--grace", "0s", "--json"]);
+  const gc = await cli([...store.args, "gc", "--grace", "0s", "--force", "--json"]);
   assert.equal(gc.code, 0, gc.stderr);
   const passes = gc.stdout.trim().split("\n").map((l) => JSON.parse(l));
   assert.equal(passes.length, 2);
@@ -207,7 +207,7 @@ Deno.test("release deletes a dead node's reference, never a live one's; gc then 
   assert.equal((await cli([...store.args, "get", "app=web;"])).code, 3);
   assert.equal((await cli([...store.args, "get", "app=db;"])).stdout, `${db.id}\n`);
 
-  const human = await cli([...store.args, "gc", "--grace", "0s"]);
+  const human = await cli([...store.args, "gc", "--grace", "0s", "--force"]);
   assert.equal(human.code, 0);
   assert.match(human.stdout, /pass 1: 0 deleted, 0 unused \(marked\), 1 remain/);
   assert.match(human.stderr, /gc: 0 IDs deleted/);
@@ -235,7 +235,7 @@ Deno.test("watch prints replay, synced and live changes as JSON lines until inte
     await capture.waitFor((out) => out.includes('"key":"app=api;"'));
     await untilDead(store.args, api.node);
     await cli([...store.args, "release", "app=api;", "--node", api.node]);
-    await cli([...store.args, "gc", "--grace", "0s"]);
+    await cli([...store.args, "gc", "--grace", "0s", "--force"]);
     await capture.waitFor((out) => out.includes('"type":"delete"'));
     await noReplay.waitFor((out) => out.includes('"type":"delete"'));
     const events = capture.stdout.trim().split("\n").map((l) => JSON.parse(l));
@@ -403,7 +403,7 @@ Deno.test("gc --every runs one pass per interval until interrupted", async () =>
   await cli([...store.args, "release", "app=web;", "--node", web.node]);
   const stop = new AbortController();
   const capture = new Capture();
-  const running = main([...store.args, "gc", "--every", "20ms", "--json"], {
+  const running = main([...store.args, "gc", "--every", "20ms", "--force", "--json"], {
     ...capture.io,
     signal: stop.signal,
   });

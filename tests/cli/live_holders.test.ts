@@ -6,11 +6,8 @@
  * corrupt entry the holder holds is reported with its holder and kept until the holder is gone.
  */
 import assert from "node:assert/strict";
-import { ChildOutput } from "../_support/child_output.ts";
 import { testEachBackend } from "../_support/factories.ts";
-import { cli } from "./_run.ts";
-
-const ROOT = new URL("../../", import.meta.url).pathname;
+import { cli, spawnCli } from "./_run.ts";
 
 /** Cluster 3's identities (255 clusters): `[3 << 16, (4 << 16) - 1]`. */
 const CLUSTER_3 = ["--min", "196608", "--max", "262143"];
@@ -21,17 +18,6 @@ interface Finding {
   node?: string;
   heldBy?: string[];
   outcome?: string;
-}
-
-/** `idalloc <args>` as a process of its own, reading its stdout. */
-function spawnCli(args: readonly string[]): { child: Deno.ChildProcess; output: ChildOutput } {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "src/cli/main.ts", ...args],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  return { child, output: new ChildOutput(child, `idalloc ${args.join(" ")}`) };
 }
 
 async function doctor(args: readonly string[]): Promise<{ code: number; findings: Finding[] }> {
@@ -76,7 +62,7 @@ testEachBackend(
         const fixed = await doctor([...args, ...range, "doctor", "--fix"]);
         assert.deepEqual(fixed, { code: 0, findings: [] }, `doctor --fix ${range.join(" ")}`);
         // GC over either range collects neither: both are referenced by live leases.
-        const gc = await cli([...args, ...range, "gc", "--grace", "0s", "--json"]);
+        const gc = await cli([...args, ...range, "gc", "--grace", "0s", "--force", "--json"]);
         assert.equal(gc.code, 0, gc.stderr);
         const deleted = gc.stdout.trim().split("\n").flatMap((l) => JSON.parse(l).deleted);
         assert.deepEqual(deleted, [], `gc ${range.join(" ")}`);
@@ -90,9 +76,20 @@ testEachBackend(
       assert.match(error.message, /node holder3 is live/);
 
       // gc under the live holder's name would take its lease: refused.
-      const gcAsHolder = await cli([...args, "--node", "holder3", "gc", "--grace", "0s"]);
+      const gcAsHolder = await cli([
+        ...args,
+        "--node",
+        "holder3",
+        "gc",
+        "--grace",
+        "0s",
+        "--force",
+      ]);
       assert.equal(gcAsHolder.code, 4, gcAsHolder.stderr);
-      assert.match(gcAsHolder.stderr, /--node holder3 names a live node/);
+      assert.match(
+        gcAsHolder.stderr,
+        /node holder3 is in use: its lease is live until .*gc would run under its name/,
+      );
 
       // Corrupt entries the live holder holds: the master of its ID, and a reference of its own.
       await fx.corruptMaster(db.id);

@@ -223,7 +223,7 @@ Deno.test("gc says its count in words: gc: 1 ID deleted", async () => {
   const args = [...store.args, "--node", "n1"];
   assert.equal((await cli([...args, "--lease-ttl", "2s", "allocate", "gone;"])).code, 0);
   await untilDead(store.args, "n1");
-  const gc = await cli([...store.args, "gc", "--grace", "100ms"]);
+  const gc = await cli([...store.args, "gc", "--grace", "100ms", "--force"]);
   assert.equal(gc.code, 0, gc.stderr);
   assert.match(gc.stderr, /^gc: 1 ID deleted$/m);
 });

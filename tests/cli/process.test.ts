@@ -82,10 +82,12 @@ Deno.test({
   fn: async () => {
     await using store = await TempStore.create();
     for (let run = 1; run <= 3; run++) {
+      // A name per run: a run's lease outlives it (a live name is refused to the next run).
+      const node = `holder${run}`;
       const { child, output } = taskInGroup([
         ...store.args,
         "--node",
-        "holder",
+        node,
         "allocate",
         "hk;",
         "--hold",
@@ -102,7 +104,7 @@ Deno.test({
       assert.equal(status.code, 0, `run ${run}: ${await output.stderr}`);
       const [held, released] = output.text.trim().split("\n").map((l) => JSON.parse(l));
       assert.equal(held.key, "hk;");
-      assert.deepEqual(released, { key: "hk;", id: held.id, released: true, node: "holder" });
+      assert.deepEqual(released, { key: "hk;", id: held.id, released: true, node });
       const refs = await cli([...store.args, "refs", "hk;", "--json"]);
       assert.deepEqual(JSON.parse(refs.stdout), [], `run ${run}: the reference was released`);
     }

@@ -13,6 +13,7 @@ import { cli, isOneLineError, TempStore } from "./_run.ts";
 const STORE_OF: Readonly<Record<string, (store: TempStore) => string>> = {
   "deno-kv": (store) => `kv:${store.path}`,
   "etcd": () => "etcd://127.0.0.1:1",
+  "k8s": () => "k8s:/no/such/kubeconfig",
 };
 
 /** Arguments that make `option` given on the command line: `--ca x`, `--poll 1s`. */

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { main as cli } from "../../src/cli/main.ts";
 import { createHandler, IdentityService } from "../../examples/deploy/main.ts";
 import { ChildOutput } from "../_support/child_output.ts";
+import { Labels } from "../../src/identity/mod.ts";
 import { freePort } from "../../src/backends/etcd/testing/cluster.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -159,6 +160,66 @@ Deno.test("deploy: bad input gets a 4xx JSON error", () =>
     }
     const badId = await (await isolate.fetch("/v1/identities/abc")).json();
     assert.equal(badId.error.message, 'an identity ID is a positive whole number, got "abc"');
+  }));
+
+Deno.test("deploy: a bad label is a 400 naming it, the verdict of the library and the CLI", () =>
+  withDir(async (dir) => {
+    await using isolate = await Isolate.open(`${dir}/ids.kv`, "isolate-a");
+    // Issue 28: this body got 201 with `k8s:=x` silently gone.
+    const issue = await isolate.post({ labels: ["no-colon", "k8s:=x", "k8s:a=b=c"] });
+    assert.equal(issue.status, 400, JSON.stringify(issue.body));
+    assert.deepEqual(issue.body, {
+      error: {
+        code: "invalid_labels",
+        message: 'label "k8s:=x" has an empty key: write [source:]key[=value], e.g. k8s:app=web',
+      },
+    });
+    assert.deepEqual(await (await isolate.fetch("/v1/identities")).json(), { identities: [] });
+
+    // One parser, one verdict: the library's `Labels.parse`, the CLI and the service agree on
+    // every label list, and refuse with the same words.
+    const cases = [
+      ["no-colon", "k8s:a=b=c"],
+      ["k8s:=x"],
+      ["=x"],
+      ["k8s:"],
+      ["k8s:app=web", ""],
+      ["k8s:a;b"],
+      ["k8s:a=b", "k8s:a=c"],
+      ["$host"],
+    ];
+    const io = () => {
+      const out = { stdout: "", stderr: "" };
+      return {
+        out,
+        stdout: { write: (t: string) => void (out.stdout += t) },
+        stderr: { write: (t: string) => void (out.stderr += t) },
+      };
+    };
+    for (const labels of cases) {
+      let library: string | undefined;
+      try {
+        Labels.parse(labels);
+      } catch (err) {
+        library = (err as Error).message;
+      }
+      const served = await isolate.post({ labels });
+      const cliIo = io();
+      const code = await cli(
+        ["--store", `kv:${dir}/cli.kv`, "identity", "allocate", "--json", "--", ...labels],
+        cliIo,
+      );
+      const what = JSON.stringify(labels);
+      if (library === undefined) {
+        assert.ok(served.status < 300, `${what}: service ${JSON.stringify(served.body)}`);
+        assert.equal(code, 0, `${what}: CLI ${cliIo.out.stderr}`);
+        continue;
+      }
+      assert.equal(served.status, 400, `${what}: service ${JSON.stringify(served.body)}`);
+      assert.deepEqual(served.body, { error: { code: "invalid_labels", message: library } });
+      assert.equal(code, 1, `${what}: CLI ${cliIo.out.stdout}`);
+      assert.equal(JSON.parse(cliIo.out.stderr).error.message, library, what);
+    }
   }));
 
 /** Reads server-sent events until `until` returns true for one. */

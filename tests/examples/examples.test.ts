@@ -9,6 +9,7 @@ import {
   kubeApiserverUnavailable,
   startKubeApiServer,
 } from "../../src/backends/k8s/testing/cluster.ts";
+import { enableAuth } from "../_support/etcd_auth.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A hung example fails the test instead of hanging CI. */
@@ -154,6 +155,22 @@ Deno.test("etcd: a bad ETCD_ENDPOINTS or an etcd that is not there is one line, 
     "etcd",
     new RegExp(`http://127\\.0\\.0\\.1:${port}`),
   );
+});
+
+Deno.test({
+  name: "etcd: an etcd with authentication on is one line, exit 1, at once (it hung)",
+  ignore: etcdUnavailable() !== undefined,
+  fn: async () => {
+    await using etcd = await startEtcd();
+    await enableAuth(etcd.endpoints, "s3cret");
+    // `task` fails the test if the example runs into its minute: it used to wait forever, its
+    // node processes on a watch that etcd refused.
+    assertMistake(
+      await task("etcd", [], { ETCD_ENDPOINTS: new URL(etcd.endpoints[0]).host }),
+      "etcd",
+      /refused access to prefix idalloc-example\/[0-9a-f]+\/: authentication is on and no user was given.*this example connects without a user/,
+    );
+  },
 });
 
 Deno.test("quickstart: a KV file that cannot be opened is one line, exit 1", async () => {

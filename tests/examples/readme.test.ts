@@ -135,11 +135,16 @@ Deno.test("README: the CLI's install command works as written; the command runs 
     // As written, in a checkout; DENO_INSTALL_ROOT keeps it out of the user's own bin.
     const installed = await deno(command.split(" ").slice(1), ROOT, { DENO_INSTALL_ROOT: root });
     assert.equal(installed.code, 0, installed.stderr);
+    // A fresh install root is a first run: Deno's "Ignored build scripts … npm:protobufjs" box
+    // would show now, unless the repository's allowScripts setting came along (-c deno.json).
+    assert.doesNotMatch(installed.stderr, /Ignored build scripts/);
     const allocated = await run(name, ["--store", "kv:ids.kv", "allocate", "app=web;"]);
     assert.equal(allocated.code, 0, allocated.stderr);
     assert.match(allocated.stdout, /^ID \d+ for app=web; \(created\)$/m);
-    // Installed without the flag the README gives, a KV store is a usage error that names it.
-    const bare = command.replace(" --unstable-kv", "").replace(`-n ${name}`, `-n ${name}-bare`);
+    assert.doesNotMatch(allocated.stderr, /Ignored build scripts/);
+    // Installed without the settings the README gives (Deno KV's unstable flag among them), a KV
+    // store is a usage error that names the flag.
+    const bare = command.replace(" -c deno.json", "").replace(`-n ${name}`, `-n ${name}-bare`);
     assert.notEqual(bare, command);
     const plain = await deno(bare.split(" ").slice(1), ROOT, { DENO_INSTALL_ROOT: root });
     assert.equal(plain.code, 0, plain.stderr);

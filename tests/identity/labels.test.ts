@@ -119,11 +119,23 @@ test("what cannot round-trip is a LabelError", () => {
   }
 });
 
-test("Labels.parse skips empty keys and refuses two values of one key", () => {
-  const labels = Labels.parse(["k8s:app=a", "k8s:app=a", "", "k8s:=x"]);
+test("Labels.parse refuses empty keys and two values of one key", () => {
+  const labels = Labels.parse(["k8s:app=a", "k8s:app=a"]);
   assert.equal(labels.size, 1, "the same label twice counts once");
   assert.equal(labels.get("app")?.toString(), "k8s:app=a");
+  // Cilium's NewLabelsFromModel skips these silently: a typo would become another identity.
+  for (const empty of ["", "k8s:=x", "=x", "k8s:", "reserved:"]) {
+    assert.throws(
+      () => Labels.parse(["k8s:app=a", empty]),
+      (err: unknown) =>
+        err instanceof LabelError &&
+        err.message.startsWith(`label ${JSON.stringify(empty)} has an empty key`),
+      JSON.stringify(empty),
+    );
+  }
+  // Stored strings keep Cilium's reading: the `;` that ends the last label leaves an empty part.
   assert.equal(Labels.fromKvstoreString("").size, 0);
+  assert.equal(Labels.fromKvstoreString("k8s:a=b;").size, 1);
   assert.equal(Labels.parse("k8s:single=1").size, 1);
   // Cilium's NewLabelsFromModel keeps the last silently: a typo would become another identity.
   for (const conflicting of [["k8s:a=b", "k8s:a=c"], ["k8s:app=a", "container:app=a"]]) {

@@ -2,7 +2,7 @@
  * The etcd backend's {@linkcode BackendAdmin}, in Cilium's layout: references are
  * `<prefix>/value/<key>/<node>` bound to their node's etcd leases, so a stored reference is a live
  * one (etcd deletes a lease's keys when it expires) and a node's leases are found through its
- * references.
+ * references and its session's presence key (`presence.ts`).
  *
  * @module
  */
@@ -10,7 +10,8 @@ import type { IKeyValue } from "../../deps/etcd3.ts";
 import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/admin.ts";
 import { LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
+import { bytes, type EtcdClient } from "./client.ts";
+import { presentNodes, remainingSeconds } from "./presence.ts";
 import { rangePages } from "./paging.ts";
 import { type EtcdLayout, parseId } from "./layout.ts";
 import { kvsAt, prefixRange, text } from "./txn.ts";
@@ -37,13 +38,16 @@ export class EtcdAdmin implements BackendAdmin {
 
   async namespaceExists(signal: AbortSignal): Promise<boolean> {
     const client = this.#client;
+    // Masters and references only: a session's presence key (`presence.ts`) stores no ID.
     const res = await client.call("list namespace", signal, (o) =>
-      client.raw.kv.range({
-        ...prefixRange(this.#layout.base.replace(/\/*$/, "/")),
-        limit: 1,
-        keys_only: true,
+      client.raw.kv.txn({
+        compare: [],
+        success: [this.#layout.masterRange, this.#layout.valuePrefix + "/"].map((p) => ({
+          request_range: { ...prefixRange(p), limit: 1, keys_only: true },
+        })),
+        failure: [],
       }, o));
-    return res.kvs.length > 0;
+    return kvsAt(res.responses, 0).length > 0 || kvsAt(res.responses, 1).length > 0;
   }
 
   otherNamespaces(_signal: AbortSignal): Promise<string[]> {
@@ -54,14 +58,19 @@ export class EtcdAdmin implements BackendAdmin {
 
   async nodeLeases(signal: AbortSignal): Promise<NodeLease[]> {
     const leasesOf = new Map<string, Set<string>>();
-    for await (const { node, lease } of this.#referenceEntries(signal)) {
+    const add = (node: string, lease: string) => {
       let set = leasesOf.get(node);
       if (set === undefined) leasesOf.set(node, set = new Set());
       if (lease !== "0") set.add(lease);
+    };
+    for await (const { node, lease } of this.#referenceEntries(signal)) add(node, lease);
+    // A session that holds nothing yet is live all the same: its presence key says so.
+    for await (const { node, lease } of presentNodes(this.#client, this.#layout, signal)) {
+      if (lease !== "0") add(node, lease);
     }
     const ttl = new Map<string, number>();
     for (const lease of new Set([...leasesOf.values()].flatMap((s) => [...s]))) {
-      ttl.set(lease, await this.#remainingSeconds(lease, signal));
+      ttl.set(lease, await remainingSeconds(this.#client, lease, signal));
     }
     const now = Date.now();
     const out: NodeLease[] = [];
@@ -131,22 +140,6 @@ export class EtcdAdmin implements BackendAdmin {
         }
         yield { ...parts, id, lease: String(kv.lease) };
       }
-    }
-  }
-
-  /** The lease's remaining TTL in seconds, or -1 when etcd no longer knows it. */
-  async #remainingSeconds(lease: string, signal: AbortSignal): Promise<number> {
-    const client = this.#client;
-    try {
-      const res = await client.call(
-        "lease ttl",
-        signal,
-        (o) => client.raw.lease.leaseTimeToLive({ ID: lease }, o),
-      );
-      return Number(res.TTL);
-    } catch (err) {
-      if (err instanceof LeaseNotFound) return -1;
-      throw err;
     }
   }
 }

@@ -38,7 +38,8 @@ import {
   typedFailure,
 } from "./failure.ts";
 import { type PlainProbeVerdict, probePlainEndpoint } from "./probe.ts";
-import { NotEtcdServerError, StoreTlsError } from "./errors.ts";
+import { NotEtcdServerError, StoreAccessDeniedError, StoreTlsError } from "./errors.ts";
+import { prefixRange } from "./txn.ts";
 import { type EtcdBackendOptions, type EtcdSettings, resolveEtcdOptions } from "./options.ts";
 import { EtcdLayout, keyProblem } from "./layout.ts";
 import { type LimiterStats, RequestLimiter } from "./request_limiter.ts";
@@ -86,6 +87,39 @@ function checkCertificates(settings: EtcdSettings): void {
         "not-a-certificate",
       );
     }
+  }
+}
+
+/**
+ * Reads one key name under the prefix with the connection's own credentials. etcd answers its
+ * status without them, and lets anyone grant a lease: only a read under the prefix tells whether
+ * this user may work there. Without it a denied user connected and opened, and allocation waited
+ * on a watch that etcd kept refusing, until the caller's deadline. A refusal is a
+ * {@linkcode StoreAccessDeniedError} that says which prefix and whose credentials.
+ */
+async function probePrefix(
+  client: EtcdClient,
+  settings: EtcdSettings,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const base = new EtcdLayout(settings.prefix).base.replace(/\/*$/, "/");
+  try {
+    await client.call(
+      "probe prefix",
+      signal,
+      (o) => client.raw.kv.range({ ...prefixRange(base), limit: 1, keys_only: true }, o),
+    );
+  } catch (err) {
+    if (!(err instanceof StoreAccessDeniedError)) throw err;
+    const where = endpointWords(settings.endpoints);
+    const why = summarize(err.cause);
+    throw new StoreAccessDeniedError(
+      settings.user === undefined
+        ? `${where} refused access to prefix ${base}: authentication is on and no user was ` +
+          `given (${why})`
+        : `${where} refused user ${settings.user} access to prefix ${base} (${why})`,
+      { cause: err.cause },
+    );
   }
 }
 
@@ -138,7 +172,9 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
    * {@linkcode StoreTlsError}, {@linkcode NotEtcdServerError}, {@linkcode AuthNotEnabledError},
    * {@linkcode StoreAccessDeniedError}; these come after about a second (other members get that
    * long to answer). No answer at all rejects with {@linkcode StoreUnavailableError} after
-   * `dialTimeoutMs`. An aborted `signal` rejects with its reason.
+   * `dialTimeoutMs`. An aborted `signal` rejects with its reason. Once etcd answers, one read
+   * under the prefix with the given credentials (none, a user without permission there) must
+   * succeed, else {@linkcode StoreAccessDeniedError} at once.
    */
   static async connect(
     options: EtcdBackendOptions,
@@ -193,6 +229,12 @@ export class EtcdBackend implements Backend, StoreDoctor, AsyncDisposable {
             `(${summarize(cause)})`;
         throw new StoreUnavailableError(message, { cause: err });
       }
+      throw err;
+    }
+    try {
+      await probePrefix(client, settings, connectOptions.signal);
+    } catch (err) {
+      await client.close();
       throw err;
     }
     return new EtcdBackend(settings, client);

@@ -166,11 +166,7 @@ export function typedFailure(
       );
     }
     case "not-etcd":
-      return new NotEtcdServerError(
-        `${where} is not an etcd server: something answers there, but not etcd's gRPC API ` +
-          `(${summarizeNotEtcd(text)})`,
-        { cause: err },
-      );
+      return notEtcd(where, summarizeNotEtcd(text), err);
     case "tls":
       return tlsError(err, where, endpoints, tls);
     default:
@@ -192,18 +188,17 @@ export function resetFailure(
   verdict: PlainProbeVerdict,
 ): IdallocError | undefined {
   const where = endpointWords(endpoints);
-  if (tls !== undefined && (verdict === "h2" || verdict === "http1")) {
+  if (tls !== undefined && (verdict === "h2" || verdict === "http1" || verdict === "not-h2")) {
     return new StoreTlsError(
       `${where} does not speak TLS (a plain-text etcd?)`,
       "not-tls",
       { cause: err },
     );
   }
-  if (verdict === "http1") {
-    return new NotEtcdServerError(
-      `${where} is not an etcd server: an HTTP/1 server answers there, not etcd's gRPC API`,
-      { cause: err },
-    );
+  if (verdict === "http1" || verdict === "not-h2") {
+    // The same words as when grpc-js itself read the reply ("Protocol error"): which of the two
+    // happens is a race between the server's reply and its close.
+    return notEtcd(where, NOT_HTTP2, err);
   }
   if (tls === undefined && verdict === "tls") {
     return new StoreTlsError(
@@ -223,8 +218,18 @@ export function resetFailure(
   return undefined;
 }
 
+/** What a server that answers HTTP/2's preface with something else than HTTP/2 is told. */
+const NOT_HTTP2 = "it does not speak HTTP/2: an HTTP/1 server?";
+
+function notEtcd(where: string, why: string, err: unknown): NotEtcdServerError {
+  return new NotEtcdServerError(
+    `${where} is not an etcd server: something answers there, but not etcd's gRPC API (${why})`,
+    { cause: err },
+  );
+}
+
 function summarizeNotEtcd(text: string): string {
-  if (/Protocol error/i.test(text)) return "it does not speak HTTP/2: an HTTP/1 server?";
+  if (/Protocol error/i.test(text)) return NOT_HTTP2;
   const status = /Received HTTP status code (\d+)/i.exec(text);
   if (status) return `HTTP status ${status[1]} to a gRPC request`;
   return "it lacks etcd's services";

@@ -69,6 +69,8 @@ export class LeaseManager {
   #streamSeen = 0;
   /** The earliest `expiresAt` of a held lease. */
   #earliest: number | undefined;
+  /** The lease that carries the node's presence key (see `presence.ts`), if any. */
+  #pinned: string | undefined;
 
   /**
    * @param client the connection
@@ -132,6 +134,32 @@ export class LeaseManager {
       }
       await abortable(this.#grant(), signal);
     }
+  }
+
+  /**
+   * A live lease to put a key on that is no reference (the node's presence key): the current
+   * lease, else any held one, else a new grant. Binds nothing.
+   */
+  async anyLease(signal: AbortSignal): Promise<string> {
+    for (;;) {
+      if (this.#current !== undefined && this.#leases.has(this.#current)) return this.#current;
+      const held = this.#leases.keys().next();
+      if (!held.done) return held.value;
+      await abortable(this.#grant(), signal);
+    }
+  }
+
+  /**
+   * Marks `leaseId` as the one carrying the node's presence key: `close()` revokes it only
+   * together with every other lease, when none carries a reference (the node holds nothing).
+   */
+  pin(leaseId: string): void {
+    this.#pinned = leaseId;
+  }
+
+  /** The lease carrying the node's presence key, if it is still live. */
+  get pinned(): string | undefined {
+    return this.#pinned !== undefined && this.#leases.has(this.#pinned) ? this.#pinned : undefined;
   }
 
   /** Forgets `refKey`'s binding (after its reference was deleted). */
@@ -217,7 +245,9 @@ export class LeaseManager {
    * Stops renewals and waits for in-flight work. Leases that still carry references lapse on
    * their own (`ttl` after the last renewal, as after a crash); leases that carry none (every
    * key was released, as after `allocate --hold` ends) are revoked at once, so that the node does
-   * not look alive to operators for a lease TTL after a clean exit. Revoking is best effort.
+   * not look alive to operators for a lease TTL after a clean exit, and its name is free for a new
+   * session. The pinned lease (the node's presence key) stays while another lease carries
+   * references: the node is live until they lapse. Revoking is best effort.
    * Idempotent: later calls return the first call's promise.
    */
   close(): Promise<void> {
@@ -229,7 +259,10 @@ export class LeaseManager {
   }
 
   async #revokeEmpty(): Promise<void> {
-    const empty = [...this.#leases.values()].filter((l) => l.keys === 0).map((l) => l.id);
+    const leases = [...this.#leases.values()];
+    const holding = leases.some((l) => l.keys > 0);
+    const empty = leases.filter((l) => l.keys === 0 && !(holding && l.id === this.#pinned))
+      .map((l) => l.id);
     if (empty.length === 0 || this.#client.closed) return;
     await Promise.allSettled(empty.map((id) =>
       this.#client.call(

@@ -33,6 +33,7 @@ import type { EtcdContext } from "./context.ts";
 import { ensure } from "./ensure.ts";
 import { gcDelete, gcList } from "./gc.ts";
 import { LeaseManager } from "./lease.ts";
+import { claimNode } from "./presence.ts";
 import type { EtcdLayout } from "./layout.ts";
 import { del, prefixRange, snapshotOf, text } from "./txn.ts";
 import { watchMasters } from "./watch.ts";
@@ -88,6 +89,9 @@ export class EtcdSession implements BackendSession {
   readonly #group = new TaskGroup("etcd session");
   #leader: string | undefined;
   #statusAt = 0;
+  /** Whether the node's presence key was claimed (a writable session that opened). */
+  #claimed = false;
+  #reclaiming: Promise<void> | undefined;
 
   private constructor(wiring: SessionWiring, options: SessionOptions) {
     this.#wiring = wiring;
@@ -96,6 +100,8 @@ export class EtcdSession implements BackendSession {
       wiring.client,
       leaseTtlSeconds(options.leaseTtlMs),
       () => {
+        // The node's presence key went with its lease: put it on a live one again.
+        if (this.#claimed && leases.pinned === undefined) this.#reclaimNode();
         try {
           options.onLeaseReplaced();
         } catch (err) {
@@ -113,20 +119,59 @@ export class EtcdSession implements BackendSession {
     };
   }
 
-  /** Opens a session: grants the first lease (unless read-only) and starts renewing it. */
+  /**
+   * Opens a session: unless read-only, grants the first lease, starts renewing it and claims the
+   * node's name on it (`presence.ts`): while another session holds the name, throws
+   * {@linkcode NodeInUseError} (unless `options.restart`) and leaves nothing behind. The claim is
+   * also the first write: a user etcd does not let write under the prefix is refused here
+   * ({@linkcode StoreAccessDeniedError}), not at the first allocation.
+   */
   static async open(wiring: SessionWiring, options: SessionOptions): Promise<EtcdSession> {
     wiring.client.assertOpen();
     const session = new EtcdSession(wiring, options);
     if (!options.readOnly) {
+      const { leases } = session.#ctx;
       try {
-        await session.#ctx.leases.start(session.#group.bound(options.signal));
+        const signal = session.#group.bound(options.signal);
+        await leases.start(signal);
+        const lease = await leases.anyLease(signal);
+        await claimNode(wiring.client, wiring.layout, wiring.node, lease, {
+          restart: options.restart ?? false,
+          signal,
+        });
+        leases.pin(lease);
+        session.#claimed = true;
       } catch (err) {
-        await session.#ctx.leases.close();
+        // Revokes the unused lease: nothing of this session stays behind.
+        await leases.close();
         throw err;
       }
     }
     session.#refreshStatus();
     return session;
+  }
+
+  /**
+   * Puts the node's presence key on a live lease again after its lease was lost (a stall past
+   * the TTL, a revoke). Another session may have taken the name meanwhile (it judged this node
+   * dead): then this one says so in `status().lastError` and does not fight for it.
+   */
+  #reclaimNode(): void {
+    if (this.#reclaiming || this.#group.closed) return;
+    const { client, leases } = this.#ctx;
+    const signal = this.#group.signal;
+    this.#reclaiming = (async () => {
+      const lease = await leases.anyLease(signal);
+      await claimNode(client, this.#wiring.layout, this.#wiring.node, lease, {
+        restart: false,
+        signal,
+      });
+      leases.pin(lease);
+    })().finally(() => (this.#reclaiming = undefined));
+    this.#group.spawn(this.#reclaiming, (err) => {
+      log.warning("re-claiming node name {node} failed: {err}", { node: this.#wiring.node, err });
+      client.noteError("claim node", err);
+    });
   }
 
   #signal(signal: AbortSignal): AbortSignal {

@@ -76,7 +76,12 @@ export const ETCD_OPTIONS: readonly StoreOption[] = [
     description: "name to verify the server certificate against",
   },
   { flags: "--user <name>", description: "user name" },
-  { flags: "--password <password>", description: "password", env: "IDALLOC_ETCD_PASSWORD" },
+  {
+    flags: "--password <password>",
+    description: "password (with --user)",
+    env: "IDALLOC_ETCD_PASSWORD",
+    envOnlyWith: "--user",
+  },
   {
     flags: "--connect-timeout <duration>",
     description: "time to wait for an answer when connecting (default: 5s, at most --timeout), " +
@@ -95,9 +100,12 @@ const etcdValues = z.object({
 }).refine((o) => (o.cert === undefined) === (o.key === undefined), {
   message: "and --key go together",
   path: ["cert"],
-}).refine((o) => (o.user === undefined) === (o.password === undefined), {
+}).refine((o) => o.user === undefined || o.password !== undefined, {
   message: "needs --password (or IDALLOC_ETCD_PASSWORD)",
   path: ["user"],
+}).refine((o) => o.password === undefined || o.user !== undefined, {
+  message: "needs --user",
+  path: ["password"],
 });
 
 /** The hosts of `host:port[,host:port…]`, or `undefined` when one is not a host and port. */

@@ -25,7 +25,9 @@ import type { IWatchResponse } from "../../deps/etcd3.ts";
 import type { BackendEvent } from "../../allocator/backend.ts";
 import { shorten } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
-import { closeStream, type DuplexStream } from "./client.ts";
+import { accessDenied, closeStream, type DuplexStream } from "./client.ts";
+import { StoreAccessDeniedError } from "./errors.ts";
+import { summarize } from "./failure.ts";
 import { sleep } from "../../abort.ts";
 import type { EtcdContext } from "./context.ts";
 import type { EtcdLayout } from "./layout.ts";
@@ -269,7 +271,10 @@ export function watched(
   return events;
 }
 
-/** After a failed watch: notes the error and backs off; `false` when the feed must end. */
+/**
+ * After a failed watch: notes the error and backs off; `false` when the feed must end. Access
+ * the store denies ends it with `StoreAccessDeniedError`.
+ */
 async function recover(
   ctx: EtcdContext,
   err: unknown,
@@ -279,6 +284,14 @@ async function recover(
 ): Promise<boolean> {
   const { client } = ctx;
   client.noteError("watch", err);
+  // Denied access stays denied: retrying would only hide it until the caller's deadline.
+  if (accessDenied(err)) {
+    if (err instanceof StoreAccessDeniedError) throw err;
+    throw new StoreAccessDeniedError(
+      `etcd refused the watch of ${ctx.layout.masterRange}: ${summarize(err)}`,
+      { cause: err },
+    );
+  }
   client.telemetry.reconnect(err);
   log.warning("watch of masters failed, resuming from revision {rev}: {err}", {
     rev: String(revision),

@@ -38,7 +38,7 @@ import {
   resolveK8sOptions,
   resourceName,
 } from "./options.ts";
-import { K8sSession, type K8sSessionOptions } from "./session.ts";
+import { K8sSession } from "./session.ts";
 import { timedClient } from "./telemetry.ts";
 import { StoreTelemetry } from "../../telemetry/store.ts";
 
@@ -170,7 +170,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
   async openSession(options: SessionOptions): Promise<BackendSession> {
     const session = await K8sSession.open(
       this.#ctx,
-      options as K8sSessionOptions,
+      options,
       (s) => this.#sessions.delete(s),
     );
     this.#sessions.add(session);

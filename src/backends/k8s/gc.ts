@@ -182,6 +182,8 @@ export async function gcDelete(
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
+  // Listed in use: the version covers changes since the listing, not the listed references.
+  if (candidate.inUse) return false;
   let deleted: boolean;
   try {
     deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {

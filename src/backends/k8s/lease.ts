@@ -20,14 +20,13 @@
  *
  * @module
  */
-import { ConflictError, errorMessage } from "../../errors.ts";
+import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
 import { EPOCH_CHARS } from "./limits.ts";
 import { leaseLive } from "./liveness.ts";
-import { NodeInUseError } from "./node_in_use.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch } from "./patch.ts";
 

@@ -39,7 +39,7 @@ export type {
   K8sResourceOptions,
 } from "./options.ts";
 export { MAX_KEY_BYTES, MAX_NODES_PER_IDENTITY } from "./limits.ts";
-export { NodeInUseError } from "./node_in_use.ts";
+export { NodeInUseError } from "../../errors.ts";
 // The base classes of the errors above, so that this entrypoint's docs are complete.
 export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 // The API client, for callers that bring their own (K8sConnectOptions.client).

@@ -40,9 +40,6 @@ import { checkLeaseTtl, LEASES } from "./options.ts";
 import { releasePatch } from "./patch.ts";
 import { IdentityInformer } from "./watch.ts";
 
-/** {@linkcode SessionOptions} with issue 28's `restart` (this process is the node restarting). */
-export type K8sSessionOptions = SessionOptions & { readonly restart?: boolean };
-
 /** The Kubernetes implementation of {@linkcode BackendSession}. */
 export class K8sSession implements BackendSession {
   readonly #ctx: K8sContext;
@@ -56,7 +53,7 @@ export class K8sSession implements BackendSession {
 
   private constructor(
     ctx: K8sContext,
-    options: K8sSessionOptions,
+    options: SessionOptions,
     onClose: (session: K8sSession) => void,
   ) {
     this.#ctx = ctx;
@@ -93,7 +90,7 @@ export class K8sSession implements BackendSession {
    */
   static async open(
     ctx: K8sContext,
-    options: K8sSessionOptions,
+    options: SessionOptions,
     onClose: (session: K8sSession) => void,
   ): Promise<K8sSession> {
     if (!options.readOnly) checkLeaseTtl(ctx.settings, options.leaseTtlMs);

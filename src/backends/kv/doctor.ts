@@ -185,7 +185,7 @@ export function judgeIndex(
   const owner = peek.master(master.value);
   if (owner !== undefined && owner.key !== key) return orphan("whose master is another key's");
   if (check === undefined || check.valid(id, key)) return undefined;
-  const reason = `it names ${check.outside(id, key)}`;
+  const reason = check.outside(id, key);
   return { finding: finding(entry, "index-out-of-range", reason, { id, key }), key };
 }
 
@@ -221,7 +221,7 @@ export function judgeReference(
     return { finding: finding(e, "reference-undecodable", reason, { key, node }), node };
   }
   if (check === undefined || check.valid(value.id, key)) return undefined;
-  const reason = `it names ${check.outside(value.id, key)}`;
+  const reason = check.outside(value.id, key);
   const about = { id: value.id, key, node };
   return { finding: finding(e, "reference-out-of-range", reason, about), node };
 }

@@ -5,7 +5,11 @@
  * A file that does not exist yet is an empty store for runs that only read (they report an empty
  * result), and is created by runs that allocate. A file in a directory that does not exist is a
  * usage error: the path is wrong. An existing file that is not a Deno KV store is refused, never
- * converted.
+ * converted. Anything at the path that is not a regular file (a directory, a named pipe, a socket,
+ * a device) is refused before it is opened: opening a FIFO blocks until a writer comes, and
+ * SQLite would wait on it past any signal. A file that this process cannot read (another user's,
+ * mode 600; an I/O error) is a {@linkcode StoreUnavailableError} that says the path and why in
+ * words, not a raw system error.
  *
  * @module
  */
@@ -32,9 +36,13 @@ const KV_TABLES = ["kv", "migration_state", "data_version"];
 async function checkKvFile(path: string): Promise<void> {
   const header = new Uint8Array(16);
   let read: number | null;
-  {
+  try {
     using file = await Deno.open(path, { read: true });
     read = await file.read(header);
+  } catch (err) {
+    throw new StoreUnavailableError(`cannot read Deno KV store ${path}: ${fileProblem(err)}`, {
+      cause: err,
+    });
   }
   if (read === null || read === 0) return; // an empty file: Deno KV sets it up
   if (new TextDecoder().decode(header.subarray(0, read)) !== SQLITE_HEADER) {
@@ -77,16 +85,51 @@ function directoryOf(path: string): string {
   return slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
 }
 
-async function exists(path: string): Promise<"file" | "directory" | "none"> {
+/**
+ * Why a file cannot be read, in words: the system's message names the error number, not what to
+ * do about it.
+ */
+function fileProblem(err: unknown): string {
+  if (err instanceof Deno.errors.PermissionDenied) {
+    return "permission denied: this user may not read it (it belongs to another user, or its " +
+      "mode forbids reading; check its owner and mode)";
+  }
+  if (err instanceof Deno.errors.NotCapable) {
+    return "Deno's permissions do not cover it (run with --allow-read and --allow-write for it)";
+  }
+  if ((err as { code?: unknown })?.code === "EIO") {
+    return "input/output error: the system could not read it (a device error, or a file such as " +
+      "/proc/<pid>/mem that cannot be read as a store)";
+  }
+  return errorMessage(err);
+}
+
+/** What is at `path`: a regular file, a directory, something else (named), or nothing. */
+type PathKind = "file" | "directory" | "none" | { other: string };
+
+async function exists(path: string): Promise<PathKind> {
+  let info: Deno.FileInfo;
   try {
-    const info = await Deno.stat(path);
-    return info.isDirectory ? "directory" : "file";
+    info = await Deno.stat(path);
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) return "none";
-    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorMessage(err)}`, {
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${fileProblem(err)}`, {
       cause: err,
     });
   }
+  if (info.isDirectory) return "directory";
+  if (info.isFile) return "file";
+  // `stat` follows symbolic links: what is left is a special file.
+  const other = info.isFifo
+    ? "a named pipe (FIFO)"
+    : info.isSocket
+    ? "a socket"
+    : info.isCharDevice
+    ? "a character device"
+    : info.isBlockDevice
+    ? "a block device"
+    : "not a regular file";
+  return { other };
 }
 
 /** Deno KV is unstable in Deno 2: a `deno install -g` or `deno run` without the flag lacks it. */
@@ -114,6 +157,12 @@ async function checkPath(path: string, create: boolean): Promise<boolean> {
   if (kind === "directory") {
     throw new InvalidOptionsError(`invalid option: --store kv:${path} is a directory`);
   }
+  if (typeof kind === "object") {
+    throw new InvalidOptionsError(
+      `invalid option: --store kv:${path} is ${kind.other}, not a file: a Deno KV store is a ` +
+        "regular file (or a path where one may be created)",
+    );
+  }
   if (kind === "file") await checkKvFile(path);
   return kind === "none" && !create;
 }
@@ -122,7 +171,7 @@ async function openKv(path: string): Promise<Deno.Kv> {
   try {
     return await Deno.openKv(path);
   } catch (err) {
-    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${errorMessage(err)}`, {
+    throw new StoreUnavailableError(`cannot open Deno KV store ${path}: ${fileProblem(err)}`, {
       cause: err,
     });
   }

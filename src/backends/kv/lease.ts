@@ -8,14 +8,26 @@
  * Instead the node takes a new lease id (old references are dead for everybody) and the allocator
  * re-creates its references. The same happens when the record was deleted or overwritten.
  *
+ * A session claims the record when it opens: if another session's lease in it is live (judged as
+ * operator tools judge it, {@linkcode nodeIsLive}), opening fails with {@linkcode NodeInUseError}
+ * unless the caller says it is that node restarting. The claim's write is guarded by the
+ * versionstamp of the record it read, so of two sessions claiming one name at once only one wins.
+ * A session that holds no reference when it closes deletes its record (guarded the same way), so
+ * that its name is free at once, as an etcd session revokes its empty leases.
+ *
  * @module
  */
-import { errorMessage, StoreUnavailableError } from "../../errors.ts";
+import { errorMessage, NodeInUseError, StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { commit, type KvStats, nonce } from "./client.ts";
+import { commit, get, type KvStats, nonce } from "./client.ts";
 import type { KvContext } from "./context.ts";
+import { nodeIsLive } from "./liveness.ts";
+import { decode } from "./schema.ts";
 
 const log = idallocLogger("kv", "lease");
+
+/** How long `close()` tries to delete the lease record of a session that holds nothing, in ms. */
+const RELEASE_ON_CLOSE_MS = 2_000;
 
 /** Keeps this node's lease alive. */
 export class LeaseKeeper {
@@ -81,10 +93,37 @@ export class LeaseKeeper {
     return this.#replacements;
   }
 
-  /** Writes the first lease record (overwriting a previous incarnation's) and starts renewing. */
-  async start(signal: AbortSignal): Promise<void> {
-    await this.#write(nonce(), signal);
+  /**
+   * Writes the first lease record and starts renewing. The record of a live lease (another
+   * session's) is refused with {@linkcode NodeInUseError} unless `restart` (this process is that
+   * node restarting), which overwrites it.
+   */
+  async start(signal: AbortSignal, restart = false): Promise<void> {
+    if (restart) await this.#write(nonce(), signal);
+    else await this.#claim(signal);
     this.#schedule();
+  }
+
+  /**
+   * Writes a new lease into the record if no live lease is there, guarded by the versionstamp of
+   * what was read; a record that changed in between (another session claiming the name at the
+   * same moment) is read again and judged again.
+   */
+  async #claim(signal: AbortSignal): Promise<void> {
+    const { layout, settings } = this.#ctx;
+    const key = layout.lease(settings.node);
+    for (;;) {
+      const entry = await get(this.#ctx, this.#stats, key, signal);
+      const value = entry.versionstamp === null
+        ? undefined
+        : decode.lease(entry as Deno.KvEntry<unknown>);
+      const record = { value, versionstamp: entry.versionstamp };
+      if (nodeIsLive(record, settings.now(), settings.maxClockSkewMs)) {
+        throw new NodeInUseError(settings.node, value!.expiresAt);
+      }
+      const guarded = this.#ctx.kv.atomic().check({ key, versionstamp: entry.versionstamp });
+      if (await this.#commitRecord(nonce(), guarded, signal)) return;
+    }
   }
 
   /**
@@ -101,12 +140,28 @@ export class LeaseKeeper {
     return this.#serial(() => this.#renew());
   }
 
-  /** Stops renewing. The record stays and lapses on its own. */
-  async close(): Promise<void> {
+  /**
+   * Stops renewing. The record stays and lapses on its own, unless `release`: then it is deleted
+   * if it is still the one this keeper wrote last (best effort, for {@linkcode RELEASE_ON_CLOSE_MS}),
+   * so that the name is free at once. Only a session that holds no reference may release: deleting
+   * the record kills every reference of its lease.
+   */
+  async close(release = false): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#chain;
+    if (!release || this.#versionstamp === null) return;
+    const key = this.#ctx.layout.lease(this.#ctx.settings.node);
+    const op = this.#ctx.kv.atomic().check({ key, versionstamp: this.#versionstamp }).delete(key);
+    try {
+      await commit(this.#stats, op, AbortSignal.timeout(RELEASE_ON_CLOSE_MS));
+    } catch (err) {
+      log.debug("deleting the lease record of {node} on close failed: {err}", {
+        node: this.#ctx.settings.node,
+        err,
+      });
+    }
   }
 
   #stale(): boolean {
@@ -170,14 +225,21 @@ export class LeaseKeeper {
   }
 
   async #write(id: string, signal: AbortSignal): Promise<void> {
+    if (!await this.#commitRecord(id, this.#ctx.kv.atomic(), signal)) {
+      throw new StoreUnavailableError("unguarded lease write was refused");
+    }
+  }
+
+  /** Commits `op` with the record of lease `id` set; on success, that lease is this keeper's. */
+  async #commitRecord(id: string, op: Deno.AtomicOperation, signal: AbortSignal): Promise<boolean> {
     const expiresAt = this.#ctx.settings.now() + this.#ttlMs;
-    const op = this.#set(this.#ctx.kv.atomic(), id, expiresAt);
-    const res = await commit(this.#stats, op, signal);
-    if (!res.ok) throw new StoreUnavailableError("unguarded lease write was refused");
+    const res = await commit(this.#stats, this.#set(op, id, expiresAt), signal);
+    if (!res.ok) return false;
     this.#id = id;
     this.#setExpiry(expiresAt);
     this.#versionstamp = res.versionstamp;
     this.lastError = undefined;
+    return true;
   }
 
   #setExpiry(expiresAt: number): void {

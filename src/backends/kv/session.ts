@@ -42,6 +42,12 @@ export class DenoKvSession implements BackendSession {
   readonly #batcher: CommitBatcher;
   #lease: LeaseKeeper | undefined;
   #watchError: string | undefined;
+  /**
+   * Keys this session may hold a reference to: added before any write of one, removed only once
+   * its release landed. Never smaller than the truth, so a session that closes with it empty
+   * holds nothing and may delete its lease record.
+   */
+  readonly #referenced = new Set<string>();
 
   private constructor(ctx: KvContext, readOnly: boolean) {
     this.#ctx = ctx;
@@ -56,7 +62,11 @@ export class DenoKvSession implements BackendSession {
     );
   }
 
-  /** Opens a session: validates `options` and, unless read-only, writes the node's lease. */
+  /**
+   * Opens a session: validates `options` and, unless read-only, claims the node's lease record
+   * (throws {@linkcode NodeInUseError} while another session's lease in it is live, unless
+   * `options.restart`).
+   */
   static async open(ctx: KvContext, options: SessionOptions): Promise<DenoKvSession> {
     const session = new DenoKvSession(ctx, options.readOnly);
     if (!options.readOnly) {
@@ -75,7 +85,7 @@ export class DenoKvSession implements BackendSession {
         options.onLeaseReplaced,
         session.#group.signal,
       );
-      await lease.start(options.signal ?? session.#group.signal);
+      await lease.start(options.signal ?? session.#group.signal, options.restart ?? false);
       session.#lease = lease;
     }
     return session;
@@ -91,6 +101,7 @@ export class DenoKvSession implements BackendSession {
     const tally = request.roundTrips;
     // The call's own counter (charging the session's too) tells its round trips.
     const stats = tally ? newStats(undefined, this.stats) : this.stats;
+    this.#referenced.add(request.key);
     try {
       return await acquire(this.#ctx, stats, lease, this.#batcher, request);
     } finally {
@@ -107,6 +118,7 @@ export class DenoKvSession implements BackendSession {
       mutations: [{ type: "delete", key: ref }],
       changes: [],
     }, signal);
+    this.#referenced.delete(key);
   }
 
   /** Group commit of acquisitions and releases (counters for tests and benchmarks). */
@@ -115,6 +127,7 @@ export class DenoKvSession implements BackendSession {
   }
 
   async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
+    for (const { key } of held) this.#referenced.add(key);
     return await ensure(this.#ctx, this.stats, this.#writable("ensure"), held, signal);
   }
 
@@ -193,10 +206,14 @@ export class DenoKvSession implements BackendSession {
     };
   }
 
-  /** Stops the lease's renewals and the watches, and waits for them. Idempotent. */
+  /**
+   * Stops the lease's renewals and the watches, and waits for them. A session that holds no
+   * reference any more also deletes its lease record, so that its node name is free at once;
+   * otherwise the record lapses with its references. Idempotent.
+   */
   close(): Promise<void> {
     // The lease's renewals are not the group's tasks: stop them, and wait for one in flight.
-    return this.#group.close(() => this.#lease?.close());
+    return this.#group.close(() => this.#lease?.close(this.#referenced.size === 0));
   }
 
   [Symbol.asyncDispose](): Promise<void> {

@@ -11,6 +11,7 @@ import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
 import { kvFields } from "./options.ts";
+import { callerPath } from "../../caller_path.ts";
 
 /** The Deno KV prefix when `--prefix` is not given. */
 export const DEFAULT_KV_PREFIX: readonly string[] = ["idalloc"];
@@ -92,27 +93,6 @@ function jsonPrefix(text: string): (string | number)[] {
 /** Whether `path` names a file on this machine (not `:memory:`, not a KV Connect URL). */
 export function isLocalFile(path: string): boolean {
   return path !== ":memory:" && !/^https?:\/\//.test(path);
-}
-
-/**
- * A relative path against the directory the user ran the command in: `deno task` runs tasks in
- * the directory of deno.json and says where it was started in `INIT_CWD` (npm scripts do the
- * same), so `deno task idalloc --store kv:ids.kv` names a file in the caller's directory, not the
- * repository's. Without `INIT_CWD` (or the env permission to read it) the path stays as given.
- */
-export function callerPath(path: string): string {
-  if (path.startsWith("/") || /^[A-Za-z]:[\\/]/.test(path)) return path;
-  let base: string | undefined;
-  let cwd: string | undefined;
-  try {
-    base = Deno.env.get("INIT_CWD");
-    cwd = Deno.cwd();
-  } catch {
-    // No --allow-env (or --allow-read for the cwd): relative to the working directory, as given.
-    return path;
-  }
-  if (base === undefined || base === "" || base === cwd) return path;
-  return `${base.replace(/\/+$/, "")}/${path.replace(/^\.\//, "")}`;
 }
 
 /**

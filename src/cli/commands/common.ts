@@ -5,8 +5,9 @@
  * @module
  */
 import type { AllocatorOptions } from "../../allocator/types.ts";
-import type { BackendEvent, BackendSession } from "../../allocator/backend.ts";
+import type { BackendEvent, BackendSession, NodeLease } from "../../allocator/backend.ts";
 import { InvalidOptionsError } from "../../errors.ts";
+import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { errorLine, ExitCode } from "../exit.ts";
 import type { Progress } from "../io.ts";
@@ -66,6 +67,77 @@ export async function noteNewNamespace(ctx: RunContext, store: Store): Promise<v
   ctx.output.warn(
     `note: prefix ${store.prefix} is new in ${store.where} (it also has: ${others.join(", ")})`,
   );
+}
+
+/** `2026-11-26T11:31:05Z (in 45s)`: an instant for messages, and how far off it is. */
+export function instant(at: number, now = Date.now()): string {
+  const seconds = Math.max(0, Math.ceil((at - now) / 1000));
+  return `${new Date(at).toISOString().replace(/\.\d+Z$/, "Z")} (in ${seconds}s)`;
+}
+
+/** The lease of node `node` if it is live: a running node's, or a run's that exited lately. */
+export async function liveLease(
+  ctx: RunContext,
+  store: Store,
+  node: string,
+): Promise<NodeLease | undefined> {
+  const leases = await store.admin.nodeLeases(ctx.signal);
+  return leases.find((l) => l.node === node && l.live);
+}
+
+/** `until 2026-…Z (in 45s)`: until when other nodes count `lease` live. */
+function untilText(store: Store, lease: NodeLease): string {
+  const until = store.liveUntil(lease);
+  return until === undefined ? "until its lease lapses" : `until ${instant(until)}`;
+}
+
+/** `node web1 is live until 2026-…Z (in 45s)`: who holds a name, and until when. */
+export function liveNodeText(store: Store, lease: NodeLease): string {
+  return `node ${lease.node} is live ${untilText(store, lease)}`;
+}
+
+/**
+ * Refuses (exit 4, `NodeInUseError`) a run that would write under `--node` while that name's
+ * lease is live: a running node's, or that of a run that exited and whose lease has not lapsed.
+ * Two writers under one name share its references and its lease record, so one could cut the
+ * other's and let the IDs they protect go to other keys. `consequence` says what this command
+ * would do. Returns the exit code, or `undefined` when the name is free (or not given: the
+ * default name is this run's own).
+ */
+export async function refuseLiveNode(
+  ctx: RunContext,
+  store: Store,
+  consequence: string,
+): Promise<number | undefined> {
+  if (!ctx.options.nodeGiven) return undefined;
+  const lease = await liveLease(ctx, store, ctx.options.node);
+  if (lease === undefined) return undefined;
+  const message = `node ${lease.node} is in use: its lease is live ${untilText(store, lease)} ` +
+    `(it is running, or it exited and its lease has not lapsed yet); ${consequence}. Give --node ` +
+    "a name of its own (or none), or wait until then";
+  ctx.output.err.line(errorLine(ctx.options.json, ExitCode.Refused, "NodeInUseError", message));
+  return ExitCode.Refused;
+}
+
+/** What `allocate` and `identity allocate` under a live node's name would do. */
+export const WRITER_CONSEQUENCE = "a second writer under that name would share its references " +
+  "and lease record: one could cut the other's, and the IDs they protect go to other keys";
+
+/**
+ * The note after an allocation without `--hold`: the run's reference outlives it until its lease
+ * lapses (the run does not release it on exit, and nothing renews the lease after it), and
+ * until then its `--node` name is taken.
+ */
+export async function referenceNote(ctx: RunContext, store: Store): Promise<string> {
+  const node = store.backend.node;
+  const lease = await liveLease(ctx, store, node).catch(() => undefined);
+  const until = lease === undefined ? undefined : store.liveUntil(lease);
+  const when = until === undefined
+    ? `, ${formatDuration(ctx.options.leaseTtlMs)} (--lease-ttl) after its last renewal`
+    : ` at ${instant(until)}`;
+  const taken = ctx.options.nodeGiven ? `; until then --node ${node} is refused to other runs` : "";
+  return `note: node ${node} references it after this run exits, until its lease lapses` +
+    `${when}${taken}; --hold keeps it until Ctrl-C`;
 }
 
 /** `1 ID`, `2 IDs`: a count with its noun. */

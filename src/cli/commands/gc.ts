@@ -2,10 +2,11 @@
  * `gc`: collects IDs that no node uses, by Cilium's two-round marking: a pass marks the unused
  * IDs, the next pass deletes those still unused and unchanged (every delete is a guarded write
  * that fails if a node referenced the key meanwhile). One run makes two passes `--grace` apart;
- * `--every 15m` keeps running, one pass per interval, like Cilium's operator.
+ * `--every 15m` keeps running, one pass per interval, like Cilium's operator. Either is at least
+ * `--lease-ttl` unless `--force` (see `passGapMs`).
  *
  * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
- * `--node` that names a live node is refused (exit 4): the run would take that node's lease.
+ * `--node` whose lease is live is refused (exit 4): the run would take that node's lease.
  *
  * @module
  */
@@ -13,16 +14,50 @@ import { Allocator } from "../../allocator/allocator.ts";
 import type { GcStats } from "../../allocator/types.ts";
 import { formatDuration } from "../args.ts";
 import type { RunContext } from "../context.ts";
-import { errorLine, ExitCode } from "../exit.ts";
-import type { Store } from "../store.ts";
-import { allocatorOptions, pause, plural, printable, requireNamespace } from "./common.ts";
+import { ExitCode } from "../exit.ts";
+import { InvalidOptionsError } from "../../errors.ts";
+import {
+  allocatorOptions,
+  pause,
+  plural,
+  printable,
+  refuseLiveNode,
+  requireNamespace,
+} from "./common.ts";
 
 /** Options of `gc`. */
 export interface GcCommandOptions {
   /** Run forever, one pass per this many ms. */
   readonly everyMs?: number;
-  /** Time between the two passes of a single run, in ms. */
-  readonly graceMs: number;
+  /** Time between the two passes of a single run, in ms (default: `--lease-ttl`). */
+  readonly graceMs?: number;
+  /** Allow passes closer together than `--lease-ttl`. */
+  readonly force: boolean;
+}
+
+/**
+ * The time between passes, at least the lease TTL unless `--force`: a holder whose lease vanished
+ * without its knowing (revoked; on Deno KV its lease record replaced) answers its IDs from memory
+ * until its own lease deadline, at most one TTL later. Passes closer than that could give such an
+ * ID to another key while the holder still uses it (the library's `gcGraceMs` protects the same
+ * way).
+ */
+function passGapMs(ctx: RunContext, options: GcCommandOptions): number {
+  const ttl = ctx.options.leaseTtlMs;
+  const [flag, ms] = options.everyMs !== undefined
+    ? ["--every", options.everyMs]
+    : ["--grace", options.graceMs ?? ttl];
+  if (ms < ttl && !options.force) {
+    throw new InvalidOptionsError(
+      `invalid option: ${flag} ${formatDuration(ms)} is shorter than the lease TTL ` +
+        `(--lease-ttl ${formatDuration(ttl)}): gc deletes an ID only after it was unused that ` +
+        "long, so that a node whose lease vanished without its knowing stops using the ID " +
+        `before it can go to another key; give ${flag} ${formatDuration(ttl)} or more (and ` +
+        "--lease-ttl the longest lease TTL of your nodes), or --force when no node can be in " +
+        "that state (all stopped, a test)",
+    );
+  }
+  return ms;
 }
 
 /** How often the "pass running" progress line is refreshed. */
@@ -31,17 +66,17 @@ const TICK_MS = 1_000;
 /** `gc [--every <duration>] [--grace <duration>]`. */
 export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Promise<number> {
   const { output } = ctx;
+  const gapMs = passGapMs(ctx, options);
   const store = await ctx.store();
   await requireNamespace(ctx, store);
-  const holder = await liveNodeNamed(ctx, store);
-  if (holder !== undefined) {
-    // A run under a live node's name would take its lease (Deno KV: its references die with it)
-    // and could then collect the very IDs that node uses.
-    const what = `--node ${holder} names a live node: gc would run under its name and could ` +
-      "collect the IDs it uses; give gc a name of its own (or none)";
-    output.err.line(errorLine(ctx.options.json, ExitCode.Refused, "LiveEntryError", what));
-    return ExitCode.Refused;
-  }
+  // A run under a live node's name would take its lease (Deno KV: its references die with it)
+  // and could then collect the very IDs that node uses.
+  const refused = await refuseLiveNode(
+    ctx,
+    store,
+    "gc would run under its name and could collect the IDs it uses",
+  );
+  if (refused !== undefined) return refused;
   await using allocator = await Allocator.open(store.backend, allocatorOptions(ctx), {
     signal: ctx.signal,
   });
@@ -54,8 +89,8 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     output.err.line(
       `gc over IDs [${min}, ${max}] under prefix ${store.prefix} in ${store.where}` +
         (options.everyMs === undefined
-          ? `: two passes ${formatDuration(options.graceMs)} apart`
-          : `: one pass every ${formatDuration(options.everyMs)} until Ctrl-C`),
+          ? `: two passes ${formatDuration(gapMs)} apart`
+          : `: one pass every ${formatDuration(gapMs)} until Ctrl-C`),
     );
   }
   const progress = ctx.progress();
@@ -84,18 +119,11 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     report(ctx, pass, stats, keys);
     await output.flush();
     if (options.everyMs === undefined && pass >= 2) break;
-    await pause(options.everyMs ?? options.graceMs, ctx.interrupt);
+    await pause(gapMs, ctx.interrupt);
     if (ctx.interrupt.aborted) break;
   }
   if (!ctx.options.json) output.err.line(`gc: ${plural(total, "ID")} deleted`);
   return ExitCode.Ok;
-}
-
-/** The `--node` name, if one was given and a live node holds a lease under it. */
-async function liveNodeNamed(ctx: RunContext, store: Store): Promise<string | undefined> {
-  if (!ctx.options.nodeGiven) return undefined;
-  const leases = await store.admin.nodeLeases(ctx.signal);
-  return leases.some((l) => l.node === ctx.options.node && l.live) ? ctx.options.node : undefined;
 }
 
 function report(ctx: RunContext, pass: number, stats: GcStats, keys: Map<number, string>): void {

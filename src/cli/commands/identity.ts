@@ -19,8 +19,7 @@ import {
   labelsCodec,
   ReservedIdentities,
 } from "../../identity/mod.ts";
-import { LabelError, splitLabel } from "../../identity/mod.ts";
-import { formatDuration, parseIdArgument } from "../args.ts";
+import { parseIdArgument } from "../args.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
@@ -32,7 +31,10 @@ import {
   notFound,
   plural,
   printable,
+  referenceNote,
+  refuseLiveNode,
   reportNotFound,
+  WRITER_CONSEQUENCE,
 } from "./common.ts";
 
 /** Options of `identity allocate`. */
@@ -61,23 +63,6 @@ function scopeOf(identities: IdentityAllocator, id: number): string {
   return "global";
 }
 
-/**
- * The label arguments as a set. `Labels.parse` skips a label with an empty key, as Cilium does
- * for stored label strings; on the command line that is a typo (`=x`, `k8s:`), and skipping it
- * silently would allocate another identity or end in "needs at least one label". Say which one.
- */
-function parseLabelArguments(texts: readonly string[]): Labels {
-  for (const text of texts) {
-    if (splitLabel(text).key === "") {
-      throw new LabelError(
-        `label ${JSON.stringify(text)} has an empty key: write [source:]key[=value], ` +
-          "e.g. k8s:app=web",
-      );
-    }
-  }
-  return Labels.parse(texts);
-}
-
 /** `identity allocate <labels…> [--hold]`. */
 export async function identityAllocateCommand(
   ctx: RunContext,
@@ -85,8 +70,11 @@ export async function identityAllocateCommand(
   options: IdentityAllocateOptions,
 ): Promise<number> {
   const { output } = ctx;
-  const labels = parseLabelArguments(labelTexts);
+  // The library's one label parser: a label with an empty key (`=x`, `k8s:`) is refused, naming it.
+  const labels = Labels.parse(labelTexts);
   const store = await ctx.store(true);
+  const refused = await refuseLiveNode(ctx, store, WRITER_CONSEQUENCE);
+  if (refused !== undefined) return refused;
   await noteNewNamespace(ctx, store);
   await using identities = await IdentityAllocator.open(store.backend, {
     clusterId: options.clusterId,
@@ -113,10 +101,7 @@ export async function identityAllocateCommand(
     if (scope === "node-local") {
       output.warn("note: node-local identities live inside the allocating process only");
     } else if (scope === "global" && !options.hold) {
-      output.warn(
-        `note: node ${node} references it until its lease lapses ` +
-          `(${formatDuration(ctx.options.leaseTtlMs)} after exit); --hold keeps it until Ctrl-C`,
-      );
+      output.warn(await referenceNote(ctx, store));
     }
   }
   if (!options.hold) return ExitCode.Ok;
@@ -125,10 +110,15 @@ export async function identityAllocateCommand(
   await output.flush();
   await aborted(ctx.interrupt);
   using grace = deadline(RELEASE_GRACE_MS);
-  const lastUse = await identities.release(identity, { signal: grace });
+  // The identity the labels have now: a held one whose ID went to other labels has moved.
+  const held = identities.lookup(identity.labels) ?? identity;
+  if (held.id !== identity.id && !ctx.options.json) {
+    output.warn(`${identity.labels} moved from identity ${identity.id} to ${held.id}`);
+  }
+  const lastUse = await identities.release(held, { signal: grace });
   if (ctx.options.json) {
-    output.out.line(JSON.stringify({ id: identity.id, released: lastUse, node }));
-  } else output.out.line(`released identity ${identity.id}`);
+    output.out.line(JSON.stringify({ id: held.id, released: lastUse, node }));
+  } else output.out.line(`released identity ${held.id}`);
   return ExitCode.Ok;
 }
 

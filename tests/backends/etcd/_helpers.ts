@@ -11,6 +11,7 @@ import type {
 } from "../../../src/allocator/backend.ts";
 import { EtcdBackend, type EtcdBackendOptions } from "../../../src/backends/etcd/mod.ts";
 import { EtcdLayout } from "../../../src/backends/etcd/layout.ts";
+import { nodesPrefix } from "../../../src/backends/etcd/presence.ts";
 import { type EtcdCluster, etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
 import { dump, rawClient, sharedEtcd } from "../../../src/backends/etcd/testing/fixture.ts";
 
@@ -40,8 +41,13 @@ export interface Namespace extends AsyncDisposable {
   readonly raw: Etcd3;
   /** A backend for `node` on this prefix (closed with the namespace). */
   backend(node: string, options?: Partial<EtcdBackendOptions>): Promise<EtcdBackend>;
-  /** Every key-value under the prefix. */
+  /**
+   * Every key-value under the prefix but the sessions' presence keys (`<prefix>/nodes/<node>`, see
+   * `src/backends/etcd/presence.ts`): masters, references, locks and whatever a test planted.
+   */
   dump(): Promise<Array<{ key: string; value: string; lease: string; mod: string }>>;
+  /** The sessions' presence keys alone. */
+  nodes(): Promise<Array<{ key: string; value: string; lease: string; mod: string }>>;
 }
 
 /** Opens a namespace on `cluster` (default: the shared private etcd) under `prefix`. */
@@ -63,7 +69,11 @@ export async function namespace(
       backends.push(b);
       return b;
     },
-    dump: () => dump(raw, prefix + "/"),
+    dump: async () => {
+      const nodes = nodesPrefix(new EtcdLayout(prefix));
+      return (await dump(raw, prefix + "/")).filter((kv) => !kv.key.startsWith(nodes));
+    },
+    nodes: () => dump(raw, nodesPrefix(new EtcdLayout(prefix))),
     async [Symbol.asyncDispose]() {
       await Promise.allSettled(backends.map((b) => b.close()));
       try {

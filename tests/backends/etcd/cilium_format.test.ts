@@ -152,6 +152,8 @@ etcdTest("what the session writes is byte for byte what Cilium reads", async () 
   );
   assert.equal(slashyRef?.value, "40906", "reference path cleaned exactly as Go's path.Join does");
   assert.equal(kvs.length, 4, "nothing else written (no locks, no index)");
+  // Besides them, the session's presence key (`<prefix>/nodes/<node>`), which Cilium never reads.
+  assert.deepEqual((await ns.nodes()).map((kv) => kv.key), [`${base}/nodes/172.0.124.60`]);
 
   // Cilium's read paths find exactly that.
   assert.equal(await ciliumGet(ns.raw, base, FOO), 40905);

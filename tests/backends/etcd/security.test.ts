@@ -15,6 +15,30 @@ import { enableAuth } from "../../_support/etcd_auth.ts";
 import { etcdTls, hasOpenssl, SERVER_NAME, withCerts } from "../../_support/tls.ts";
 import { etcdTest } from "./_helpers.ts";
 
+/**
+ * One request of etcd's JSON gateway as user root (`/v3/auth/authenticate` first). etcd3's client
+ * leaks a gRPC channel per token it fetches; the gateway needs none.
+ */
+async function asRoot(
+  endpoint: string,
+  password: string,
+  path: string,
+  body: unknown,
+): Promise<void> {
+  const post = async (path: string, body: unknown, token?: string) => {
+    const res = await fetch(`${endpoint}${path}`, {
+      method: "POST",
+      headers: token === undefined ? {} : { authorization: token },
+      body: JSON.stringify(body),
+    });
+    const json = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(json));
+    return json;
+  };
+  const { token } = await post("/v3/auth/authenticate", { name: "root", password });
+  await post(path, body, token);
+}
+
 /** A backend for `node` on `etcd`. */
 function connect(
   etcd: EtcdCluster,
@@ -126,38 +150,85 @@ etcdTest(
     });
     await using ro = await Allocator.open(reader, { min: 1, max: 100, readOnly: true });
     assert.equal(await ro.getById(id), "k;");
-    const session = await reader.openSession({
-      leaseTtlMs: 2_000,
-      readOnly: false,
-      onLeaseReplaced: () => {},
+    // A writable session is refused when it opens (its first write claims the node's name), not
+    // at its first allocation.
+    await assert.rejects(
+      reader.openSession({ leaseTtlMs: 2_000, readOnly: false, onLeaseReplaced: () => {} }),
+      (e) => denied(e) && /permission denied/i.test((e as Error).message),
+    );
+    // Outside its prefix, not even reading is allowed: refused when connecting.
+    await assert.rejects(
+      connect(etcd, "r", { prefix: "other", user: "reader", password: "r3ad" }),
+      (e) => denied(e) && /refused user reader access to prefix other\//.test((e as Error).message),
+    );
+  },
+);
+
+etcdTest(
+  "auth on: no user, or one without permission on the prefix, fails at connect; access taken " +
+    "away later fails each call at once, never at the caller's deadline",
+  async () => {
+    await using etcd = await startEtcd();
+    await enableAuth(etcd.endpoints, "s3cret", async (raw) => {
+      for (
+        const [user, range, permission] of [
+          ["worker", "app/", "Readwrite"],
+          ["reader", "app/", "Read"],
+          ["stranger", "elsewhere/", "Readwrite"],
+        ] as const
+      ) {
+        await raw.role(user).create();
+        await raw.role(user).grant({ permission, range: Range.prefix(range) });
+        await raw.user(user).create("pw");
+        await raw.user(user).addRole(user);
+      }
     });
-    try {
+    const denied = (pattern: RegExp) => (e: unknown) => {
+      assert.ok(e instanceof StoreAccessDeniedError, String(e));
+      assert.equal(e.retryable, false);
+      assert.match(e.message, pattern);
+      return true;
+    };
+    // etcd answers its status to anyone: only a read under the prefix tells.
+    await assert.rejects(
+      connect(etcd, "a", { prefix: "app" }),
+      denied(/refused access to prefix app\/: authentication is on and no user was given/),
+    );
+    await assert.rejects(
+      connect(etcd, "a", { prefix: "app", user: "stranger", password: "pw" }),
+      denied(/refused user stranger access to prefix app\/ \(permission denied\)/),
+    );
+    // A reader connects, and reads, but Allocator.open for writing is refused at once.
+    {
+      await using reader = await connect(etcd, "r", {
+        prefix: "app",
+        user: "reader",
+        password: "pw",
+      });
       await assert.rejects(
-        session.acquire({
-          key: "other;",
-          pickCandidate: (exclude) => exclude.has(50) ? undefined : 50,
-          signal: AbortSignal.timeout(10_000),
-        }),
-        (e) => denied(e) && /permission denied/i.test((e as Error).message),
+        Allocator.open(reader, { max: 100 }, { signal: AbortSignal.timeout(60_000) }),
+        denied(/permission denied/),
       );
-    } finally {
-      await session.close();
     }
-    // Outside its prefix, not even reading is allowed.
-    await using elsewhere = await connect(etcd, "r", {
-      prefix: "other",
-      user: "reader",
-      password: "r3ad",
+
+    // Access taken away from a running node: every call that etcd denies fails at once.
+    await using backend = await connect(etcd, "w", {
+      prefix: "app",
+      user: "worker",
+      password: "pw",
     });
-    const other = await elsewhere.openSession({
-      leaseTtlMs: 2_000,
-      readOnly: true,
-      onLeaseReplaced: () => {},
+    await using alloc = await Allocator.open(backend, { max: 100, leaseTtlMs: 2_000 });
+    assert.ok((await alloc.allocate("before;")).id > 0);
+    await asRoot(etcd.endpoints[0], "s3cret", "/v3/auth/user/revoke", {
+      name: "worker",
+      role: "worker",
     });
-    try {
-      await assert.rejects(other.getById(1, AbortSignal.timeout(10_000)), denied);
-    } finally {
-      await other.close();
-    }
+    // A long deadline: a hang would end in a TimeoutError, not in the access error.
+    const signal = AbortSignal.timeout(60_000);
+    await assert.rejects(alloc.allocate("after;", { signal }), denied(/permission denied/));
+    // A new allocator on the connected backend waits for its initial list, which etcd refuses.
+    await using late = await Allocator.open(backend, { max: 100, readOnly: true }, { signal });
+    await assert.rejects(late.waitForInitialSync({ signal }), denied(/permission denied/));
+    await assert.rejects(late.getNoCache("before;", { signal }), denied(/permission denied/));
   },
 );

@@ -17,6 +17,8 @@ await using opened = await openBackendFromSpec(JSON.parse(specJson) as StoreSpec
 await using session: BackendSession = await opened.backend.openSession({
   leaseTtlMs: 2_000,
   readOnly: false,
+  // `collect` is the acquiring node started again: it takes over its live lease record.
+  restart: mode === "collect",
   onLeaseReplaced: () => {},
 });
 const signal = new AbortController().signal;

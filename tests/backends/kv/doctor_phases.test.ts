@@ -79,7 +79,7 @@ Deno.test("judgeIndex: outside every valid range only when its master is the key
     const p = judgeIndex(index, entry(layout.id(7), master), check);
     assert.deepEqual([p?.finding.kind, p?.finding.reason], [
       "index-out-of-range",
-      "it names ID 7 is outside the valid range [1, 5]",
+      "ID 7 is outside the valid range [1, 5]",
     ]);
   }
   const inRange = rangeCheck({ range: { min: 1, max: 10 } });

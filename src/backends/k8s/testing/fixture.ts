@@ -1,6 +1,6 @@
 /**
  * The Kubernetes `BackendFactory` of the shared test suites: one private kube-apiserver per test
- * process (started on first use; its watchdog stops it when the process ends), and per fixture a
+ * process (`sharedKubeApiServer`: started on first use, stopped when the process exits), and per fixture a
  * fresh copy of Cilium's `CiliumIdentity` and `CiliumEndpoint` CRDs under a random group plus a
  * fresh Kubernetes namespace for the node Leases and key claims, so that fixtures sharing the
  * server never see each other. Disposing a fixture deletes its CRDs (each costs the API server
@@ -21,7 +21,6 @@
  * ```
  * @module
  */
-import process from "node:process";
 import type { Backend } from "../../../allocator/backend.ts";
 import type {
   BackendFactory,
@@ -38,16 +37,15 @@ import {
   CLAIM_PREFIX,
   CLAIM_SELECTOR,
   claimName,
-  EPOCH_ANNOTATION,
   ID_LABEL,
   identityObject,
   idOfName,
   KEY_ANNOTATION,
   keyOfSecurityLabels,
   MANAGED_BY_LABEL,
-  microTime,
   NODE_SELECTOR,
   nodeLeaseName,
+  nodeLeaseObject,
   type NodeLeaseRecord,
   nodeOfRefAnnotation,
   readClaim,
@@ -63,51 +61,11 @@ import { MAX_KEY_BYTES, utf8Length } from "../limits.ts";
 import { refLive } from "../liveness.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
-import { kubeApiserverUnavailable, type KubeTestCluster, startKubeApiServer } from "./cluster.ts";
+import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
 import { endpointCrd } from "./crds.ts";
 
 /** The kubeconfig context the fixtures' kubeconfigs name (their current context is another). */
 export const FIXTURE_CONTEXT = "test";
-
-let shared: Promise<KubeTestCluster> | undefined;
-
-/**
- * The process-wide private API server (Cilium's own CRDs left out: fixtures install copies under
- * groups of their own), started on first call.
- */
-export function sharedKubeCluster(): Promise<KubeTestCluster> {
-  shared ??= startTwice().then((cluster) => {
-    // Its watchdog would stop it half a second after we exit; stop it now.
-    process.on("exit", () => {
-      if (cluster.pid !== undefined) killQuietly(cluster.pid);
-      cluster.etcd.stopSync();
-    });
-    return cluster;
-  });
-  return shared;
-}
-
-/**
- * Starts the server, once more if the first start fails: on a machine loaded far beyond its
- * cores the API server can miss the launcher's readiness deadline, and every test of the process
- * would fail with it.
- */
-async function startTwice(): Promise<KubeTestCluster> {
-  try {
-    return await startKubeApiServer({ ciliumCrds: false });
-  } catch (err) {
-    console.error(`kube-apiserver did not start, trying once more: ${err}`);
-    return await startKubeApiServer({ ciliumCrds: false });
-  }
-}
-
-function killQuietly(pid: number): void {
-  try {
-    process.kill(pid, "SIGKILL");
-  } catch {
-    // gone already
-  }
-}
 
 /** The clock-skew margin of a fixture backend. */
 export function k8sSkewMs(options?: NodeBackendOptions): number {
@@ -231,7 +189,7 @@ export class K8sStoreFixture implements StoreFixture {
 
   /** Installs the CRDs and creates the namespace. */
   static async create(): Promise<K8sStoreFixture> {
-    const cluster = await sharedKubeCluster();
+    const cluster = await sharedKubeApiServer();
     const suffix = crypto.randomUUID().replaceAll("-", "").slice(0, 12);
     const group = `t${suffix}.idalloc.test`;
     const namespace = `idalloc-${suffix}`;
@@ -364,8 +322,8 @@ export class K8sStoreFixture implements StoreFixture {
   }
 
   /**
-   * The epoch of `node`'s Lease, made live for {@linkcode PLANTED_LEASE_SECONDS} when it is
-   * missing or lapses sooner (a node's Lease, as another writer could make one).
+   * The epoch of `node`'s Lease; a missing or lapsed one is replaced by a Lease of a new epoch,
+   * live for {@linkcode PLANTED_LEASE_SECONDS} (as another writer could make one).
    */
   async #liveEpoch(node: string): Promise<string> {
     const name = nodeLeaseName(node);
@@ -375,28 +333,12 @@ export class K8sStoreFixture implements StoreFixture {
     });
     const lease = current === undefined ? undefined : readNodeLease(current);
     const now = Date.now();
-    if (
-      lease?.epoch !== undefined && lease.expiresAt !== undefined &&
-      lease.expiresAt > now + 60_000
-    ) {
+    // A running node's Lease is left alone (a write would make its next renewal fail).
+    if (lease?.epoch !== undefined && lease.expiresAt !== undefined && lease.expiresAt > now) {
       return lease.epoch;
     }
-    const epoch = lease?.epoch ?? `planted${crypto.randomUUID().slice(0, 8)}`;
-    const body: KubeObject = {
-      apiVersion: "coordination.k8s.io/v1",
-      kind: "Lease",
-      metadata: {
-        name,
-        labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "node" },
-        annotations: { [EPOCH_ANNOTATION]: epoch },
-      },
-      spec: {
-        holderIdentity: node,
-        leaseDurationSeconds: PLANTED_LEASE_SECONDS,
-        acquireTime: microTime(now),
-        renewTime: microTime(now),
-      },
-    };
+    const epoch = `planted${crypto.randomUUID().slice(0, 8)}`;
+    const body = nodeLeaseObject(node, epoch, PLANTED_LEASE_SECONDS, now, now);
     if (current === undefined) {
       await this.#client.create(LEASES, body, { namespace: this.namespace, ...bounded() });
     } else {

@@ -24,7 +24,6 @@ import { NEMESIS_FAULTS } from "../../../testing/nemesis.ts";
 import { K8sBackend } from "../backend.ts";
 import { createKubeClient } from "../client.ts";
 import { loadKubeconfig } from "../kubeconfig.ts";
-import type { K8sSessionOptions } from "../session.ts";
 import { type KubeTestCluster, startKubeApiServer } from "./cluster.ts";
 import { K8S_STORE_FAULTS } from "./nemesis_faults.ts";
 import { K8S_GARBAGE } from "./nemesis_garbage.ts";
@@ -101,10 +100,7 @@ function restarting(backend: K8sBackend): Backend {
     kind: backend.kind,
     node: backend.node,
     checkKey: (key) => backend.checkKey(key),
-    openSession: (options: SessionOptions) => {
-      const restart: K8sSessionOptions = { ...options, restart: true };
-      return backend.openSession(restart);
-    },
+    openSession: (options: SessionOptions) => backend.openSession({ ...options, restart: true }),
     admin: () => backend.admin(),
   };
 }
