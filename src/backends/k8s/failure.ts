@@ -260,6 +260,9 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
   if (/ENOTFOUND|EAI_AGAIN|dns error|failed to lookup address|getaddrinfo/i.test(text)) {
     return "unresolved";
   }
+  // A peer gone mid-handshake (rustls: "…without sending TLS close_notify", unexpected-eof) is
+  // a server stopping or starting, not a TLS setup problem.
+  if (/close_notify|unexpected.eof/i.test(text)) return "reset";
   if (
     /certificate|handshake|SSL|TLS|self.signed|unable to verify|InvalidContentType|EPROTO|UnknownIssuer|NotValidForName/i
       .test(text)
