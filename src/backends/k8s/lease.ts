@@ -20,6 +20,7 @@
  *
  * @module
  */
+import { abortable } from "../../abort.ts";
 import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
@@ -186,7 +187,11 @@ export class LeaseKeeper {
   async ensureFresh(signal: AbortSignal): Promise<void> {
     if (this.#lost) throw this.#lostError();
     if (!this.#stale()) return;
-    await this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined);
+    // The queue may hold renewals bound only by the session: the call's own signal bounds its wait.
+    await abortable(
+      this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined),
+      signal,
+    );
     if (this.#lost) throw this.#lostError();
   }
 
