@@ -8,12 +8,27 @@
  *   the identity under that ID with this node's reference (the create by name is the atomic
  *   allocation, as in Cilium). 2 round trips.
  * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
- *   the identity it names, or create that identity when it is missing (a racing node's create then
- *   gets 409 and joins). A claim whose ID belongs to another key (or lies outside the range) is
- *   stale: it is moved to a new candidate by a merge patch guarded by its resource version (a lost
- *   race re-reads and follows the winner).
+ *   the identity it names, or, when it is missing, touch the claim under the version read and
+ *   create that identity (a racing node's create then gets 409 and joins). A claim whose ID
+ *   belongs to another key (or lies outside the range), or that names no key or ID (hand-made),
+ *   is stale: it is moved to a new candidate by a merge patch guarded by its resource version (a
+ *   lost race re-reads and follows the winner).
  * - **Identity taken** (409 on create): read it; the key's own → join, another key's → move the
- *   claim to the next candidate.
+ *   claim to the next candidate. One whose labels do not decode but that carries idalloc
+ *   references, while the key's claim names it, is the key's own, damaged: repaired (its labels
+ *   written again under its resource version, this node's reference added), never replaced.
+ *
+ * **Cilium's answer, after the write.** Cilium's agents create identities without a lock: an older
+ * identity of the key may reach the informer while this call writes. After every successful
+ * write the index's answer is checked again; an older identity there is joined instead, and this
+ * node's reference is removed from the one it left (GC then collects that one, if unused), so the
+ * call answers what Cilium's own lookup answers. Later arrivals are the core's to catch (a second
+ * master of a held key).
+ *
+ * An identity is created only right after this node's own guarded write of the claim (create,
+ * move or touch), and a create that came more than half a lease TTL after the call started is
+ * confirmed by another touch of the claim, or removed again (`claim.ts` has the argument: no
+ * idalloc node ever gives a key a second identity itself).
  *
  * Every step is planned by a plain function of what was read ({@linkcode firstStep},
  * {@linkcode afterClaimRead}, {@linkcode afterIdentityRead}), tested on plain data; the loop
@@ -29,6 +44,7 @@ import {
   InvalidIdError,
   PoolExhaustedError,
 } from "../../errors.ts";
+import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { countedClient, isStatus, type KubeClient, type KubeObject } from "./kube.ts";
 import {
@@ -45,8 +61,11 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
+import { idallocLogger } from "../../log.ts";
+
+const log = idallocLogger("k8s");
 
 /** The next step of an acquire. */
 export type AcquireStep =
@@ -61,12 +80,31 @@ export type AcquireStep =
   | { readonly kind: "claim" }
   /** Read the key's claim (it exists, or existed a moment ago). */
   | { readonly kind: "readClaim" }
-  /** Create identity `id` for the key, as the claim (at `claimRv`) names it. */
+  /** The claim (read at `claimRv`) names `id`, which is missing: touch it before re-creating `id`. */
+  | { readonly kind: "touch"; readonly id: number; readonly claimRv: string }
+  /** Create identity `id` for the key, right after this node's write of the claim (at `claimRv`). */
   | { readonly kind: "create"; readonly id: number; readonly claimRv: string }
   /** Read identity `id` after a refused write. */
   | { readonly kind: "readIdentity"; readonly id: number; readonly claimRv?: string }
-  /** The claim (at `claimRv`) names `from`, which cannot be the key's: move it to a new candidate. */
-  | { readonly kind: "moveClaim"; readonly from: number; readonly claimRv: string };
+  /**
+   * Identity `id` (at `rv`), which the claim names, is idalloc's but its labels do not decode:
+   * write the key's labels again and join it.
+   */
+  | {
+    readonly kind: "repair";
+    readonly id: number;
+    readonly rv: string;
+    readonly annotated: boolean;
+    readonly claimRv: string;
+  }
+  /**
+   * The claim (at `claimRv`) names `from`, which cannot be the key's, or names nothing readable
+   * (no `from`): move it to a new candidate.
+   */
+  | { readonly kind: "moveClaim"; readonly from?: number; readonly claimRv: string };
+
+/** A claim as read: its record, or the version of one that names no key or ID (hand-made). */
+export type ClaimRead = ClaimRecord | { readonly undecodable: true; readonly rv: string };
 
 /** Whether `id` may become a key's ID: a positive safe integer within `range`. */
 export function usable(range: AcquireRequest["range"], id: number): boolean {
@@ -96,15 +134,17 @@ export function firstStep(
 
 /**
  * After reading the key's claim: follow it. `known` is the index's identity of the ID the claim
- * names (a hint: a different key there is confirmed by a read before the claim moves).
+ * names (a hint: a different key there is confirmed by a read before the claim moves). A claim
+ * that names nothing readable is garbage, which must cost no key: it is moved like a stale one.
  */
 export function afterClaimRead(
   key: string,
-  claim: ClaimRecord | undefined,
+  claim: ClaimRead | undefined,
   known: Pick<IdentityRecord, "key" | "annotated"> | undefined,
   range: AcquireRequest["range"],
 ): AcquireStep {
   if (claim === undefined) return { kind: "claim" };
+  if ("undecodable" in claim) return { kind: "moveClaim", claimRv: claim.rv };
   if (claim.key !== key) {
     throw new CorruptEntryError(
       `the claim ${claim.name} of key '${key}' names another key ('${claim.key}'): a hash ` +
@@ -112,7 +152,7 @@ export function afterClaimRead(
     );
   }
   if (!usable(range, claim.id)) return { kind: "moveClaim", from: claim.id, claimRv: claim.rv };
-  if (known === undefined) return { kind: "create", id: claim.id, claimRv: claim.rv };
+  if (known === undefined) return { kind: "touch", id: claim.id, claimRv: claim.rv };
   if (known.key === key) {
     return { kind: "join", id: claim.id, annotated: known.annotated, claimRv: claim.rv };
   }
@@ -121,8 +161,10 @@ export function afterClaimRead(
 
 /**
  * After reading identity `id` (`undefined`: it does not exist): join it when it carries the key;
- * otherwise create it (missing) or move the claim off it (another key's, or unreadable) when a
- * claim names it, or start over with the claim when none does (a stale index answer).
+ * otherwise, when a claim names it, touch the claim to re-create it (missing), repair it (labels
+ * that do not decode on an object carrying idalloc references: the key's own, damaged), or move
+ * the claim off it (another key's, or unreadable and never idalloc's); start over with the claim
+ * when none names it (a stale index answer).
  */
 export function afterIdentityRead(
   key: string,
@@ -131,7 +173,7 @@ export function afterIdentityRead(
   claimRv: string | undefined,
 ): AcquireStep {
   if (read === undefined) {
-    return claimRv === undefined ? { kind: "claim" } : { kind: "create", id, claimRv };
+    return claimRv === undefined ? { kind: "claim" } : { kind: "touch", id, claimRv };
   }
   if (read.ok && read.record.key === key) {
     return {
@@ -141,7 +183,12 @@ export function afterIdentityRead(
       ...(claimRv === undefined ? {} : { claimRv }),
     };
   }
-  return claimRv === undefined ? { kind: "claim" } : { kind: "moveClaim", from: id, claimRv };
+  if (claimRv === undefined) return { kind: "claim" };
+  if (!read.ok && read.damage.kind === "master-undecodable" && read.damage.referenced) {
+    const { rv, annotated } = read.damage;
+    return { kind: "repair", id, rv, annotated, claimRv };
+  }
+  return { kind: "moveClaim", from: id, claimRv };
 }
 
 /** What one acquire works with. */
@@ -152,7 +199,14 @@ export interface AcquireParts {
 }
 
 /** The steps that write (the others read). */
-const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set(["join", "claim", "create", "moveClaim"]);
+const WRITES: ReadonlySet<AcquireStep["kind"]> = new Set([
+  "join",
+  "repair",
+  "claim",
+  "touch",
+  "create",
+  "moveClaim",
+]);
 
 /** What a step ends in: the next step, or the acquisition's result. */
 type Next = AcquireStep | { readonly kind: "done"; readonly result: AcquireResult };
@@ -171,8 +225,12 @@ class AcquireRun {
   readonly #claim: string;
   readonly #exclude = new Set<number>();
   #chases = 0;
-  /** Whether this call created the identity (a later chase of a replaced lease only joins it). */
-  #created = false;
+  /** The identity this call created (a later chase of a replaced lease only joins it). */
+  #createdId: number | undefined;
+  /** Identities this call wrote its reference on, then left for an older one of the key. */
+  readonly #left = new Set<number>();
+  /** When the call started (monotonic ms): everything it decided on was read after. */
+  readonly #since = performance.now();
 
   constructor(parts: AcquireParts, req: AcquireRequest) {
     this.#parts = parts;
@@ -191,7 +249,10 @@ class AcquireRun {
       const epoch = lease.epoch;
       if (WRITES.has(step.kind)) writes++;
       step = await this.#apply(step, epoch);
-      if (step.kind === "done") return step.result;
+      if (step.kind === "done") {
+        await this.#leave(step.result.id);
+        return step.result;
+      }
     }
     throw new ConflictError(
       `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} writes: the store kept changing`,
@@ -206,20 +267,38 @@ class AcquireRun {
         return this.#newClaim();
       case "readClaim":
         return this.#readClaim();
+      case "touch":
+        return this.#touch(step);
       case "create":
         return this.#create(step, epoch);
       case "readIdentity":
         return this.#readIdentity(step);
       case "moveClaim":
         return this.#moveClaim(step);
+      case "repair":
+        return this.#repair(step, epoch);
     }
   }
 
-  /** The written object's result, or (the lease was replaced meanwhile) a join under the new epoch. */
+  /**
+   * The written object's result; a join of an older identity of the key the index shows now
+   * (Cilium's answer, see the module doc); or (the lease was replaced meanwhile) a join under the
+   * new epoch.
+   */
   #written(id: number, obj: KubeObject, epoch: string, claimRv?: string): Next {
-    this.#parts.informer.observe(obj);
-    if (this.#parts.lease.epoch === epoch) {
-      return { kind: "done", result: { id, created: this.#created, version: rvOf(obj) } };
+    const { informer, lease } = this.#parts;
+    informer.observe(obj);
+    if (lease.epoch === epoch) {
+      const older = informer.index.answer(this.#req.key);
+      if (
+        older !== undefined && older.id !== id && !this.#left.has(older.id) &&
+        usable(this.#req.range, older.id)
+      ) {
+        this.#left.add(id);
+        return { kind: "join", id: older.id, annotated: older.annotated };
+      }
+      const created = this.#createdId === id;
+      return { kind: "done", result: { id, created, version: rvOf(obj) } };
     }
     // The reference names a dead epoch: write it again under the new one.
     if (++this.#chases > MAX_LEASE_CHASES) {
@@ -244,6 +323,30 @@ class AcquireRun {
     return this.#written(step.id, written, epoch, step.claimRv);
   }
 
+  async #repair(step: Extract<AcquireStep, { kind: "repair" }>, epoch: string): Promise<Next> {
+    const { ctx } = this.#parts;
+    const ops = repairPatch(this.#req.key, step.rv, ctx.node, epoch, step.annotated);
+    const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
+    // Changed since it was read: read it again.
+    if (written === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    log.warning("repaired the labels of identity {id} of {key} (its claim names it)", {
+      id: step.id,
+      key: this.#req.key,
+    });
+    return this.#written(step.id, written, epoch, step.claimRv);
+  }
+
+  /** Removes this node's reference from the identities it left for `answered`. */
+  async #leave(answered: number): Promise<void> {
+    const { ctx, informer } = this.#parts;
+    for (const id of this.#left) {
+      if (id === answered) continue;
+      const ops = releasePatch(this.#req.key, ctx.node);
+      const written = await patchOrUndefined(this.#client, ctx, id, ops, this.#req.signal);
+      if (written !== undefined) informer.observe(written);
+    }
+  }
+
   async #newClaim(): Promise<Next> {
     const { ctx, informer } = this.#parts;
     const { key, range, signal } = this.#req;
@@ -255,7 +358,7 @@ class AcquireRun {
     }
     const id = pick(this.#req, this.#exclude);
     try {
-      const obj = claimObject(this.#claim, key, id, ctx.node);
+      const obj = claimObject(this.#claim, key, id, ctx.node, ctx.settings.now());
       const created = await this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal });
       return { kind: "create", id, claimRv: rvOf(created) };
     } catch (err) {
@@ -269,28 +372,42 @@ class AcquireRun {
     const { key, range, signal } = this.#req;
     const obj = await this.#client.get(LEASES, this.#claim, { namespace: ctx.namespace, signal });
     const record = obj === undefined ? undefined : readClaim(obj);
-    if (obj !== undefined && record === undefined) {
-      throw new CorruptEntryError(
-        `the claim ${this.#claim} of key '${key}' names no key or no ID: a hand-made object; ` +
-          "remove it",
-      );
-    }
+    const read: ClaimRead | undefined = obj === undefined || record !== undefined
+      ? record
+      : { undecodable: true, rv: rvOf(obj) };
     const known = record === undefined ? undefined : informer.index.get(record.id);
-    return afterClaimRead(key, record, known, range);
+    return afterClaimRead(key, read, known, range);
+  }
+
+  async #touch(step: Extract<AcquireStep, { kind: "touch" }>): Promise<Next> {
+    const { ctx } = this.#parts;
+    const rv = await touchClaim(this.#client, ctx, this.#claim, step.claimRv, this.#req.signal);
+    // Changed or removed since it was read: follow what it says now.
+    return rv === undefined ? { kind: "readClaim" } : { kind: "create", id: step.id, claimRv: rv };
   }
 
   async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
-    const { ctx } = this.#parts;
-    const annotations = { [refAnnotation(ctx.node)]: epoch };
-    const obj = identityObject(ctx.identityKind, step.id, this.#req.key, annotations);
+    const { ctx, lease } = this.#parts;
+    const { key, signal } = this.#req;
+    const obj = identityObject(ctx.identityKind, step.id, key, {
+      [refAnnotation(ctx.node)]: epoch,
+    });
     let made: KubeObject;
     try {
-      made = await this.#client.create(ctx.identities, obj, { signal: this.#req.signal });
+      made = await this.#client.create(ctx.identities, obj, { signal });
     } catch (err) {
       if (!isStatus(err, 409)) throw err;
       return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
     }
-    this.#created = true;
+    // Slow (a stall, a loaded server): the claim may have moved meanwhile (`claim.ts`).
+    if (performance.now() - this.#since > confirmAfterMs(lease.ttlMs)) {
+      if (!await confirmClaim(this.#client, ctx, key, step.id, step.claimRv, signal)) {
+        await retract(this.#client, ctx, made, key, signal);
+        this.#exclude.add(step.id);
+        return { kind: "readClaim" };
+      }
+    }
+    this.#createdId = step.id;
     return this.#written(step.id, made, epoch, step.claimRv);
   }
 
@@ -306,10 +423,10 @@ class AcquireRun {
 
   async #moveClaim(step: Extract<AcquireStep, { kind: "moveClaim" }>): Promise<Next> {
     const { ctx } = this.#parts;
-    this.#exclude.add(step.from);
+    if (step.from !== undefined) this.#exclude.add(step.from);
     const id = pick(this.#req, this.#exclude);
     const body = guardedMergePatch(
-      claimObject(this.#claim, this.#req.key, id, ctx.node),
+      claimObject(this.#claim, this.#req.key, id, ctx.node, ctx.settings.now()),
       step.claimRv,
     );
     try {

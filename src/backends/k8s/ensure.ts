@@ -7,10 +7,15 @@
  * identity of K), carries this node's reference under the current epoch and no GC mark. Then:
  * - reference missing, of an older epoch, or a mark set → one patch (`reference: recreated`);
  * - identity missing → re-created under N, only through the claim rule: the key's claim names N
- *   or is absent (then it is created naming N) — `master: recreated`;
- * - N carries another key (or cannot be read), an older identity of K exists, the claim names
- *   another ID, or N was taken while re-creating it → `conflict` (nothing written; the allocator
- *   re-acquires K, which joins Cilium's answer, and announces `reassigned`).
+ *   (touched first, under the version read), is absent (then it is created naming N) or names
+ *   nothing readable (rewritten to name N); a re-creation slower than half a lease TTL confirms
+ *   the claim again or removes what it created (`claim.ts`) — `master: recreated`;
+ * - N's labels do not decode but it carries idalloc references (damaged: someone edited it) and
+ *   the claim names N or is absent → its labels written again under its resource version, with
+ *   this node's reference (`master: recreated`);
+ * - N carries another key (or cannot be read otherwise), an older identity of K exists, the claim
+ *   names another ID, or N was taken while re-creating it → `conflict` (nothing written; the
+ *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`).
  *
  * @module
  */
@@ -18,6 +23,7 @@ import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { patchOrUndefined } from "./acquire.ts";
+import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import {
@@ -35,7 +41,7 @@ import {
 import type { LeaseKeeper } from "./lease.ts";
 import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { LEASES } from "./options.ts";
-import { joinPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
@@ -47,6 +53,8 @@ export type EnsurePlan =
   | { readonly kind: "reference"; readonly annotated: boolean }
   /** The identity is missing: re-create it through the claim rule. */
   | { readonly kind: "recreate" }
+  /** The identity (at `rv`) is idalloc's but its labels do not decode: write them again. */
+  | { readonly kind: "repair"; readonly rv: string; readonly annotated: boolean }
   | { readonly kind: "conflict"; readonly why: string };
 
 /**
@@ -66,7 +74,12 @@ export function classifyHeld(
       ? { kind: "recreate" }
       : { kind: "conflict", why: `identity ${held.id} is gone and the key has ${answer.id}` };
   }
-  if (!read.ok) return { kind: "conflict", why: `identity ${held.id} cannot be read` };
+  if (!read.ok) {
+    const { kind, referenced, rv, annotated } = read.damage;
+    return kind === "master-undecodable" && referenced
+      ? { kind: "repair", rv, annotated }
+      : { kind: "conflict", why: `identity ${held.id} cannot be read` };
+  }
   const record = read.record;
   if (record.key !== held.key) {
     return { kind: "conflict", why: `identity ${held.id} carries another key` };
@@ -121,6 +134,7 @@ async function ensureOne(
 ): Promise<EnsureReport> {
   const { ctx, lease, informer } = parts;
   for (let round = 0; round < MAX_ENSURE_ROUNDS; round++) {
+    const since = performance.now();
     const obj = await ctx.client.get(ctx.identities, String(held.id), { signal });
     if (obj !== undefined) informer.observe(obj);
     const read = obj === undefined ? undefined : readIdentity(obj);
@@ -139,8 +153,14 @@ async function ensureOne(
         informer.observe(written);
         return { ...held, master: "ok", reference: "recreated" };
       }
+      case "repair": {
+        const outcome = await repair(parts, held, { ...plan, epoch }, signal);
+        if (outcome === "again") continue;
+        if (outcome === "conflict") return { ...held, master: "conflict", reference: "skipped" };
+        return { ...held, master: "recreated", reference: "recreated" };
+      }
       case "recreate": {
-        const outcome = await recreate(parts, held, epoch, signal);
+        const outcome = await recreate(parts, held, { epoch, since }, signal);
         if (outcome === "again") continue;
         if (outcome === "conflict") return { ...held, master: "conflict", reference: "skipped" };
         return { ...held, master: "recreated", reference: "recreated" };
@@ -151,36 +171,46 @@ async function ensureOne(
 }
 
 /**
- * Re-creates identity `held.id` of `held.key` through the claim rule. `again`: it exists now (a
- * racing re-creation): read and classify it again.
+ * Repairs identity `held.id` (at `at.rv`), whose labels do not decode, when the key's claim names
+ * it or is absent. `again`: it changed meanwhile.
+ */
+async function repair(
+  parts: EnsureParts,
+  held: HeldKey,
+  at: { readonly rv: string; readonly annotated: boolean; readonly epoch: string },
+  signal: AbortSignal,
+): Promise<"repaired" | "conflict" | "again"> {
+  const { ctx, informer } = parts;
+  const name = claimName(ctx.resourceName, held.key);
+  const found = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
+  if (found !== undefined && !claimAllows(readClaim(found), held.key, held.id)) {
+    log.warning("cannot repair {key} → {id}: its claim names another ID", { ...held });
+    return "conflict";
+  }
+  const ops = repairPatch(held.key, at.rv, ctx.node, at.epoch, at.annotated);
+  const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
+  if (written === undefined) return "again";
+  informer.observe(written);
+  log.warning("repaired the labels of held identity {id} of {key}", { ...held });
+  return "repaired";
+}
+
+/**
+ * Re-creates identity `held.id` of `held.key` through the claim rule, `since` (monotonic ms) the
+ * read it was decided on. `again`: the claim or the identity changed meanwhile (a racing
+ * re-creation): read and classify it again.
  */
 async function recreate(
   parts: EnsureParts,
   held: HeldKey,
-  epoch: string,
+  at: { readonly epoch: string; readonly since: number },
   signal: AbortSignal,
 ): Promise<"created" | "conflict" | "again"> {
-  const { ctx, informer } = parts;
-  const name = claimName(ctx.resourceName, held.key);
-  const claimObj = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
-  const claim = claimObj === undefined ? undefined : readClaim(claimObj);
-  if (claimObj !== undefined && !claimAllows(claim, held.key, held.id)) {
-    log.warning("cannot re-create {key} → {id}: its claim names another ID", { ...held });
-    return "conflict";
-  }
-  if (claimObj === undefined) {
-    try {
-      await ctx.client.create(LEASES, claimObject(name, held.key, held.id, ctx.node), {
-        namespace: ctx.namespace,
-        signal,
-      });
-    } catch (err) {
-      if (!isStatus(err, 409)) throw err;
-      return "again";
-    }
-  }
+  const { ctx, informer, lease } = parts;
+  const claimRv = await writeClaim(ctx, held, signal);
+  if (claimRv === "conflict" || claimRv === undefined) return claimRv ?? "again";
   const obj = identityObject(ctx.identityKind, held.id, held.key, {
-    [refAnnotation(ctx.node)]: epoch,
+    [refAnnotation(ctx.node)]: at.epoch,
   });
   let created: KubeObject;
   try {
@@ -189,6 +219,54 @@ async function recreate(
     if (!isStatus(err, 409)) throw err;
     return "again";
   }
+  if (
+    performance.now() - at.since > confirmAfterMs(lease.ttlMs) &&
+    !await confirmClaim(ctx.client, ctx, held.key, held.id, claimRv, signal)
+  ) {
+    await retract(ctx.client, ctx, created, held.key, signal);
+    log.warning("cannot re-create {key} → {id}: its claim changed meanwhile", { ...held });
+    return "conflict";
+  }
   informer.observe(created);
   return "created";
+}
+
+/**
+ * This node's write of the key's claim naming `held.id` before re-creating it: a touch of one
+ * that names it, a create when there is none, a guarded rewrite of one that names nothing
+ * readable. Returns the claim's new version, `conflict` when it names another ID, `undefined`
+ * when it changed under the write.
+ */
+async function writeClaim(
+  ctx: K8sContext,
+  held: HeldKey,
+  signal: AbortSignal,
+): Promise<string | "conflict" | undefined> {
+  const name = claimName(ctx.resourceName, held.key);
+  const namespace = ctx.namespace;
+  const found = await ctx.client.get(LEASES, name, { namespace, signal });
+  const claim = found === undefined ? undefined : readClaim(found);
+  if (found !== undefined && !claimAllows(claim, held.key, held.id)) {
+    log.warning("cannot re-create {key} → {id}: its claim names another ID", { ...held });
+    return "conflict";
+  }
+  if (claim !== undefined) return await touchClaim(ctx.client, ctx, name, claim.rv, signal);
+  const fresh = claimObject(name, held.key, held.id, ctx.node, ctx.settings.now());
+  try {
+    const written = found === undefined
+      ? await ctx.client.create(LEASES, fresh, { namespace, signal })
+      : await ctx.client.patch(LEASES, name, guardedMergePatch(fresh, rvOf(found)), {
+        type: "merge",
+        namespace,
+        signal,
+      });
+    return rvOf(written);
+  } catch (err) {
+    if (isStatus(err, 409) || isStatus(err, 404)) return undefined;
+    throw err;
+  }
+}
+
+function rvOf(obj: KubeObject): string {
+  return String(obj.metadata.resourceVersion ?? "");
 }

@@ -14,13 +14,18 @@
  *   the identity. The candidate's `markedAt` is the mark's time, whoever wrote it (a previous
  *   process, Cilium's operator), so the grace counts from it.
  * - **Delete** ({@linkcode gcDelete}): `DELETE` with `preconditions.resourceVersion`; then the
- *   key's claim, if it still names the ID (guarded by its own version).
+ *   key's claim, if it still names the ID and is quiet (guarded by its own version; a claim a
+ *   node wrote recently may be that node re-creating the identity, see `claim.ts`: a later
+ *   pass's sweep removes it once quiet).
+ * - **Sweep** (a writable session's listing, `sweep.ts`): dead references of identities in use,
+ *   and quiet stale claims.
  *
  * @module
  */
 import type { GcCandidate, GcListOptions } from "../../allocator/backend.ts";
 import type { GcSkip } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
+import { claimNames, claimQuiet } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { ResourceNotInstalledError } from "./errors.ts";
 import { countedClient, isStatus, type KubeObject, type Tally } from "./kube.ts";
@@ -37,6 +42,13 @@ import { readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
+import {
+  deadReferences,
+  listClaims,
+  removableClaims,
+  sweepClaims,
+  sweepReferences,
+} from "./sweep.ts";
 
 const log = idallocLogger("k8s");
 
@@ -102,33 +114,55 @@ async function listEndpoints(
   }
 }
 
-/** Every identity with `min <= id <= max`, with its version, liveness and mark (module doc). */
+/** What one GC listing read, in this order (module doc). */
+interface GcSnapshot {
+  /** The time (own clock) before the identities were listed. */
+  readonly listedAt: number;
+  readonly items: readonly KubeObject[];
+  readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
+  readonly endpoints: ReadonlySet<number>;
+}
+
+async function readGcSnapshot(
+  ctx: K8sContext,
+  signal: AbortSignal,
+  tally?: Tally,
+): Promise<GcSnapshot> {
+  const listedAt = ctx.settings.now();
+  const { items } = await listAll(countedClient(ctx.client, tally), ctx.identities, { signal });
+  const leases = await readNodeLeases(ctx, signal, tally);
+  const endpoints = endpointIds(await listEndpoints(ctx, signal, tally));
+  return { listedAt, items, leases, endpoints };
+}
+
+/**
+ * Every identity with `min <= id <= max`, with its version, liveness and mark (module doc). With
+ * `sweep` (a writable session), once the listing is complete, also removes the dead references
+ * of identities in use and quiet stale claims (`sweep.ts`).
+ */
 export async function* gcList(
   ctx: K8sContext,
   range: { min: number; max: number },
   signal: AbortSignal,
-  options: GcListOptions = {},
+  options: GcListOptions & { readonly sweep?: boolean } = {},
   tally?: Tally,
 ): AsyncGenerator<GcCandidate> {
-  const client = countedClient(ctx.client, tally);
-  const { items } = await listAll(client, ctx.identities, { signal });
-  const leases = await readNodeLeases(ctx, signal, tally);
-  const endpoints = endpointIds(await listEndpoints(ctx, signal, tally));
+  const snap = await readGcSnapshot(ctx, signal, tally);
   const { now, maxClockSkewMs } = ctx.settings;
-  for (const obj of items) {
+  const holders = new Map<number, string | null>();
+  const dead = new Map<number, Map<string, string>>();
+  for (const obj of snap.items) {
     const read = readIdentity(obj);
     if (!read.ok) {
-      const { damage } = read;
-      if (damage.id !== undefined && (damage.id < range.min || damage.id > range.max)) continue;
-      skip(options, {
-        kind: damage.kind,
-        entry: identityEntry(ctx, damage.name),
-        reason: damage.reason,
-      });
+      if (read.damage.id !== undefined) holders.set(read.damage.id, null);
+      if (!inRange(read.damage.id, range)) continue;
+      const { kind, name, reason } = read.damage;
+      skip(options, { kind, entry: identityEntry(ctx, name), reason });
       continue;
     }
     const { record, badRefs } = read;
-    if (record.id < range.min || record.id > range.max) continue;
+    holders.set(record.id, record.key);
+    if (!inRange(record.id, range)) continue;
     for (const bad of badRefs) {
       // Not a reference: it neither keeps the identity nor frees it.
       skip(options, {
@@ -137,7 +171,42 @@ export async function* gcList(
         reason: bad.reason,
       });
     }
-    yield candidateOf(record, inUse(record, leases, endpoints, now(), maxClockSkewMs));
+    const at = now();
+    const used = inUse(record, snap.leases, snap.endpoints, at, maxClockSkewMs);
+    const gone = deadReferences(record, snap.leases, at, maxClockSkewMs);
+    if (used && gone.size > 0) dead.set(record.id, gone);
+    yield candidateOf(record, used);
+  }
+  // Only after a complete listing (a consumer that stops early ends the generator before).
+  if (options.sweep) await sweep(ctx, { snap, holders, dead, range }, signal, tally);
+}
+
+/** An ID within `range`; an identity not named by an ID is reported whatever the range. */
+function inRange(id: number | undefined, range: { min: number; max: number }): boolean {
+  return id === undefined || (id >= range.min && id <= range.max);
+}
+
+/** The sweep after a listing (`sweep.ts`); failures are logged, the next pass tries again. */
+async function sweep(
+  ctx: K8sContext,
+  pass: {
+    readonly snap: GcSnapshot;
+    readonly holders: ReadonlyMap<number, string | null>;
+    readonly dead: ReadonlyMap<number, ReadonlyMap<string, string>>;
+    readonly range: { min: number; max: number };
+  },
+  signal: AbortSignal,
+  tally?: Tally,
+): Promise<void> {
+  const client = countedClient(ctx.client, tally);
+  try {
+    await sweepReferences(client, ctx, pass.dead, signal);
+    const claims = await listClaims(client, ctx, signal);
+    const stale = removableClaims(claims, pass.holders, pass.range, pass.snap.listedAt, ctx);
+    await sweepClaims(client, ctx, stale, signal);
+  } catch (err) {
+    if (signal.aborted) throw err;
+    log.warning("GC's sweep of dead references and stale claims failed: {err}", { err });
   }
 }
 
@@ -174,16 +243,20 @@ export async function gcMark(
 }
 
 /**
- * Deletes `candidate`'s identity only if it is still at `candidate.version` (any acquire, mark
- * removal or reference change since refuses it), then its key's claim if that still names the ID.
+ * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`
+ * (any acquire, mark removal or reference change since refuses it), then its key's claim if that
+ * still names the ID. A candidate listed in use is never deleted: the version precondition only
+ * proves nothing changed since the listing, and what the listing saw was a live reference (an
+ * epoch never comes back to life, so a reference listed dead stays dead at the same version).
  */
 export async function gcDelete(
   ctx: K8sContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
-  // Listed in use: the version covers changes since the listing, not the listed references.
   if (candidate.inUse) return false;
+  // Claims are judged quiet at a time before the delete: a re-creation of the identity comes after.
+  const judgedAt = ctx.settings.now();
   let deleted: boolean;
   try {
     deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {
@@ -196,7 +269,7 @@ export async function gcDelete(
   }
   if (!deleted) return false;
   try {
-    await dropClaim(ctx, candidate.key, candidate.id, signal);
+    await dropClaim(ctx, candidate.key, candidate.id, judgedAt, signal);
   } catch (err) {
     // A claim left behind is stale and handled as such by the next acquire of the key.
     log.warning("could not remove the claim of {key} after collecting {id}: {err}", {
@@ -208,21 +281,25 @@ export async function gcDelete(
   return true;
 }
 
-/** Deletes `key`'s claim if it names `id`, guarded by its version. Returns whether it deleted. */
+/**
+ * Deletes `key`'s claim if it names `id` and was quiet at `judgedAt` (`claim.ts`), guarded by its
+ * version. Returns whether it deleted.
+ */
 export async function dropClaim(
   ctx: K8sContext,
   key: string,
   id: number,
+  judgedAt: number,
   signal: AbortSignal,
 ): Promise<boolean> {
   const name = claimName(ctx.resourceName, key);
   const obj = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
   const claim = obj === undefined ? undefined : readClaim(obj);
-  if (claim === undefined || claim.key !== key || claim.id !== id) return false;
+  if (!claimNames(claim, key, id) || !claimQuiet(claim!, judgedAt, ctx.settings)) return false;
   try {
     return await ctx.client.delete(LEASES, name, {
       namespace: ctx.namespace,
-      resourceVersion: claim.rv,
+      resourceVersion: claim!.rv,
       signal,
     });
   } catch (err) {

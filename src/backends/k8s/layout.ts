@@ -15,7 +15,9 @@
  * Lease idalloc-node-<node>          in the backend's namespace: the node's liveness
  *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
  * Lease idalloc-key-<hash>           in the backend's namespace: the key claim
- *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it
+ *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it;
+ *   spec.renewTime = its last write (writer's clock), annotation idalloc.io/touch = a nonce that
+ *   a re-creation from the claim changes (`claim.ts`)
  * ```
  *
  * @example A label set is stored as its map; any other key under the reserved label
@@ -46,6 +48,8 @@ export const REF_PREFIX = "ref.idalloc.io/";
 export const EPOCH_ANNOTATION = "idalloc.io/epoch";
 /** The key a claim Lease is for. */
 export const KEY_ANNOTATION = "idalloc.io/key";
+/** A nonce a node writes into a claim to change its resource version (`claim.ts`). */
+export const TOUCH_ANNOTATION = "idalloc.io/touch";
 /** The ID a claim Lease names. */
 export const ID_LABEL = "idalloc.io/id";
 /** What an idalloc Lease is: `node` or `claim`. */
@@ -295,6 +299,10 @@ export interface IdentityDamage {
   readonly reason: string;
   /** Its resource version. */
   readonly rv: string;
+  /** Whether it carries idalloc references (annotations `ref.idalloc.io/…`): idalloc made it. */
+  readonly referenced: boolean;
+  /** Whether the object has any annotation (see {@linkcode IdentityRecord.annotated}). */
+  readonly annotated: boolean;
 }
 
 /** One reference annotation that is not a reference (bad node part or empty epoch). */
@@ -315,19 +323,23 @@ export function readIdentity(obj: KubeObject): IdentityRead {
   const meta = obj.metadata ?? {};
   const name = String(meta.name ?? "");
   const rv = String(meta.resourceVersion ?? "");
+  const annotations = meta.annotations ?? {};
+  const marks = {
+    referenced: Object.keys(annotations).some((a) => a.startsWith(REF_PREFIX)),
+    annotated: Object.keys(annotations).length > 0,
+  };
   const id = idOfName(name);
   if (id === undefined) {
     const reason = "the name is not a positive decimal ID";
-    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv } };
+    return { ok: false, damage: { kind: "master-bad-id", name, reason, rv, ...marks } };
   }
   const key = keyOfSecurityLabels(obj["security-labels"]);
   if (key === undefined) {
     const reason = "its security-labels are not a key idalloc can read";
-    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv } };
+    return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv, ...marks } };
   }
   const refs = new Map<string, string>();
   const badRefs: BadReference[] = [];
-  const annotations = meta.annotations ?? {};
   for (const [annotation, value] of Object.entries(annotations)) {
     if (!annotation.startsWith(REF_PREFIX)) continue;
     const node = nodeOfRefAnnotation(annotation);
@@ -344,7 +356,7 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     created: parseTime(meta.creationTimestamp) ?? 0,
     refs,
     ...(typeof mark === "string" ? { mark } : {}),
-    annotated: Object.keys(annotations).length > 0,
+    annotated: marks.annotated,
   };
   return { ok: true, record, badRefs };
 }
@@ -460,6 +472,11 @@ export interface ClaimRecord {
   readonly id: number;
   /** Its resource version. */
   readonly rv: string;
+  /**
+   * When it was last written (`spec.renewTime`, the writer's clock, ms); absent on a claim no
+   * idalloc node wrote (hand-made, or written before claims carried it).
+   */
+  readonly writtenAt?: number;
 }
 
 /** Reads a claim Lease; `undefined` when it names no key or no ID. */
@@ -467,20 +484,26 @@ export function readClaim(obj: KubeObject): ClaimRecord | undefined {
   const key = obj.metadata.annotations?.[KEY_ANNOTATION];
   const id = idOfName(obj.metadata.labels?.[ID_LABEL]);
   if (typeof key !== "string" || key === "" || id === undefined) return undefined;
+  const writtenAt = parseTime((obj.spec as { renewTime?: unknown } | undefined)?.renewTime);
   return {
     name: String(obj.metadata.name ?? ""),
     key,
     id,
     rv: String(obj.metadata.resourceVersion ?? ""),
+    ...(writtenAt === undefined ? {} : { writtenAt }),
   };
 }
 
-/** The claim Lease `name` of `key` naming `id`, written by `node` (its holder, for people). */
+/**
+ * The claim Lease `name` of `key` naming `id`, written by `node` (its holder, for people) at
+ * `now` (`spec.renewTime`: GC and the doctor leave a recently written claim alone, `claim.ts`).
+ */
 export function claimObject(
   name: string,
   key: string,
   id: number,
   node: string,
+  now: number,
 ): KubeObject {
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -490,6 +513,6 @@ export function claimObject(
       labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "claim", [ID_LABEL]: String(id) },
       annotations: { [KEY_ANNOTATION]: key },
     },
-    spec: { holderIdentity: node },
+    spec: { holderIdentity: node, renewTime: microTime(now) },
   };
 }

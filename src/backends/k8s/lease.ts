@@ -13,7 +13,9 @@
  *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs.
  * - **Lost.** A renewal that finds the Lease under another live epoch (another process took the
  *   name with `restart`) does not take it back: the claim lapses, the allocator fences, and
- *   `lastError` says why; once that Lease lapses the node takes a new epoch.
+ *   `lastError` says why; once that Lease lapses the node takes a new epoch. Meanwhile writes
+ *   fail with a retryable `ConflictError` (its `cause` a `NodeInUseError`): unlike at open, where
+ *   `NodeInUseError` tells the caller to stop, this heals by itself.
  *
  * The decisions are plain functions ({@linkcode planOpen}, {@linkcode classifyRefusal}), tested on
  * plain data; {@linkcode LeaseKeeper} applies them.
@@ -35,6 +37,9 @@ const log = idallocLogger("k8s", "lease");
 
 /** How many read-decide-write rounds opening or replacing a lease tries before giving up. */
 const MAX_LEASE_ROUNDS = 5;
+
+/** How long `close()` tries to delete the Lease of a session that holds nothing, in ms. */
+const RELEASE_ON_CLOSE_MS = 2_000;
 
 /** What opening a writable session does with the node's Lease as read. */
 export type OpenPlan =
@@ -139,6 +144,11 @@ export class LeaseKeeper {
     this.#signal = signal;
   }
 
+  /** The lease's lifetime, in ms. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
   /** The current epoch; references are written with it. */
   get epoch(): string {
     return this.#epoch;
@@ -181,8 +191,9 @@ export class LeaseKeeper {
 
   /**
    * Replaces the lease now if it is too close to its end to be renewed, so that a reference is
-   * never written under an epoch others may judge dead; throws {@linkcode NodeInUseError} while
-   * another process holds the Lease.
+   * never written under an epoch others may judge dead; throws a retryable
+   * {@linkcode ConflictError} (its `cause` a {@linkcode NodeInUseError}) while another process
+   * holds the Lease: the node takes a new epoch once that Lease lapses.
    */
   async ensureFresh(signal: AbortSignal): Promise<void> {
     if (this.#lost) throw this.#lostError();
@@ -200,16 +211,37 @@ export class LeaseKeeper {
     return this.#serial(() => this.#renew());
   }
 
-  /** Stops renewing. The Lease stays and lapses on its own. */
-  async close(): Promise<void> {
+  /**
+   * Stops renewing. The Lease stays and lapses on its own, unless `release`: then it is deleted if
+   * it is still the one this keeper wrote last (guarded by that version; best effort, for
+   * {@linkcode RELEASE_ON_CLOSE_MS}), so that the name is free at once. Only a session that holds
+   * no reference may release: deleting the Lease kills every reference of its epoch.
+   */
+  async close(release = false): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#chain;
+    if (!release || this.#rv === undefined || this.#lost) return;
+    const { client, namespace, node } = this.#ctx;
+    try {
+      await client.delete(LEASES, nodeLeaseName(node), {
+        namespace,
+        resourceVersion: this.#rv,
+        signal: AbortSignal.timeout(RELEASE_ON_CLOSE_MS),
+      });
+    } catch (err) {
+      log.debug("deleting the Lease of {node} on close failed: {err}", { node, err });
+    }
   }
 
-  #lostError(): NodeInUseError {
-    return new NodeInUseError(this.#ctx.node, this.#lost?.expiresAt);
+  #lostError(): ConflictError {
+    const cause = new NodeInUseError(this.#ctx.node, this.#lost?.expiresAt);
+    return new ConflictError(
+      `the Lease of node ${this.#ctx.node} was taken by another process; this node takes a new ` +
+        "epoch once that Lease lapses (retry then)",
+      { cause },
+    );
   }
 
   #stale(): boolean {

@@ -31,7 +31,13 @@
  *
  * @module
  */
-import { HEARTBEAT_ANNOTATION, pointer, refAnnotation, securityLabelsOf } from "./layout.ts";
+import {
+  HEARTBEAT_ANNOTATION,
+  pointer,
+  refAnnotation,
+  sanitizedLabels,
+  securityLabelsOf,
+} from "./layout.ts";
 import type { KubeObject } from "./kube.ts";
 
 /** One JSON-patch operation. */
@@ -75,6 +81,28 @@ export function joinPatch(
 }
 
 /**
+ * Identity damage repaired: its `security-labels` (and Kubernetes labels) set to `key`'s, only if
+ * it is still at `rv`, with `node`'s reference added and the GC mark removed as in
+ * {@linkcode joinPatch}, in one write.
+ */
+export function repairPatch(
+  key: string,
+  rv: string,
+  node: string,
+  epoch: string,
+  annotated: boolean,
+): JsonPatchOp[] {
+  const map = securityLabelsOf(key);
+  return [
+    { op: "test", path: pointer("metadata", "resourceVersion"), value: rv },
+    // `add` of an existing member replaces it.
+    { op: "add", path: pointer("security-labels"), value: map },
+    { op: "add", path: pointer("metadata", "labels"), value: sanitizedLabels(map) },
+    ...joinPatch(key, node, epoch, annotated).slice(1),
+  ];
+}
+
+/**
  * `node`'s reference removed from an identity that carries `key`. It fails (422) when the object
  * carries another key or has no annotations at all: in both cases it holds no reference of
  * `node` to `key`.
@@ -82,6 +110,17 @@ export function joinPatch(
 export function releasePatch(key: string, node: string): JsonPatchOp[] {
   const path = pointer("metadata", "annotations", refAnnotation(node));
   return [testKey(key), { op: "add", path, value: "" }, { op: "remove", path }];
+}
+
+/**
+ * The references `dead` (node → the dead epoch each carries) removed, each only if it still
+ * carries that epoch: a node that wrote its reference again since (a new epoch) fails the patch.
+ */
+export function sweepPatch(dead: ReadonlyMap<string, string>): JsonPatchOp[] {
+  return [...dead].flatMap(([node, epoch]): JsonPatchOp[] => {
+    const path = pointer("metadata", "annotations", refAnnotation(node));
+    return [{ op: "test", path, value: epoch }, { op: "remove", path }];
+  });
 }
 
 /** Cilium's GC mark removed, whatever else the object holds (a merge patch). */

@@ -49,6 +49,8 @@ export class K8sSession implements BackendSession {
   readonly #lease: LeaseKeeper | undefined;
   readonly #marks: MarkKeeper | undefined;
   readonly #onClose: (session: K8sSession) => void;
+  /** Keys this session may hold a reference to (acquired or ensured, and not released since). */
+  readonly #referenced = new Set<string>();
   #watchError: string | undefined;
 
   private constructor(
@@ -126,6 +128,8 @@ export class K8sSession implements BackendSession {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const lease = this.#writable("acquire");
+    // Before the call: a failed acquire may still have written its reference.
+    this.#referenced.add(request.key);
     return await acquire(
       { ctx: this.#ctx, lease, informer: this.#informer },
       { ...request, signal: this.#group.bound(request.signal) },
@@ -155,10 +159,12 @@ export class K8sSession implements BackendSession {
       );
       if (written !== undefined) this.#informer.observe(written);
     }));
+    this.#referenced.delete(key);
   }
 
   async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
     const lease = this.#writable("ensure");
+    for (const { key } of held) this.#referenced.add(key);
     return await ensure(
       { ctx: this.#ctx, lease, informer: this.#informer },
       held,
@@ -215,7 +221,10 @@ export class K8sSession implements BackendSession {
     options?: GcListOptions,
   ): AsyncIterable<GcCandidate> {
     this.#open();
-    return gcList(this.#ctx, range, this.#group.bound(signal), options);
+    return gcList(this.#ctx, range, this.#group.bound(signal), {
+      ...options,
+      sweep: !this.#readOnly,
+    });
   }
 
   /** See {@linkcode BackendSession.gcMark}: Cilium's `io.cilium.heartbeat`, guarded. */
@@ -254,9 +263,17 @@ export class K8sSession implements BackendSession {
     };
   }
 
-  /** Stops the lease's renewals, the informer and the mark keeper, and waits for them. */
+  /**
+   * Stops the lease's renewals, the informer and the mark keeper, and waits for them. A session
+   * that holds no reference any more also deletes its node's Lease, so that its node name is free
+   * at once (as an etcd session revokes its lease); otherwise the Lease lapses with its
+   * references. Idempotent.
+   */
   close(): Promise<void> {
-    return this.#group.close(() => this.#lease?.close(), () => this.#onClose(this));
+    return this.#group.close(
+      () => this.#lease?.close(this.#referenced.size === 0),
+      () => this.#onClose(this),
+    );
   }
 
   [Symbol.asyncDispose](): Promise<void> {

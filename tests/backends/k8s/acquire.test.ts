@@ -1,6 +1,7 @@
 // The acquire protocol's steps on plain data: join Cilium's answer or claim the key; follow a
-// claim (join what it names, create it when missing, confirm a foreign key before moving it, move
-// one outside the range); after reading an identity, join it, create it, or move the claim off it.
+// claim (join what it names, touch it to re-create a missing one, confirm a foreign key before
+// moving it, move one outside the range or naming nothing); after reading an identity, join it,
+// touch the claim to re-create it, or move the claim off it.
 import assert from "node:assert/strict";
 import {
   afterClaimRead,
@@ -29,8 +30,9 @@ Deno.test("first step: join Cilium's answer when the index has one, else claim t
 
 Deno.test("after reading the claim: follow it", () => {
   assert.deepEqual(afterClaimRead("k", undefined, undefined, RANGE), { kind: "claim" });
+  // Its identity is missing: touch the claim (under the version read) before re-creating it.
   assert.deepEqual(afterClaimRead("k", claim(300), undefined, RANGE), {
-    kind: "create",
+    kind: "touch",
     id: 300,
     claimRv: "5",
   });
@@ -54,6 +56,11 @@ Deno.test("after reading the claim: follow it", () => {
   assert.throws(() => afterClaimRead("k", claim(300, "other"), undefined, RANGE), {
     name: "CorruptEntryError",
   });
+  // Naming no key or ID (hand-made): garbage must cost no key, so it is moved like a stale one.
+  assert.deepEqual(afterClaimRead("k", { undecodable: true, rv: "5" }, undefined, RANGE), {
+    kind: "moveClaim",
+    claimRv: "5",
+  });
 });
 
 Deno.test("after reading the identity: join it, create it, or move the claim off it", () => {
@@ -63,7 +70,7 @@ Deno.test("after reading the identity: join it, create it, or move the claim off
       "security-labels": { "idalloc:key": key },
     });
   assert.deepEqual(afterIdentityRead("k", 300, undefined, "5"), {
-    kind: "create",
+    kind: "touch",
     id: 300,
     claimRv: "5",
   });
@@ -91,4 +98,17 @@ Deno.test("after reading the identity: join it, create it, or move the claim off
     from: 300,
     claimRv: "5",
   });
+  // Damaged, but idalloc's (it carries references) and the claim names it: repaired, not replaced.
+  const ours = readIdentity({
+    metadata: { name: "300", resourceVersion: "8", annotations: { "ref.idalloc.io/a": "e1" } },
+    "security-labels": { x: "y" },
+  });
+  assert.deepEqual(afterIdentityRead("k", 300, ours, "5"), {
+    kind: "repair",
+    id: 300,
+    rv: "8",
+    annotated: true,
+    claimRv: "5",
+  });
+  assert.deepEqual(afterIdentityRead("k", 300, ours, undefined), { kind: "claim" });
 });

@@ -56,6 +56,18 @@ Deno.test("conflicts: another key, an older identity of the key, unreadable, gon
   });
 });
 
+Deno.test("damaged labels on an identity carrying idalloc references: repair it", () => {
+  const ours = readIdentity({
+    metadata: { name: "300", resourceVersion: "9", annotations: { "ref.idalloc.io/n1": "e1" } },
+    "security-labels": { "idalloc:key": "k8s:corrupt=1;" },
+  });
+  assert.deepEqual(classifyHeld(HELD, ours, [], "n1", "e1"), {
+    kind: "repair",
+    rv: "9",
+    annotated: true,
+  });
+});
+
 Deno.test("re-creating follows the claim: absent or naming the ID", () => {
   const claim = (id: number, key = "k") => ({ name: "c", key, id, rv: "1" });
   assert.equal(claimAllows(undefined, "k", 300), true);

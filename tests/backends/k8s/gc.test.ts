@@ -6,7 +6,8 @@
 // identities are collected.
 import assert from "node:assert/strict";
 import { candidateOf, endpointIds, inUse } from "../../../src/backends/k8s/gc.ts";
-import { claimName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { claimName, nodeLeaseName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { sweepPatch } from "../../../src/backends/k8s/patch.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
@@ -86,11 +87,38 @@ k8sTest(
     const second = await gc.runGc();
     assert.deepEqual(second.deletedIds, [free.id]);
     assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [held.id, named.id].sort());
-    const claim = await fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, "free;"), {
-      namespace: fx.namespace,
-      signal: deadline(),
-    });
-    assert.equal(claim, undefined, "the key's claim went with its identity");
+  },
+);
+
+k8sTest(
+  "the key's claim goes with its identity once quiet; a claim written recently stays for a later pass's sweep",
+  async () => {
+    await using fx = await fixture();
+    // Claims are quiet 2.5 s after their last write (half the heartbeat timeout, plus the skew).
+    const quick = { heartbeatTimeoutMs: 4_000 };
+    const a = await fx.allocator("a", {}, quick);
+    const gc = await fx.allocator("gc", {}, quick);
+    const claimOf = (key: string) =>
+      fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, key), {
+        namespace: fx.namespace,
+        signal: deadline(),
+      });
+    const young = await a.allocate("young;");
+    await a.release("young;");
+    await gc.runGc();
+    assert.deepEqual((await gc.runGc()).deletedIds, [young.id]);
+    assert.ok(await claimOf("young;"), "a claim written moments ago may be a node re-creating");
+    await eventually(async () => {
+      await gc.runGc();
+      return await claimOf("young;") === undefined;
+    }, "a later pass removes it once quiet");
+
+    const old = await a.allocate("old;");
+    await a.release("old;");
+    await gc.runGc();
+    await new Promise((resolve) => setTimeout(resolve, 2_600)); // until its claim is quiet
+    assert.deepEqual((await gc.runGc()).deletedIds, [old.id]);
+    assert.equal(await claimOf("old;"), undefined, "the key's claim went with its identity");
   },
 );
 
@@ -126,6 +154,63 @@ k8sTest("a guarded delete is refused when the identity changed after it was list
   assert.ok(await fx.identity(300));
   assert.equal(await s.gcMark!(candidates[0], deadline()), undefined, "the mark is refused too");
 });
+
+k8sTest("gcDelete never deletes a candidate listed in use, unchanged as it is", async () => {
+  await using fx = await fixture();
+  const s = await fx.session("a");
+  await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+  const listed = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+  assert.deepEqual([listed.id, listed.inUse], [300, true]);
+  assert.equal(await s.gcDelete(listed, deadline()), false, "a live reference keeps it");
+  assert.ok(await fx.identity(300));
+});
+
+k8sTest(
+  "a writable GC listing sweeps the dead references of identities in use, each only while it still has its dead epoch",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.session("a");
+    const b = await fx.session("b");
+    const shared = await a.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+    await b.acquire({ key: "k;", pickCandidate: () => 301, signal: deadline() }); // joins 300
+    const alone = await b.acquire({ key: "j;", pickCandidate: () => 302, signal: deadline() });
+    const dead = b.lease!.epoch;
+    await b.close();
+    await fx.client.delete(LEASES, nodeLeaseName("b"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    const refs = async (id: number) =>
+      Object.keys((await fx.identity(id))!.metadata.annotations!)
+        .filter((k) => k.startsWith("ref.")).sort();
+
+    const reader = await (await fx.backend("reader")).openSession({
+      leaseTtlMs: 3_000,
+      readOnly: true,
+      onLeaseReplaced: () => {},
+    });
+    for await (const _ of reader.gcList({ min: 1, max: 65535 }, deadline()));
+    assert.deepEqual(await refs(shared.id), ["ref.idalloc.io/a", "ref.idalloc.io/b"], "read-only");
+
+    const gc = await fx.session("gc");
+    const listed = [];
+    for await (const c of gc.gcList({ min: 1, max: 65535 }, deadline())) listed.push(c);
+    assert.deepEqual(listed.map((c) => [c.id, c.inUse]), [[300, true], [302, false]]);
+    assert.deepEqual(await refs(shared.id), ["ref.idalloc.io/a"], "b's dead reference is gone");
+    assert.deepEqual(await refs(alone.id), ["ref.idalloc.io/b"], "it goes with its identity");
+
+    // The sweep's patch removes a reference only while it holds the dead epoch.
+    await fx.patchIdentity(alone.id, { metadata: { annotations: { "ref.idalloc.io/b": "new" } } });
+    await assert.rejects(
+      fx.client.patch(fx.identities, String(alone.id), sweepPatch(new Map([["b", dead]])), {
+        type: "json",
+        signal: deadline(),
+      }),
+      { name: "KubeApiError", code: 422 },
+    );
+    assert.deepEqual(await refs(alone.id), ["ref.idalloc.io/b"]);
+  },
+);
 
 k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
   await using fx = await fixture();

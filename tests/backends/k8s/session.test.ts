@@ -229,10 +229,32 @@ k8sTest(
     assert.notEqual(second.lease!.epoch, first.lease!.epoch);
     await first.renew(deadline());
     assert.match(first.status().lastError ?? "", /lease lost/);
+    // Mid-session the loss heals by itself (a new epoch once the other Lease lapses): retryable.
     await assert.rejects(
       () => first.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() }),
-      { name: "NodeInUseError" },
+      (err: Error & { retryable?: boolean }) =>
+        err.name === "ConflictError" && err.retryable === true &&
+        (err.cause as Error).name === "NodeInUseError",
     );
+  },
+);
+
+k8sTest(
+  "a session that holds nothing frees its node name when it closes; one holding a reference leaves its Lease to lapse",
+  async () => {
+    await using fx = await fixture();
+    const leaseOf = (node: string) =>
+      fx.client.get(LEASES, nodeLeaseName(node), { namespace: fx.namespace, signal: deadline() });
+    const a = await fx.session("a");
+    const { id } = await a.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() });
+    await a.release("x", id, deadline());
+    await a.close();
+    assert.equal(await leaseOf("a"), undefined, "deleted with the session");
+    const again = await fx.session("a");
+    await again.acquire({ key: "x", pickCandidate: picker(300), signal: deadline() });
+    await again.close();
+    assert.ok(await leaseOf("a"), "its reference lives until the Lease lapses");
+    await assert.rejects(() => fx.session("a"), { name: "NodeInUseError" });
   },
 );
 
