@@ -13,7 +13,8 @@
  *   past it (damage);
  * - `bad-claim`: the claim Lease of a run key that has no identity and no claim, naming no key and
  *   no ID;
- * - `stale-claim`: the same, naming an ID that is another key's, free, or outside every range;
+ * - `stale-claim`: the same, naming an ID that is another key's, free, or outside every range,
+ *   written an hour ago (left behind);
  * - `bad-lease`: a node Lease with no epoch and no renewal time;
  * - `forged-lease`: a live node's Lease copied under another name for an hour: it must not keep
  *   the node's references live once the node is gone;
@@ -85,6 +86,9 @@ interface Planting {
   readonly entries: string[];
   readonly masterIds: number[];
 }
+
+/** How long ago a planted stale claim was written: long enough to be quiet for GC and the doctor. */
+const LEFT_BEHIND_MS = 3_600_000;
 
 /** Attempts at a free name or a fitting target before giving up ("nothing free to plant on"). */
 const ATTEMPTS = 20;
@@ -237,7 +241,7 @@ async function plantClaim(p: Planting, kind: "bad-claim" | "stale-claim"): Promi
     if (used.has(key)) continue;
     const name = claimName(resource, key);
     const obj: KubeObject = kind === "stale-claim"
-      ? claimObject(name, key, p.targets.id(), p.tag)
+      ? claimObject(name, key, p.targets.id(), p.tag, Date.now() - LEFT_BEHIND_MS)
       : {
         apiVersion: "coordination.k8s.io/v1",
         kind: "Lease",
