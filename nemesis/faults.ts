@@ -241,7 +241,7 @@ async function inject(
     }
     case "lease-revoke": {
       const t = ctx.target(slot);
-      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node));
+      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node, ctx.random));
     }
     case "garbage": {
       const planted = await ctx.store.plant(garbage!, ctx.garbageTargets);

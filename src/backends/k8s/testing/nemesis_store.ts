@@ -3,10 +3,10 @@
  * with the node Leases and key claims in one namespace, read through the backend's layout
  * (`./nemesis_read.ts`), damaged by `./nemesis_garbage.ts`, faulted by `./nemesis_faults.ts`.
  *
- * A lease is revoked by an outsider in two ways, taken in turn: the node's Lease deleted (its
- * next renewal finds it gone and takes a new epoch), or its epoch changed (its renewal finds the
- * Lease under another live epoch, stays fenced until that lapses, then takes a new one). Either
- * way every reference of the old epoch is dead for everyone at once.
+ * A lease is revoked by an outsider in two ways, drawn with the run's seed: the node's Lease
+ * deleted (its next renewal finds it gone and takes a new epoch), or its epoch changed (its
+ * renewal finds the Lease under another live epoch, stays fenced until that lapses, then takes a
+ * new one). Either way every reference of the old epoch is dead for everyone at once.
  *
  * @module
  */
@@ -127,11 +127,12 @@ export class K8sNemesisStore implements NemesisRunStore {
     );
   }
 
-  async revokeLease(node: string): Promise<string> {
+  async revokeLease(node: string, random: () => number): Promise<string> {
     const name = nodeLeaseName(node);
     const namespace = this.spec.namespace;
+    revocations++;
     try {
-      if (revocations++ % 2 === 0) {
+      if (random() < 0.5) {
         const deleted = await this.#client.delete(LEASES, name, { namespace, ...bounded() });
         return deleted ? `deleted ${node}'s Lease ${name}` : `${node} had no Lease`;
       }
