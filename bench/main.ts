@@ -10,6 +10,8 @@
  * - `inprocess` (`allocator_kv.ts`): warm in-process rates on Deno KV, cached re-allocations.
  * - `identity` (`identity.ts`): the identity layer.
  * - `telemetry` (`telemetry.ts`): what OpenTelemetry costs, with no provider and with an SDK.
+ * - `k8s-cilium` (`k8s_cilium.ts`): the Kubernetes backend beside Cilium v1.16's CRD-mode node on
+ *   one private API server (skipped with a note where kube-apiserver or Cilium's node is not built).
  * - `scale` (`scale.ts`, only when named): a node starting into a full identity space.
  * - `runtimes` (`runtimes.ts`, only when named): the Node.js example on Deno, Node.js and Bun.
  *
@@ -18,6 +20,7 @@
 import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
+import { benchK8sCilium } from "./k8s_cilium.ts";
 import { benchRuntimes } from "./runtimes.ts";
 import { benchScale } from "./scale.ts";
 import { benchTelemetry } from "./telemetry.ts";
@@ -42,12 +45,15 @@ ${
   ${"inprocess".padEnd(column)} warm in-process rates on Deno KV, cached re-allocations
   ${"identity".padEnd(column)} the identity layer
   ${"telemetry".padEnd(column)} what OpenTelemetry costs, with no provider and with an SDK
+  ${"k8s-cilium".padEnd(column)} the Kubernetes backend beside Cilium v1.16's CRD-mode node, one API
+  ${"".padEnd(column)} server: new identities, joins, a fresh node's sync at 10,000 (where built)
   ${"scale".padEnd(column)} a node starting into 10,000 and 60,000 identities, per backend, beside
   ${"".padEnd(column)} Cilium's node where ../shared/cilium-node is built (not run by default)
   ${"runtimes".padEnd(column)} examples/node on Deno, Node.js and Bun side by side (IDALLOC_NODE,
   ${"".padEnd(column)} IDALLOC_BUN or PATH; not run by default)
 
-A backend that cannot run here (etcd without etcd on PATH) is skipped with a note.
+A backend that cannot run here (etcd without etcd on PATH, k8s-cilium without kube-apiserver or
+Cilium's node) is skipped with a note.
 
 Options:
   --runs N   cold runs per cell of the backend groups (default 3)
@@ -75,6 +81,7 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   inprocess: () => benchAllocatorKv(),
   identity: () => benchIdentity(),
   telemetry: () => benchTelemetry(),
+  "k8s-cilium": () => benchK8sCilium(runs),
   scale: () => benchScale(),
   runtimes: () => benchRuntimes(runs),
 };

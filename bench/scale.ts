@@ -47,7 +47,7 @@ function ciliumBinary(): string | undefined {
   return "why" in build ? undefined : build.nodes[0].bin;
 }
 
-interface Measured {
+export interface Measured {
   readonly lines: Record<string, number>[];
   /** Peak RSS of the whole process, MiB (`/usr/bin/time -v`). */
   readonly rssMiB: number;
@@ -56,7 +56,7 @@ interface Measured {
 }
 
 /** Runs `cmd` under `/usr/bin/time -v`: its JSON lines, peak RSS and wall time. */
-async function measure(cmd: string, args: string[]): Promise<Measured> {
+export async function measure(cmd: string, args: string[]): Promise<Measured> {
   const t = performance.now();
   const out = await new Deno.Command("/usr/bin/time", {
     args: ["-v", cmd, ...args],

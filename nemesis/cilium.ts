@@ -307,6 +307,11 @@ export class CiliumNodes implements AsyncDisposable {
     return this.#slots.length;
   }
 
+  /** Every node name so far (the last segment of their references in the store). */
+  get nodes(): ReadonlySet<string> {
+    return new Set(this.#incarnations.map((i) => i.node));
+  }
+
   /** Every incarnation so far (Cilium emits no `reassigned` events: their held IDs may change). */
   get incs(): ReadonlySet<string> {
     return new Set(this.#incarnations.map((i) => i.inc));

@@ -51,6 +51,10 @@ export interface FaultRecord {
   readonly error?: string;
   /** Masters planted as garbage that parse as valid ones. */
   readonly plantedMasters?: readonly number[];
+  /** The node incarnation a node fault hit (a kill: the one killed). */
+  readonly inc?: string;
+  /** The incarnation a killed node was restarted as. */
+  readonly restartedAs?: string;
 }
 
 /** A worker slot as the nemesis needs it. */
@@ -223,6 +227,7 @@ async function inject(
       return done(
         rename ? "kill (new name)" : "kill (same name)",
         `SIGKILL ${before.node} (${before.inc}), restarted after ${down} ms as ${after.node} (${after.inc})`,
+        { inc: before.inc, restartedAs: after.inc },
       );
     }
     case "stall": {
@@ -237,11 +242,14 @@ async function inject(
       return done(
         FAULT_LABELS[kind],
         `SIGSTOP ${t.node} (${t.inc}) for ${to - from} ms, then SIGCONT`,
+        { inc: t.inc },
       );
     }
     case "lease-revoke": {
       const t = ctx.target(slot);
-      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node, ctx.random));
+      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node, ctx.random), {
+        inc: t.inc,
+      });
     }
     case "garbage": {
       const planted = await ctx.store.plant(garbage!, ctx.garbageTargets);

@@ -146,6 +146,8 @@ export const recordSchema = z.discriminatedUnion("t", [
     ...who,
     at: z.number(),
     holds: z.record(z.string(), z.number()),
+    /** Held keys still fenced (not re-checked yet), which answer no ID. */
+    fenced: z.array(z.string()).optional(),
     /** Held keys the allocator itself counts (`status().heldKeys`), to cross-check the model. */
     heldKeys: z.number(),
     status: z.unknown(),

@@ -9,6 +9,7 @@ import type { Sink } from "../src/cli/io.ts";
 import type { BackendReport } from "./run.ts";
 import { clock } from "./checks/violation.ts";
 import type { BackendRun } from "./config.ts";
+import { ATTRIBUTION_CLASSES, type AttributionSummary } from "./checks/attribution.ts";
 
 /** Violations printed per run; the rest are in the run's `report.json`. */
 const SHOWN = 12;
@@ -73,6 +74,7 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
   );
   sink.line();
 
+  if (r.attribution) writeAttribution(sink, r.attribution);
   if (r.recoveries.length > 0) {
     writeTable(
       sink,
@@ -97,4 +99,37 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
 /** Whether a run had no violation. */
 export function clean(r: BackendReport): boolean {
   return [...r.checks.values()].every((c) => c.failed === 0);
+}
+
+/** Evidence lines printed per class; every one is in `report.json`. */
+const SHOWN_PER_CLASS = 8;
+
+/**
+ * Beside Cilium nodes: the violations (history, store, probe) by whose they are, with their
+ * evidence, and how often idalloc refused a split key.
+ */
+export function writeAttribution(sink: Sink, a: AttributionSummary): void {
+  writeTable(
+    sink,
+    ["violations by side (beside Cilium)", "count"],
+    ATTRIBUTION_CLASSES.map((c) => [c, String(a.counts[c])]),
+  );
+  const s = a.splitRefusals;
+  sink.line(
+    s.calls === 0
+      ? "SplitKeyError refusals: none"
+      : `SplitKeyError refusals: ${s.calls} calls on ${s.keys} key(s), the longest from first to ` +
+        `last refusal ${s.longestMs} ms`,
+  );
+  if (a.storeChanges === 0) {
+    sink.line("store record: none (the evidence from the store is missing)");
+  }
+  for (const c of ATTRIBUTION_CLASSES) {
+    const list = a.attributions.filter((x) => x.class === c);
+    for (const x of list.slice(0, SHOWN_PER_CLASS)) sink.line(`  ${x.line}`);
+    if (list.length > SHOWN_PER_CLASS) {
+      sink.line(`  … ${list.length - SHOWN_PER_CLASS} more ${c} (report.json)`);
+    }
+  }
+  sink.line();
 }

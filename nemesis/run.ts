@@ -16,6 +16,8 @@ import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
 import { CiliumNodes } from "./cilium.ts";
+import { attributeRun } from "./cilium_attribution.ts";
+import { type AttributionSummary, IDALLOC_CLASSES } from "./checks/attribution.ts";
 import {
   IDENTITY_RANGE,
   identityKeys,
@@ -41,6 +43,9 @@ import {
   type WorkerConfig,
 } from "./records.ts";
 import type { Workload } from "./workload.ts";
+
+/** The store's record of its changes, in the run's directory (beside Cilium nodes). */
+const STORE_LOG = "store.jsonl";
 
 /** Check name of the drain. */
 export const DRAIN_CHECK = "GC collects every released key (drain)";
@@ -87,6 +92,8 @@ export interface BackendReport {
   readonly checks: ReadonlyMap<string, { failed: number; note: string }>;
   readonly violations: readonly Violation[];
   readonly recoveries: readonly Recovery[];
+  /** Beside Cilium nodes: every violation of the history, the store and the probe attributed. */
+  readonly attribution?: AttributionSummary;
   /** Problems of the harness itself (unparseable log lines, a worker that did not answer). */
   readonly harness: readonly string[];
   readonly dir: string;
@@ -128,6 +135,35 @@ interface RunState {
   readonly probeLog: LineLog;
   gc?: Child;
   cilium?: CiliumNodes;
+  /** The store's record of its changes (beside Cilium nodes: the attribution's evidence). */
+  storeLog?: AsyncDisposable;
+}
+
+/**
+ * Writes the store's record of its changes to `path` as JSON lines, if the store keeps one; the
+ * handle stops the record and closes the file.
+ */
+async function recordStore(
+  store: NemesisRunStore,
+  path: string,
+): Promise<AsyncDisposable | undefined> {
+  if (!store.recordChanges) return undefined;
+  const log = new LineLog(path);
+  try {
+    const recorder = await store.recordChanges((change) => log.writeLine(JSON.stringify(change)));
+    return {
+      async [Symbol.asyncDispose]() {
+        try {
+          await recorder[Symbol.asyncDispose]();
+        } finally {
+          log.close();
+        }
+      },
+    };
+  } catch (err) {
+    log.close();
+    throw err;
+  }
 }
 
 /** Runs the nemesis on `backend` with `options`; logs go under `dir`. */
@@ -162,6 +198,7 @@ export async function runBackend(
     probeLog: new LineLog(`${dir}/probe.jsonl`),
   };
   try {
+    if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
     await startProcesses(run);
     await faultPhase(run);
     await settleAndCompare(run);
@@ -340,12 +377,9 @@ async function settleAndCompare(run: RunState): Promise<void> {
     .filter((h) => liveIncs.has(h.inc))
     .map((h) => ({ node: h.node, inc: h.inc, holds: h.holds }));
   for (const h of holdsRecords) {
-    if (h.heldKeys >= 0 && h.heldKeys !== Object.keys(h.holds).length) {
-      harness.push(
-        `${h.inc}: the model holds ${
-          Object.keys(h.holds).length
-        } keys, the allocator ${h.heldKeys}`,
-      );
+    const modelled = Object.keys(h.holds).length + (h.fenced?.length ?? 0);
+    if (h.heldKeys >= 0 && h.heldKeys !== modelled) {
+      harness.push(`${h.inc}: the model holds ${modelled} keys, the allocator ${h.heldKeys}`);
     }
   }
   // A planted master that parses (an oversized one) is garbage, not data.
@@ -390,7 +424,8 @@ async function probeAndDrain(run: RunState): Promise<void> {
       } s after every node released everything: ${
         drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
       }`,
-      evidence: drain,
+      // When it gave up: the attribution asks which Cilium mutexes were held then.
+      evidence: { ...drain, until: Date.now() },
     });
   }
 }
@@ -409,6 +444,11 @@ async function shutdown(run: RunState): Promise<void> {
     await gc[Symbol.asyncDispose]();
   }
   run.probeLog.close();
+  try {
+    await run.storeLog?.[Symbol.asyncDispose]();
+  } catch (err) {
+    harness.push(`store log: ${err}`);
+  }
   await run.store[Symbol.asyncDispose]();
 }
 
@@ -418,6 +458,9 @@ interface LogChecks {
   readonly history: ReturnType<typeof checkHistory>;
   readonly calls: ReturnType<typeof checkCalls>;
   readonly ciliumOutcomes?: ReadonlyMap<string, OpOutcomes>;
+  readonly attribution?: AttributionSummary;
+  /** Violations beyond the limit, per check, of the attributed history. */
+  readonly attributedDropped?: Record<string, number>;
 }
 
 /** Reads every log back and runs the history and call checks. */
@@ -425,7 +468,10 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   const { dir, harness, cilium, stops } = run;
   const logs: string[] = [];
   for await (const e of Deno.readDir(dir)) {
-    if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl") logs.push(`${dir}/${e.name}`);
+    // The GC loop's passes and the store's record are no calls.
+    if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl" && e.name !== STORE_LOG) {
+      logs.push(`${dir}/${e.name}`);
+    }
   }
   const records = await readRecords(logs, harness);
   for (const r of records) {
@@ -438,20 +484,58 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   const history = checkHistory([...records, ...ciliumCalls?.records ?? []], {
     silentChangeAllowed: new Set([...run.identityIncs, ...cilium?.incs ?? []]),
     stops,
+    // Beside Cilium every violation is attributed before any is left out.
+    limit: cilium ? Infinity : undefined,
   });
   const calls = checkCalls(records, {
     callTimeoutMs: run.workload.timings.callTimeoutMs,
     stops,
     alsoAllowed: run.options.cilium > 0 ? new Set(["SplitKeyError"]) : undefined,
   });
+  // Beside Cilium only idalloc's share of the history's, the store's and the probe's violations
+  // fails the run.
+  const checks = {
+    oneLiveId: STORE_CHECKS.oneLiveId,
+    oneKey: STORE_CHECKS.oneKey,
+    holds: STORE_CHECKS.holds,
+    probe: PROBE_CHECK,
+    drain: DRAIN_CHECK,
+  };
+  const attributable = new Set<string>(Object.values(checks));
+  const earlier = cilium ? run.violations.filter((v) => attributable.has(v.check)) : [];
+  if (cilium) {
+    const rest = run.violations.filter((v) => !attributable.has(v.check));
+    run.violations.splice(0, run.violations.length, ...rest);
+  }
+  const attributed = cilium
+    ? await attributeRun({
+      violations: [...earlier, ...history.overlaps, ...history.splits],
+      checks,
+      storeLogPath: run.storeLog ? `${dir}/${STORE_LOG}` : undefined,
+      ciliumIncs: cilium.incs,
+      ciliumNodes: cilium.nodes,
+      faults: run.faults,
+      stops,
+      records: [...records, ...ciliumCalls?.records ?? []],
+      leaseTtlMs: run.workload.timings.leaseTtlMs,
+      limit: 25,
+    })
+    : undefined;
+  for (const line of attributed?.bad ?? []) harness.push(`${STORE_LOG}: unparseable line ${line}`);
   run.violations.push(
-    ...history.overlaps,
-    ...history.splits,
+    ...attributed?.charged ?? [...history.overlaps, ...history.splits],
     ...history.idChanges,
     ...calls.hangs,
     ...calls.errors,
   );
-  return { records, history, calls, ciliumOutcomes: ciliumCalls?.outcomes };
+  return {
+    records,
+    history,
+    calls,
+    ciliumOutcomes: ciliumCalls?.outcomes,
+    attribution: attributed?.summary,
+    attributedDropped: attributed?.dropped,
+  };
 }
 
 /** The run's report, also written to `report.json` in its directory. */
@@ -460,10 +544,20 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
   const counts = new Map<string, { failed: number; note: string }>();
   for (const name of CHECK_ORDER) counts.set(name, { failed: 0, note: "" });
   for (const v of run.violations) counts.get(v.check)!.failed++;
-  for (const dropped of [history.dropped, calls.dropped]) {
+  for (const dropped of [history.dropped, calls.dropped, logs.attributedDropped ?? {}]) {
     for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
   }
   counts.get(HISTORY_CHECK)!.note = `${history.answers} answers in ${history.runs} runs`;
+  // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
+  const inherited = new Map<string, number>();
+  for (const a of logs.attribution?.attributions ?? []) {
+    if (IDALLOC_CLASSES.has(a.class)) continue;
+    inherited.set(a.violation.check, (inherited.get(a.violation.check) ?? 0) + 1);
+  }
+  for (const [check, n] of inherited) {
+    const c = counts.get(check)!;
+    c.note = [c.note, `${n} of Cilium's not counted`].filter((x) => x !== "").join("; ");
+  }
   const callTotal = [...calls.outcomes.values()].reduce((n, o) => n + o.ok + sum(o.errors), 0);
   counts.get("every call ends within its signal")!.note = `${callTotal} calls`;
 
@@ -483,6 +577,7 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     checks: counts,
     violations: run.violations,
     recoveries: recoveries(run.faults, logs.records),
+    attribution: logs.attribution,
     harness: run.harness,
     dir: run.dir,
   };

@@ -54,6 +54,10 @@ interface KeyClient {
 /** The allocator options both layers take. */
 function allocatorOptions(config: WorkerConfig) {
   return {
+    // A worker killed and started again under its name (`kill (same name)`) is that node
+    // restarting: the killed incarnation's lease is still live until it lapses, and without this
+    // the new one dies with NodeInUseError. The nemesis never runs two workers under one name.
+    restart: true,
     leaseTtlMs: config.timings.leaseTtlMs,
     syncIntervalMs: config.timings.syncIntervalMs,
     backoff: { initialMs: 10, maxMs: 500, factor: 2 },
@@ -325,18 +329,23 @@ async function heartbeat(w: Worker): Promise<void> {
 function logHolds(w: Worker): void {
   const { config, log } = w;
   const holds: Record<string, number> = {};
+  const fenced: string[] = [];
+  const status = w.client.status();
+  // A held key still fenced answers no ID (beside Cilium: its mutex held by a stuck Cilium node).
+  const fencing = (status as { fence?: { active?: boolean } }).fence?.active === true;
   for (const key of w.refs.keys()) {
     const id = w.client.heldId(key);
     if (id !== undefined) holds[key] = id;
+    else if (fencing) fenced.push(key);
     else note(config, log, `holds ${key} but has no ID for it`);
   }
-  const status = w.client.status();
   log.write({
     t: "holds",
     node: config.node,
     inc: config.inc,
     at: Date.now(),
     holds,
+    fenced,
     heldKeys: typeof status.heldKeys === "number" ? status.heldKeys : -1,
     status,
   });

@@ -49,6 +49,8 @@ const RELEASES: readonly [string, string][] = [["node-b", "app=api;"], ["node-b"
 /** How long the operator keeps collecting before it gives up. */
 const GC_DEADLINE_MS = 30_000;
 const GC_EVERY_MS = 500;
+/** The nodes' lease TTL (`LEASE_TTL_MS` in node.ts). */
+const NODE_LEASE_TTL_MS = 2_000;
 /** How long a node may take to release its keys and exit once told to stop, before SIGKILL. */
 export const STOP_GRACE_MS = 10_000;
 
@@ -220,7 +222,13 @@ async function steps(
   const orphans = keys.filter((k) => users(k).every((n) => n === VICTIM));
 
   console.log(`\n4. the operator runs GC passes until ${orphans.join(" ")} are reclaimed`);
-  await using gc = await Allocator.open(operator, { min: 256, max: 65535 }, { signal });
+  // The grace is the nodes' lease TTL (node.ts): GC waits that long after it first finds an ID
+  // unused, so that a holder whose reference vanished has fenced itself first.
+  await using gc = await Allocator.open(operator, {
+    min: 256,
+    max: 65535,
+    gcGraceMs: NODE_LEASE_TTL_MS,
+  }, { signal });
   const started = Date.now();
   const orphanIds = new Set(orphans.map((k) => agreed.get(k)!));
   const deleted = new Set<number>();

@@ -92,7 +92,10 @@ async function cleanUp(operator: EtcdBackend): Promise<void> {
   const signal = AbortSignal.timeout(10_000);
   let left = true;
   try {
-    await using gc = await Allocator.open(operator, { min: 256, max: 65535 }, { signal });
+    // Nothing runs under the prefix any more: no grace, two back-to-back passes collect it all.
+    await using gc = await Allocator.open(operator, { min: 256, max: 65535, gcGraceMs: 0 }, {
+      signal,
+    });
     let deleted = 0;
     for (let pass = 0; pass < 2; pass++) deleted += (await gc.runGc({ signal })).deleted;
     left = await operator.admin().namespaceExists(signal);

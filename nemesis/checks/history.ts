@@ -197,8 +197,13 @@ function reassignedAnswer(r: ReassignedRecord): Answer {
   };
 }
 
+/**
+ * Where an event falls in its key's episode: an answer at its start, a last-use release at its
+ * end — the key is held until the release returns, so an event during it (a `reassigned` of the
+ * hold it ends) belongs to that hold.
+ */
 function startOf(e: Event): number {
-  return e.kind === "answer" ? e.answer.start : e.start;
+  return e.kind === "answer" ? e.answer.start : e.end;
 }
 
 function runsOfEpisode(

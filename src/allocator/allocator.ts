@@ -214,6 +214,7 @@ export class Allocator<K = string> implements AsyncDisposable {
       await deletions.settle(k);
       const result = await acquirer.acquire(k, signal, undefined, trips);
       local.add(k, result.id);
+      this.#p.recheck.heldAgain(k);
       return { id: result.id, isNew: result.created, firstUse: true };
     }
   }

@@ -73,9 +73,10 @@ export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettin
   const o = parseOptions(optionsSchema, options, "allocator options");
   return {
     ...o,
-    // Periodic passes faster than the lease would collect a revoked holder's ID before it could
-    // notice; explicit `runGc` calls are paced by the caller.
-    gcGraceMs: o.gcGraceMs ?? (o.gcIntervalMs !== undefined ? o.leaseTtlMs : 0),
+    // Passes faster than the lease — periodic, or `runGc()` in a caller's loop — would collect a
+    // revoked or stalled holder's ID before it could notice; with passes a lease TTL apart the
+    // grace costs nothing, since it counts from the pass that first found the ID unused.
+    gcGraceMs: o.gcGraceMs ?? o.leaseTtlMs,
     // zod checked the shapes; the functions themselves are the caller's, passed through untouched.
     codec: (options.codec ?? stringCodec) as KeyCodec<K>,
     validator: options.validator,

@@ -39,6 +39,13 @@ const log = idallocLogger("allocator");
 const SYNC_BATCH = 32;
 /** Cap of the linear retry delay when re-creating a protected master key. */
 const PROTECT_MAX_DELAY_MS = 10_000;
+/**
+ * How long a held key stays fenced after a re-check found a newer master of it that no reference
+ * names yet (Cilium's `UpdateKey` writes a master, then its reference, without a mutex). Past it
+ * the key keeps the ID its references agree on; the periodic sync still moves it once the newer
+ * master is referenced (a split, judged by the store's rule).
+ */
+const NEWER_MASTER_WAIT_MS = 5_000;
 
 /** The session calls the re-check makes. */
 export type RecheckSession = Pick<
@@ -72,6 +79,8 @@ export class Recheck<K> {
   readonly #p: RecheckParts<K>;
   /** IDs whose master is being re-created by master-key protection. */
   readonly #protecting = new Set<number>();
+  /** Held keys waiting for a newer master's reference: since when (see `#awaitsNewerMaster`). */
+  readonly #awaitingNewer = new Map<string, number>();
   /** Fires when the session's claim runs out, unless a renewal pushed it further. */
   #claimTimer: ReturnType<typeof setTimeout> | undefined;
   /** A loop re-checking held keys until the fence is down is running. */
@@ -137,6 +146,11 @@ export class Recheck<K> {
     if (!this.#p.masterKeyProtection || this.#p.readOnly) return false;
     this.#protect(key, id);
     return true;
+  }
+
+  /** `key` is held again: a wait for a newer master of an earlier hold does not carry over. */
+  heldAgain(key: string): void {
+    this.#awaitingNewer.delete(key);
   }
 
   /**
@@ -366,6 +380,12 @@ export class Recheck<K> {
       // No waiting for another writer's lock here: this pass holds other keys' locks too; the key
       // stays fenced and the next pass tries again.
       const { id, version } = await acquirer.acquire(key, signal, 0);
+      if (this.#awaitsNewerMaster(key, id, oldId, version)) {
+        // Still fenced, and still held as `oldId` (so that a move is announced from it): the
+        // fence's passes come back to it (from a periodic pass too).
+        this.#resolveFence();
+        return false;
+      }
       local.rekey(key, id);
       fence.verified(key, Math.max(gen, raisedAt));
       if (id === oldId) return true;
@@ -388,6 +408,41 @@ export class Recheck<K> {
   }
 
   /**
+   * Whether `key`, just re-acquired as `id` (held as `oldId`), should stay fenced a while longer:
+   * the cache knows a master of the key newer than `id`'s, which Cilium's lookup
+   * (`cache.OnUpsert`: the newest master wins) already answers, but no reference names it yet, so
+   * the store's rule still gave `id`. The master of `oldId` itself does not count: this node just
+   * left it. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}.
+   */
+  #awaitsNewerMaster(
+    key: string,
+    id: number,
+    oldId: number,
+    version: string | undefined,
+  ): boolean {
+    const { cache } = this.#p;
+    const mine = version ?? cache.entry(id)?.version;
+    const newer = cache.otherIds(key, id).some((other) => {
+      if (other === oldId) return false;
+      const v = cache.entry(other)?.version;
+      return v !== undefined && (mine === undefined || newerVersion(v, mine));
+    });
+    const since = this.#awaitingNewer.get(key);
+    if (!newer || (since !== undefined && Date.now() - since >= NEWER_MASTER_WAIT_MS)) {
+      this.#awaitingNewer.delete(key);
+      return false;
+    }
+    if (since === undefined) {
+      this.#awaitingNewer.set(key, Date.now());
+      log.warning("held key {key}: a newer master than ID {id} has no reference yet; waiting", {
+        key,
+        id,
+      });
+    }
+    return true;
+  }
+
+  /**
    * After `key` left `oldId`: a master deletion that protection kept from the cache is applied
    * now if the store has no master for `oldId` any more (when another key has it, the watch
    * reports that).
@@ -397,4 +452,12 @@ export class Recheck<K> {
     if (await this.#p.session.getById(oldId, signal) !== undefined) return;
     this.#p.feed.forget(oldId);
   }
+}
+
+/**
+ * Whether master version `a` is newer than `b`: etcd's mod revisions (decimal) and Deno KV's
+ * versionstamps (fixed-width hex) both order by length, then text.
+ */
+function newerVersion(a: string, b: string): boolean {
+  return a.length !== b.length ? a.length > b.length : a > b;
 }

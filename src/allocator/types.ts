@@ -83,7 +83,9 @@ export interface AllocatorOptions<K = string> {
    * (its lease was revoked) keeps answering from memory until its own lease deadline, at most one
    * lease TTL: the grace lets it notice and fence itself before its ID can go to another key. Set
    * it to at least the longest `leaseTtlMs` of any node. With passes at least a lease TTL apart
-   * it costs nothing. @default {leaseTtlMs with `gcIntervalMs`, else 0 (the caller paces `runGc`)}
+   * it costs nothing (the time counts from the pass that first found the ID unused); explicit
+   * `runGc()` calls get it too, so a loop faster than the lease is as safe as `gcIntervalMs`. Set 0
+   * where two back-to-back passes must collect at once (a test, a drain). @default {leaseTtlMs}
    */
   readonly gcGraceMs?: number;
   /** Rate limit for GC deletions. */

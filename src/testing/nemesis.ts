@@ -10,6 +10,7 @@
  * @module
  */
 import type { Backend } from "../allocator/backend.ts";
+import type { StoreChange } from "./store_changes.ts";
 
 /**
  * How a nemesis process reaches a store: the backend's kind, and whatever that backend's harness
@@ -159,6 +160,13 @@ export interface NemesisRunStore extends NemesisStore {
    * when faults overlap.
    */
   injectFault?(kind: string, random: () => number): Promise<StoreFaultOutcome>;
+  /**
+   * Starts passing every change of a master, a reference or a Cilium mutex to `record`, in the
+   * store's order (`store_changes.ts`): the evidence that attributes a violation beside Cilium
+   * nodes. Resolves once nothing written after it can be missed; disposing it stops. Absent where
+   * the store keeps no such order.
+   */
+  recordChanges?(record: (change: StoreChange) => void): Promise<AsyncDisposable>;
 }
 
 /** A backend node's handle in a child process, and what closes it (a KV handle, a client). */

@@ -2,19 +2,19 @@
  * A node in its own process: opens the store from a JSON spec, allocates the given keys (all at
  * once), prints `{"ready":true}` … then one JSON line `{key: id}` and, unless told to hold, exits.
  *
- * deno run -A tests/_support/child_allocate.ts '<spec json>' <node> <max> <keyCount> [hold]
+ * deno run -A tests/_support/child_allocate.ts '<spec json>' <node> <max> <keyCount> <leaseTtlMs> [hold]
  */
 import process from "node:process";
 import { Allocator } from "../../mod.ts";
 import { openBackendFromSpec } from "./open_backend.ts";
 import type { StoreSpec } from "../../src/testing/fixture.ts";
 
-const [specJson, node, max, count, mode] = process.argv.slice(2);
+const [specJson, node, max, count, leaseTtlMs, mode] = process.argv.slice(2);
 const spec = JSON.parse(specJson) as StoreSpec;
 await using opened = await openBackendFromSpec(spec, node, { fast: true });
 await using alloc = await Allocator.open(opened.backend, {
   max: Number(max),
-  leaseTtlMs: 2_000,
+  leaseTtlMs: Number(leaseTtlMs),
   backoff: { initialMs: 5, maxMs: 200, factor: 2 },
   maxAttempts: 64,
 });

@@ -34,6 +34,9 @@ export type AllocateStep =
   | "ref-created"
   | "unlocked";
 
+/** The steps of `UpdateKey` (master-key protection, the local-key sync). */
+export type UpdateKeyStep = "master-written" | "ref-written";
+
 /** The steps of one ID in `RunGC`. */
 export type GcStep = "locked" | "refs-read" | "master-deleted" | "unlocked";
 
@@ -157,6 +160,48 @@ export class CiliumDouble implements AsyncDisposable {
     } finally {
       if (!unlocked) await this.#unlock(mutex);
     }
+  }
+
+  /**
+   * Cilium's `kvstoreBackend.UpdateKey(id, key, reliablyMissing)`, as master-key protection
+   * (`reliablyMissing`) and the local-key sync (`syncLocalKeys`) call it: no mutex, and no look
+   * at the key's other masters. `CreateOnly` of the master, then of the node's reference
+   * (`reliablyMissing`) or `UpdateIfDifferent` of it (re-put when missing, different or on
+   * another lease). Yields after each write; the node holds the key as `id` afterwards.
+   */
+  async *updateKeySteps(
+    key: string,
+    id: number,
+    reliablyMissing = true,
+  ): AsyncGenerator<UpdateKeyStep, void> {
+    const masterKey = b(this.#layout.masterKey(id));
+    await this.#raw.kv.txn({
+      compare: [{ key: masterKey, target: "Create", result: "Equal", create_revision: 0 }],
+      success: [{ request_put: { key: masterKey, value: b(key) } }],
+      failure: [],
+    });
+    yield "master-written";
+    const refKey = b(this.#layout.refKey(key, this.node));
+    const put = { request_put: { key: refKey, value: b(String(id)), lease: this.dataLease } };
+    if (reliablyMissing) {
+      await this.#raw.kv.txn({
+        compare: [{ key: refKey, target: "Create", result: "Equal", create_revision: 0 }],
+        success: [put],
+        failure: [],
+      });
+    } else {
+      const cur = (await this.#raw.kv.range({ key: refKey })).kvs[0];
+      if (!cur || text(cur.value) !== String(id) || String(cur.lease) !== this.dataLease) {
+        await this.#raw.kv.put(put.request_put);
+      }
+    }
+    this.local.set(key, id);
+    yield "ref-written";
+  }
+
+  /** {@linkcode CiliumDouble.updateKeySteps} to its end. */
+  async updateKey(key: string, id: number, reliablyMissing = true): Promise<void> {
+    await finish(this.updateKeySteps(key, id, reliablyMissing));
   }
 
   /** Cilium's `Allocate`: `lockedAllocate` retried on failure, up to `attempts` times. */

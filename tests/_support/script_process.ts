@@ -114,6 +114,11 @@ export class ScriptProcess implements AsyncDisposable {
     }
   }
 
+  /** Writes `line` and a newline to the child's stdin (it was started with `stdin: true`). */
+  writeLine(line: string): void {
+    this.#child.stdin?.write(`${line}\n`);
+  }
+
   /** Closes the child's stdin (it was started with `stdin: true`). */
   closeStdin(): void {
     this.#child.stdin?.end();

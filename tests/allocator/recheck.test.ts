@@ -113,6 +113,32 @@ Deno.test("Recheck: a conflict moves the key to the store's ID and announces it"
   await watching;
 });
 
+Deno.test("Recheck: a key moved to an older master it had not seen is announced from the ID it held", async () => {
+  const session = new SessionDouble();
+  await using p = parts(session);
+  // The node created master 10 for k; (the newest); its watch shows master 20 of k; only later,
+  // older (Cilium's UpdateKey wrote it just before, its reference just after).
+  session.acquireSteps.push({ id: 10, created: true, version: "50" });
+  assert.equal(await p.hold("k;"), 10);
+  const events: AllocatorEvent<string>[] = [];
+  const stop = new AbortController();
+  const watching = (async () => {
+    for await (const e of p.feed.subscribe(stop.signal)) {
+      if (e.type === "reassigned") events.push(e);
+    }
+  })();
+  // The store's rule (the references now agree on 20) gives k; the older master: the master this
+  // node just left is no newer master to wait for, and the move is announced from 10.
+  session.masters.set(20, "k;");
+  session.push({ type: "upsert", id: 20, key: "k;", version: "40" });
+  await eventually(() => events.length > 0, "the move is announced");
+  assert.deepEqual(events, [{ type: "reassigned", key: "k;", oldId: 10, newId: 20 }]);
+  await eventually(() => !p.fence.active, "the fence comes down");
+  assert.equal(p.local.get("k;")?.id, 20);
+  stop.abort();
+  await watching;
+});
+
 Deno.test("Recheck: the sync retries failed reference deletions, not those of keys held again", async () => {
   const session = new SessionDouble();
   await using p = parts(session);

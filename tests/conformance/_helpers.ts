@@ -4,11 +4,16 @@ import type { StoreFixture } from "../../src/testing/fixture.ts";
 
 export { eventually } from "../_support/eventually.ts";
 
-/** Short timings so lease expiry and periodic work happen within a test. */
+/**
+ * Short timings so lease expiry and periodic work happen within a test; no GC grace, so that two
+ * `runGc()` passes back to back collect what is unused (the key-side tests set it where it
+ * matters).
+ */
 export const FAST: Partial<AllocatorOptions> = {
   leaseTtlMs: 2_000,
   syncIntervalMs: 60_000,
   backoff: { initialMs: 5, maxMs: 100, factor: 2 },
+  gcGraceMs: 0,
 };
 
 /** Opens an allocator for `node` on the fixture's store. */

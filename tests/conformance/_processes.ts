@@ -8,12 +8,27 @@ const ROOT = new URL("../../", import.meta.url).pathname;
 export class ChildNode implements AsyncDisposable {
   readonly #process: ScriptProcess;
 
-  constructor(spec: StoreSpec, node: string, max: number, count: number, hold = false) {
-    this.#process = new ScriptProcess(
-      CHILD,
-      [JSON.stringify(spec), node, String(max), String(count)].concat(hold ? ["hold"] : []),
-      { cwd: ROOT },
-    );
+  /**
+   * @param leaseTtlMs the child's lease: short where a test waits for it to lapse, long where a
+   *   lapse on a starved machine would void the answers a test compares
+   */
+  constructor(
+    spec: StoreSpec,
+    node: string,
+    max: number,
+    count: number,
+    options: { readonly hold?: boolean; readonly leaseTtlMs: number },
+  ) {
+    const args = [
+      JSON.stringify(spec),
+      node,
+      String(max),
+      String(count),
+      String(options.leaseTtlMs),
+    ];
+    this.#process = new ScriptProcess(CHILD, args.concat(options.hold ? ["hold"] : []), {
+      cwd: ROOT,
+    });
   }
 
   /** The `{key: id}` map the child printed. */

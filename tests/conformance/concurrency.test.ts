@@ -45,7 +45,11 @@ testEachBackendAndMode(
   "3 allocators in separate processes allocate the same 300 keys at once",
   async (f) => {
     await using fx = await f.create();
-    const children = ["p1", "p2", "p3"].map((n) => new ChildNode(fx.spec(), n, 4096, KEYS.length));
+    // Leases long enough not to lapse on a starved machine: a lapse voids a child's earlier answers
+    // (another node may then give the key another ID), and this is about agreement, not lapses.
+    const children = ["p1", "p2", "p3"].map((n) =>
+      new ChildNode(fx.spec(), n, 4096, KEYS.length, { leaseTtlMs: 15_000 })
+    );
     try {
       const maps = await Promise.all(children.map((c) => c.ids()));
       await Promise.all(children.map((c) => c.done()));

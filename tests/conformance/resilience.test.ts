@@ -10,7 +10,7 @@ testEachBackendAndMode(
     await using fx = await f.create();
     await using survivor = await openNode(fx, "survivor", { max: 4096 });
     const shared = keys(5);
-    const child = new ChildNode(fx.spec(), "doomed", 4096, 10, true);
+    const child = new ChildNode(fx.spec(), "doomed", 4096, 10, { hold: true, leaseTtlMs: 2_000 });
     try {
       const childIds = await child.ids(); // key0001..key0010
       for (const k of shared) {

@@ -206,7 +206,8 @@ testEachBackend("GC runs only within the own cluster's range", async (factory) =
   await using fx = await factory.create();
   // Two clusters sharing one store namespace (misconfigured on purpose): GC of cluster 1 must
   // never collect cluster 2's unused identities.
-  await using c1 = await open(fx, "n1", { clusterId: 1, clusterName: "c1" });
+  // No grace: the two passes below are back to back.
+  await using c1 = await open(fx, "n1", { clusterId: 1, clusterName: "c1", gcGraceMs: 0 });
   await using c2 = await open(fx, "n2", { clusterId: 2, clusterName: "c2" });
   const one = await c1.allocate(Labels.parse(["k8s:app=one"]));
   const two = await c2.allocate(Labels.parse(["k8s:app=two"]));

@@ -325,3 +325,18 @@ Deno.test("history: after a stall window, the node's own answers count (key side
   const clean = checkHistory(moved, { stops });
   assert.deepEqual([clean.splits, clean.overlaps, clean.idChanges], [[], [], []]);
 });
+
+Deno.test("history: a reassigned event during the last release belongs to the hold it ends", () => {
+  clockMs = 70_000;
+  // The re-check moved k1 from 12 to 30 while its last release waited for the key's lock; the key
+  // is later allocated anew as 12: a new hold, which no earlier event retired anything in.
+  const records: LogRecord[] = [
+    call("a", "allocate", "k1", 0, 10, { id: 12 }),
+    call("a", "release", "k1", 100, 140, { lastUse: true, held: true }),
+    reassigned("a", "k1", 12, 30, 135),
+    call("a", "allocate", "k1", 5_000, 5_010, { id: 12 }),
+    call("a", "get", "k1", 5_100, 5_101, { id: 12 }),
+  ];
+  const result = checkHistory(records);
+  assert.deepEqual(result.idChanges, []);
+});

@@ -107,6 +107,7 @@ Deno.test("k8s snapshot: garbage is counted as skipped, never as a master or a r
       identity("302", {}),
       identity("303", { "no-source": "x" }),
       identity("304", db, { "ref.idalloc.io/nemesis-ghost-2": "" }),
+      identity("305", { "idalloc:key": "k".repeat(300_000) }),
     ],
     leases: [{ metadata: { name: "idalloc-node-x" }, spec: {} }],
     now: T,
@@ -117,6 +118,7 @@ Deno.test("k8s snapshot: garbage is counted as skipped, never as a master or a r
   assert.deepEqual(s.skipped, {
     "identity not named by an ID": 1,
     "identity whose labels name no key": 2,
+    "identity whose key is too large": 1,
     "reference annotation without a node or an epoch": 1,
     "node Lease without a holder": 1,
   });

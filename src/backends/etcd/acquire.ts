@@ -13,6 +13,10 @@
  *   mutex of the key or the GC mutex of the ID (see {@linkcode MutexGuard}); a held one ends the
  *   call with a retryable {@linkcode KeyLockedError}, and the allocator waits.
  *
+ * - **Split key** (its references name several IDs: Cilium's own writes): join the newest master
+ *   naming the key among them, the ID Cilium's lookup gives it (see `split.ts`); the guard is
+ *   "that master and the references unchanged since they were read".
+ *
  * Only well-formed references on a lease, naming an ID in the allocator's range, say which ID a
  * key has: a reference written without a lease (by hand, by a broken tool) never dictates one. When
  * they agree on an ID whose master is corrupt, or names a key that holds no live reference to it,
@@ -64,6 +68,7 @@ import {
   valueIs,
 } from "./txn.ts";
 import { MAX_ACQUIRE_ROUNDS } from "./limits.ts";
+import { logSplit, newestMaster, referencedIds } from "./split.ts";
 
 const log = idallocLogger("etcd", "acquire");
 
@@ -92,10 +97,17 @@ export type Plan =
     readonly owner?: { readonly range: ByteRange; readonly revision: string };
   }
   /** Read the references of the key the master names, before deciding whose the ID is. */
-  | { readonly kind: "readOwner"; readonly id: number; readonly owner: string };
+  | { readonly kind: "readOwner"; readonly id: number; readonly owner: string }
+  /** The references name several IDs: read the masters not known yet, to find the newest. */
+  | { readonly kind: "readMasters"; readonly ids: readonly number[] }
+  /** Join the newest master of a split key, if it and the references are unchanged. */
+  | { readonly kind: "joinSplit"; readonly id: number; readonly mod: string };
+
+/** A plan that only reads. */
+export type ReadPlan = Extract<Plan, { kind: "read" | "readOwner" | "readMasters" }>;
 
 /** A plan that writes (every kind but the reads). */
-export type WritePlan = Exclude<Plan, { kind: "read" | "readOwner" }>;
+export type WritePlan = Exclude<Plan, ReadPlan>;
 
 /** Per-call knowledge gathered from failed rounds. */
 export interface Knowledge {
@@ -131,11 +143,7 @@ export function agreedId(
       ids.add(ref.id);
     }
   }
-  if (ids.size > 1) {
-    const err = new SplitKeyError(key, [...ids]);
-    log.error("{message}", { message: err.message });
-    throw err;
-  }
+  if (ids.size > 1) throw splitKeyError(key, [...ids]);
   const [id] = ids;
   if (id !== undefined && range !== undefined && (id < range.min || id > range.max)) {
     throw new InvalidIdError(
@@ -144,6 +152,29 @@ export function agreedId(
     );
   }
   return id;
+}
+
+function splitKeyError(key: string, ids: readonly number[]): SplitKeyError {
+  const err = new SplitKeyError(key, ids);
+  log.error("{message}", { message: err.message });
+  return err;
+}
+
+/**
+ * The ID a read of `key`'s references gives it (`getNoCache`): the one they agree on, or for a
+ * split key the newest master naming it among theirs (one more read; see `split.ts`).
+ */
+export async function idOfReferences(
+  ctx: EtcdContext,
+  snapshot: RefSnapshot,
+  key: string,
+  signal: AbortSignal,
+): Promise<number | undefined> {
+  const ids = referencedIds(snapshot);
+  if (ids.length < 2) return agreedId(snapshot, key, undefined);
+  const newest = newestMaster(key, ids, await readMasters(ctx, ids, signal));
+  if (!newest) throw splitKeyError(key, ids);
+  return newest.id;
 }
 
 /**
@@ -157,6 +188,8 @@ export function plan(
   req: Pick<AcquireRequest, "pickCandidate" | "range">,
   layout: EtcdLayout,
 ): Plan {
+  const split = k.snapshot ? planSplit(k, k.snapshot, key, req.range) : undefined;
+  if (split) return split;
   const agreed = k.snapshot ? agreedId(k.snapshot, key, req.range) : undefined;
   if (agreed !== undefined) {
     // The key is live under `agreed`: join it; re-create its master only if it is gone.
@@ -196,6 +229,33 @@ export function plan(
   return { kind: "new", id: candidate };
 }
 
+/**
+ * For a key whose references name several IDs: read the masters not known yet, then join the
+ * newest one naming the key (see `split.ts`); `undefined` when the references do not disagree.
+ */
+function planSplit(
+  k: Knowledge,
+  snapshot: RefSnapshot,
+  key: string,
+  range: IdRange | undefined,
+): Plan | undefined {
+  const ids = referencedIds(snapshot);
+  if (ids.length < 2) return undefined;
+  const unknown = ids.filter((id) => !k.masters.has(id));
+  if (unknown.length > 0) return { kind: "readMasters", ids: unknown };
+  const newest = newestMaster(key, ids, k.masters);
+  // No master of them names the key: nothing to converge on.
+  if (!newest) throw splitKeyError(key, ids);
+  if (range !== undefined && (newest.id < range.min || newest.id > range.max)) {
+    throw new InvalidIdError(
+      `ID ${newest.id} of split key '${key}' in the store is outside this allocator's range ` +
+        `[${range.min}, ${range.max}]; the key gets no other ID`,
+    );
+  }
+  logSplit(key, ids, newest.id);
+  return { kind: "joinSplit", id: newest.id, mod: newest.mod };
+}
+
 /** Runs the acquisition protocol for `req` (see the module doc). */
 export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<AcquireResult> {
   const { key, signal } = req;
@@ -213,8 +273,8 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     signal.throwIfAborted();
     const p = plan(k, key, req, layout);
-    if (p.kind === "read" || p.kind === "readOwner") {
-      await readReferences(ctx, k, key, p, req);
+    if (p.kind === "read" || p.kind === "readOwner" || p.kind === "readMasters") {
+      await readPhase(ctx, k, key, p, req);
       // Reads are bounded on their own (one per key read); only transactions count as rounds.
       round--;
       continue;
@@ -242,6 +302,22 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
   );
 }
 
+/**
+ * Reads what a read plan needs: the references of the key (`read`) or of the key its candidate's
+ * master names (`readOwner`), or the masters of a split key's IDs (`readMasters`).
+ */
+async function readPhase(
+  ctx: EtcdContext,
+  k: Knowledge,
+  key: string,
+  p: ReadPlan,
+  req: AcquireRequest,
+): Promise<void> {
+  if (p.kind !== "readMasters") return await readReferences(ctx, k, key, p, req);
+  if (req.roundTrips) req.roundTrips.count++;
+  for (const [id, m] of await readMasters(ctx, p.ids, req.signal)) k.masters.set(id, m);
+}
+
 /** Reads the references of the key (`read`) or of the key its candidate's master names. */
 async function readReferences(
   ctx: EtcdContext,
@@ -262,6 +338,26 @@ async function readReferences(
   const snapshot = snapshotOf(prefix, res.kvs, String(res.header.revision));
   if (p.kind === "read") k.snapshot = snapshot;
   else k.owners.set(p.owner, snapshot);
+}
+
+/** Reads the masters of `ids` in one request. */
+async function readMasters(
+  ctx: EtcdContext,
+  ids: readonly number[],
+  signal: AbortSignal,
+): Promise<Map<number, MasterState>> {
+  const { client, layout } = ctx;
+  const res = await client.call(
+    "read masters",
+    signal,
+    (o) => client.raw.kv.txn({ success: ids.map((id) => read(layout.masterKey(id))) }, o),
+  );
+  const out = new Map<number, MasterState>();
+  ids.forEach((id, i) => {
+    const kv = kvsAt(res.responses, i)[0];
+    out.set(id, kv ? readMaster(kv.value, String(kv.mod_revision)) : null);
+  });
+  return out;
 }
 
 /**
@@ -302,6 +398,11 @@ export function writeTxn(
       compare = [valueIs(masterKey, key)];
       success = [agreementLadder(range, p.id, [putRef], k.snapshot)];
       break;
+    case "joinSplit":
+      // The split as read, and the master chosen from it, must still be there.
+      compare = [modIs(masterKey, p.mod), unchangedSince(range, k.snapshot!.revision)];
+      success = [putRef];
+      break;
   }
   return {
     compare: [...compare, ...guards.map((g) => g.compare())],
@@ -332,6 +433,7 @@ export function settle(
         key,
       });
     }
+    if (p.kind === "joinSplit") return { id: p.id, created: false, version: p.mod };
     return { id: p.id, created: p.kind !== "repair", version: revision };
   }
   if (res.succeeded) {

@@ -130,6 +130,14 @@ const RECONNECT_SETTLE_MS = Math.ceil(RECONNECT_MAX_MS * 1.2) + 100;
 /** First and largest pause between retries of one request. */
 const RETRY_MIN_MS = 25;
 const RETRY_MAX_MS = 500;
+/**
+ * The first attempt of a request gets a third of its time (at least this much): a member can
+ * take a request and never answer it — a write forwarded to a leader that just died is dropped,
+ * and etcd reports it only after its own request timeout, longer than ours — and the rest of the
+ * time goes to trying again (on whichever member the pool picks), instead of the whole of it to
+ * waiting.
+ */
+const FIRST_ATTEMPT_MIN_MS = 1_000;
 
 function connectionFailure(err: unknown): boolean {
   // "etcdserver: ..." errors come from a reachable member (no leader, leader changed): another
@@ -234,6 +242,11 @@ export function closeStream(stream: DuplexStream): void {
   } catch {
     // already closed
   }
+}
+
+/** Whether `err` is gRPC's DEADLINE_EXCEEDED: the attempt's own deadline passed. */
+function deadlineExceeded(err: unknown): boolean {
+  return err instanceof Error && /DEADLINE_EXCEEDED|deadline exceeded/i.test(err.message);
 }
 
 /** Whether a failure of a request is worth retrying on (another) member. */
@@ -439,12 +452,14 @@ export class EtcdClient {
     let pause = RETRY_MIN_MS;
     // The failure worth reporting: a member we skipped says less than the one that failed.
     let reported: unknown;
+    let attemptEnd = Math.min(deadline, began + Math.max(FIRST_ATTEMPT_MIN_MS, timeoutMs / 3));
     for (;;) {
       await this.#limiter.take(signal);
       this.assertOpen();
       this.#operations.set(what, (this.#operations.get(what) ?? 0) + 1);
+      const cut = attemptEnd < deadline;
       try {
-        const result = await abortable(fn({ deadline: new Date(deadline) }), signal);
+        const result = await abortable(fn({ deadline: new Date(attemptEnd) }), signal);
         this.#healthy = true;
         return result;
       } catch (err) {
@@ -464,7 +479,10 @@ export class EtcdClient {
         }
         if (!(err instanceof MemberSkipped) || reported === undefined) reported = err;
         this.#lastError = `${what}: ${errorMessage(reported)}`;
-        if (!transient(err)) {
+        // The first attempt ran out of its share of the time: the rest is for the next ones.
+        const ranOut = cut && Date.now() >= attemptEnd - 5 && deadlineExceeded(err);
+        attemptEnd = deadline;
+        if (!ranOut && !transient(err)) {
           throw typedFailure(err, this.#endpoints, this.#tls) ??
             new IdallocError(`etcd ${what} failed: ${errorMessage(err)}`, { cause: err });
         }

@@ -27,7 +27,7 @@ import type {
 import { ConflictError, ReadOnlyError } from "../../errors.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { idallocLogger } from "../../log.ts";
-import { acquire, agreedId } from "./acquire.ts";
+import { acquire, idOfReferences } from "./acquire.ts";
 import { bytes, type EtcdClient, LeaseNotFound } from "./client.ts";
 import type { EtcdContext } from "./context.ts";
 import { ensure } from "./ensure.ts";
@@ -226,9 +226,10 @@ export class EtcdSession implements BackendSession {
       this.#signal(signal),
       (o) => client.raw.kv.range({ ...prefixRange(refPrefix + "/") }, o),
     );
-    // The ID the key's well-formed references on a lease agree on: a reference without a lease
-    // (garbage) never answers for the key; references that disagree are a SplitKeyError.
-    return agreedId(snapshotOf(refPrefix, res.kvs, String(res.header.revision)), key, undefined);
+    // The ID the key's well-formed references on a lease agree on (a reference without a lease is
+    // garbage and never answers for the key); for a split key, its newest master among theirs.
+    const snapshot = snapshotOf(refPrefix, res.kvs, String(res.header.revision));
+    return await idOfReferences(this.#ctx, snapshot, key, this.#signal(signal));
   }
 
   /** See {@linkcode BackendSession.getById}. */

@@ -41,9 +41,12 @@ import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
 import {
   ConflictError,
   CorruptEntryError,
+  errorMessage,
   InvalidIdError,
-  PoolExhaustedError,
+  InvalidKeyError,
 } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import { pickCandidate, usable } from "../shared/candidates.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { countedClient, isStatus, type KubeClient, type KubeObject } from "./kube.ts";
@@ -63,7 +66,6 @@ import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
-import { idallocLogger } from "../../log.ts";
 
 const log = idallocLogger("k8s");
 
@@ -105,12 +107,6 @@ export type AcquireStep =
 
 /** A claim as read: its record, or the version of one that names no key or ID (hand-made). */
 export type ClaimRead = ClaimRecord | { readonly undecodable: true; readonly rv: string };
-
-/** Whether `id` may become a key's ID: a positive safe integer within `range`. */
-export function usable(range: AcquireRequest["range"], id: number): boolean {
-  return Number.isSafeInteger(id) && id > 0 &&
-    (range === undefined || (id >= range.min && id <= range.max));
-}
 
 /**
  * The first step for `key` given Cilium's answer in the index: join it, or claim the key. An
@@ -356,7 +352,7 @@ class AcquireRun {
       this.#exclude.add(answer.id);
       return firstStep(key, answer, range);
     }
-    const id = pick(this.#req, this.#exclude);
+    const id = pickCandidate(this.#req, this.#exclude);
     try {
       const obj = claimObject(this.#claim, key, id, ctx.node, ctx.settings.now());
       const created = await this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal });
@@ -396,6 +392,7 @@ class AcquireRun {
     try {
       made = await this.#client.create(ctx.identities, obj, { signal });
     } catch (err) {
+      if (isStatus(err, 422)) throw identityRefused(key, err);
       if (!isStatus(err, 409)) throw err;
       return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
     }
@@ -424,7 +421,7 @@ class AcquireRun {
   async #moveClaim(step: Extract<AcquireStep, { kind: "moveClaim" }>): Promise<Next> {
     const { ctx } = this.#parts;
     if (step.from !== undefined) this.#exclude.add(step.from);
-    const id = pick(this.#req, this.#exclude);
+    const id = pickCandidate(this.#req, this.#exclude);
     const body = guardedMergePatch(
       claimObject(this.#claim, this.#req.key, id, ctx.node, ctx.settings.now()),
       step.claimRv,
@@ -448,14 +445,16 @@ function rvOf(obj: KubeObject): string {
   return String(obj.metadata.resourceVersion ?? "");
 }
 
-function pick(req: AcquireRequest, exclude: ReadonlySet<number>): number {
-  const candidate = req.pickCandidate(exclude);
-  if (candidate === undefined) {
-    throw new PoolExhaustedError(Number.NaN, Number.NaN, {
-      cause: new Error(`no candidate ID left for key '${req.key}'`),
-    });
-  }
-  return candidate;
+/**
+ * The API server's validation refused an identity object of `key` (422): the key is one this
+ * cluster cannot store (e.g. v1.20 API servers built with an older JSON decoder refuse an empty
+ * label value in `security-labels`, which newer ones accept). Not retryable.
+ */
+export function identityRefused(key: string, err: unknown): InvalidKeyError {
+  return new InvalidKeyError(
+    `the API server refuses an identity of key '${key}': ${errorMessage(err)}`,
+    { cause: err },
+  );
 }
 
 /**

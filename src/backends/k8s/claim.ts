@@ -5,8 +5,9 @@
  *
  * **Who changes a claim.** A node creates it (new key), moves it to a new ID under its resource
  * version (its ID carries another key), or touches it (below); GC and the doctor delete it under
- * its resource version once its identity is gone. A node creates identity M only right after its
- * own guarded write of the claim (create, move or touch) confirmed K → M.
+ * its resource version once its identity is gone and the claim is quiet ({@linkcode claimQuiet},
+ * judged at a time taken before the identities were read). A node creates identity M only right
+ * after its own guarded write of the claim (create, move or touch) confirmed K → M.
  *
  * **Race 1: a claim removed while a node re-creates its identity.** M of K is gone (GC collected
  * it, someone deleted it), the claim K → M stays a moment; node X, following it, creates M again.
@@ -39,7 +40,9 @@
  * ever given from an identity created while the claim may have named something else.
  *
  * Left open (documented): an identity that exists but that the node's informer has not shown yet,
- * which GC deletes within the node's two writes while another node moves the claim off it.
+ * which GC deletes within the node's two writes while another node moves the claim off it; and
+ * allocators with different ranges on one store, one of which moves a claim whose ID lies outside
+ * its range at once.
  *
  * @example
  * ```ts

@@ -37,8 +37,15 @@
  *
  * @module
  */
-import { readFile } from "node:fs/promises";
-import { errorMessage, InvalidOptionsError, StoreUnavailableError } from "../../errors.ts";
+import {
+  ClosedError,
+  errorMessage,
+  IdallocError,
+  InvalidOptionsError,
+  StoreTlsError,
+  StoreUnavailableError,
+} from "../../errors.ts";
+import { certificateProblem } from "../etcd/failure.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
 import { createTransport, type HttpResponse, type HttpTransport } from "./http.ts";
 import {
@@ -52,6 +59,8 @@ import {
 } from "./failure.ts";
 import { KubeApiError } from "./errors.ts";
 import { type AccessReport, probeAccess, type ProbeTarget } from "./client_probe.ts";
+import { TokenSource } from "./client_token.ts";
+import { WatchStream } from "./client_watch.ts";
 
 export type { AccessReport, KubeResource, KubeVerb, ProbeTarget };
 
@@ -294,47 +303,6 @@ interface Call {
   readonly signal?: AbortSignal;
 }
 
-/** The bearer token, re-read from its file when older than the refresh period. */
-class TokenSource {
-  #value: string | undefined;
-  #readAt = 0;
-  readonly connection: KubeConnection;
-  readonly refreshMs: number;
-
-  constructor(connection: KubeConnection, refreshMs: number) {
-    this.connection = connection;
-    this.refreshMs = refreshMs;
-    this.#value = connection.token;
-  }
-
-  async header(): Promise<string | undefined> {
-    const file = this.connection.tokenFile;
-    if (file !== undefined && Date.now() - this.#readAt >= this.refreshMs) await this.reload();
-    return this.#value === undefined ? undefined : `Bearer ${this.#value}`;
-  }
-
-  /** Re-reads the file now; whether the token changed. */
-  async reload(): Promise<boolean> {
-    const file = this.connection.tokenFile;
-    if (file === undefined) return false;
-    const before = this.#value;
-    try {
-      this.#value = (await readFile(file, "utf8")).trim();
-    } catch (err) {
-      // A token that vanished mid-run (a rotation in progress) keeps the last one; a first read
-      // that fails is the setup's mistake.
-      if (before === undefined) {
-        throw new InvalidOptionsError(
-          `cannot read the token file ${file} (${errorMessage(err)})`,
-          { cause: err },
-        );
-      }
-    }
-    this.#readAt = Date.now();
-    return this.#value !== before;
-  }
-}
-
 /** The REST path of `res` (in `namespace` for namespaced resources), and of `name` in it. */
 export function resourcePath(
   res: KubeResource,
@@ -405,7 +373,7 @@ class HttpKubeClient implements KubeClient {
    * deadline by the caller of this).
    */
   async #send(call: Call, signal: AbortSignal): Promise<HttpResponse> {
-    if (this.#closed) throw new StoreUnavailableError(`the client of ${this.server} is closed`);
+    if (this.#closed) throw new ClosedError(`the Kubernetes API client of ${this.server}`);
     for (let attempt = 0;; attempt++) {
       const auth = await this.#token.header();
       const headers: Record<string, string> = {
@@ -445,12 +413,15 @@ class HttpKubeClient implements KubeClient {
         serverName: this.connection.tlsServerName,
       }),
     });
+    const kind = transportFailureKind(err);
     if (
-      transportFailureKind(err) === "tls" && this.server.startsWith("https:") &&
-      (failure as { problem?: string }).problem !== "untrusted"
+      this.server.startsWith("https:") &&
+      (kind === "reset" ||
+        kind === "tls" && (failure as { problem?: string }).problem !== "untrusted")
     ) {
-      // A TLS handshake that fails without a word about certificates: if something answers plain
-      // HTTP there, it is no Kubernetes API server (those speak TLS only).
+      // A TLS handshake that fails, or a connection closed, without a word about certificates:
+      // if something answers plain HTTP there, it is no Kubernetes API server (those speak TLS
+      // only).
       const plain = await plainAnswer(this.server.replace(/^https:/, "http:"));
       if (
         plain !== undefined && !/Client sent an HTTP request to an HTTPS server/.test(plain.text)
@@ -557,34 +528,47 @@ class HttpKubeClient implements KubeClient {
     };
   }
 
+  /**
+   * The call of `verb` on `res` (on object `name`, if given) in the namespace `options` select:
+   * the REST path, and the context every failure message names.
+   */
+  #call(
+    verb: KubeVerb,
+    res: KubeResourceDescriptor,
+    options: (ScopeOptions & { allNamespaces?: boolean }) | undefined,
+    request: Pick<Call, "method" | "query" | "body" | "contentType"> & { name?: string },
+  ): Call {
+    const namespace = this.#namespaceOf(res, options);
+    const { name, ...rest } = request;
+    // A create names its object in the body, not in the path.
+    const pathName = request.method === "POST" ? undefined : name;
+    return {
+      verb,
+      res,
+      namespace,
+      ...(name !== undefined && { name }),
+      path: resourcePath(res, namespace, pathName),
+      signal: options?.signal,
+      ...rest,
+    };
+  }
+
   async get<T extends KubeObject = KubeObject>(
     res: KubeResourceDescriptor,
     name: string,
     options?: ScopeOptions,
   ): Promise<T | undefined> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "get",
-      res,
-      namespace,
-      name,
-      method: "GET",
-      path: resourcePath(res, namespace, name),
-      signal: options?.signal,
-    }, true) as T | undefined;
+    return await this.#json(this.#call("get", res, options, { method: "GET", name }), true) as
+      | T
+      | undefined;
   }
 
   async list<T extends KubeObject = KubeObject>(
     res: KubeResourceDescriptor,
     options?: ListOptions,
   ): Promise<KubeList<T>> {
-    const namespace = this.#namespaceOf(res, options);
-    const call: Call = {
-      verb: "list",
-      res,
-      namespace,
+    const call = this.#call("list", res, options, {
       method: "GET",
-      path: resourcePath(res, namespace),
       query: {
         labelSelector: options?.labelSelector,
         fieldSelector: options?.fieldSelector,
@@ -592,8 +576,7 @@ class HttpKubeClient implements KubeClient {
         continue: options?.continue,
         resourceVersion: options?.resourceVersion,
       },
-      signal: options?.signal,
-    };
+    });
     const body = await this.#json(call) as {
       items?: unknown;
       metadata?: { resourceVersion?: unknown; continue?: unknown };
@@ -614,17 +597,11 @@ class HttpKubeClient implements KubeClient {
     object: KubeObject,
     options?: ScopeOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "create",
-      res,
-      namespace,
-      name: object.metadata?.name,
+    return await this.#json(this.#call("create", res, options, {
       method: "POST",
-      path: resourcePath(res, namespace),
+      name: object.metadata?.name,
       body: this.#withKind(res, object),
-      signal: options?.signal,
-    }) as T;
+    })) as T;
   }
 
   async update<T extends KubeObject = KubeObject>(
@@ -632,21 +609,15 @@ class HttpKubeClient implements KubeClient {
     object: KubeObject,
     options?: ScopeOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
     const name = object.metadata?.name;
     if (typeof name !== "string" || name === "") {
       throw new InvalidOptionsError("update: the object has no metadata.name");
     }
-    return await this.#json({
-      verb: "update",
-      res,
-      namespace,
-      name,
+    return await this.#json(this.#call("update", res, options, {
       method: "PUT",
-      path: resourcePath(res, namespace, name),
+      name,
       body: this.#withKind(res, object),
-      signal: options?.signal,
-    }) as T;
+    })) as T;
   }
 
   async patch<T extends KubeObject = KubeObject>(
@@ -655,20 +626,14 @@ class HttpKubeClient implements KubeClient {
     body: unknown,
     options: PatchOptions,
   ): Promise<T> {
-    const namespace = this.#namespaceOf(res, options);
-    return await this.#json({
-      verb: "patch",
-      res,
-      namespace,
-      name,
+    return await this.#json(this.#call("patch", res, options, {
       method: "PATCH",
-      path: resourcePath(res, namespace, name),
+      name,
       body,
       contentType: options.type === "json"
         ? "application/json-patch+json"
         : "application/merge-patch+json",
-      signal: options.signal,
-    }) as T;
+    })) as T;
   }
 
   async delete(
@@ -676,25 +641,22 @@ class HttpKubeClient implements KubeClient {
     name: string,
     options?: DeleteOptions,
   ): Promise<boolean> {
-    const namespace = this.#namespaceOf(res, options);
     const preconditions = {
       ...(options?.resourceVersion !== undefined && { resourceVersion: options.resourceVersion }),
       ...(options?.uid !== undefined && { uid: options.uid }),
     };
-    const answer = await this.#json({
-      verb: "delete",
-      res,
-      namespace,
-      name,
-      method: "DELETE",
-      path: resourcePath(res, namespace, name),
-      body: {
-        kind: "DeleteOptions",
-        apiVersion: "v1",
-        ...(Object.keys(preconditions).length > 0 && { preconditions }),
-      },
-      signal: options?.signal,
-    }, true);
+    const answer = await this.#json(
+      this.#call("delete", res, options, {
+        method: "DELETE",
+        name,
+        body: {
+          kind: "DeleteOptions",
+          apiVersion: "v1",
+          ...(Object.keys(preconditions).length > 0 && { preconditions }),
+        },
+      }),
+      true,
+    );
     return answer !== undefined;
   }
 
@@ -704,13 +666,8 @@ class HttpKubeClient implements KubeClient {
   ): AsyncGenerator<KubeWatchEvent<T>> {
     const { signal } = options;
     if (signal?.aborted) return;
-    const namespace = this.#namespaceOf(res, options);
-    const call: Call = {
-      verb: "watch",
-      res,
-      namespace,
+    const call = this.#call("watch", res, options, {
       method: "GET",
-      path: resourcePath(res, namespace),
       query: {
         watch: 1,
         resourceVersion: options.resourceVersion,
@@ -719,8 +676,7 @@ class HttpKubeClient implements KubeClient {
         fieldSelector: options.fieldSelector,
         timeoutSeconds: options.timeoutSeconds,
       },
-      signal,
-    };
+    });
     // The stream's signal bounds everything, the body included: the request timeout until the
     // answer's head arrives, then the idle timeout (if any) between chunks.
     const stream = new WatchStream(signal, this.#timeoutMs, options.idleTimeoutMs);
@@ -757,7 +713,8 @@ class HttpKubeClient implements KubeClient {
     } catch (err) {
       if (stream.idle !== undefined) throw stream.idle;
       if (stream.aborted) return;
-      if (err instanceof Error && err.name === "KubeApiError") throw err;
+      // The server's own failure (an ERROR event: 410, 500…) as it was classified.
+      if (err instanceof IdallocError) throw err;
       throw new StoreUnavailableError(
         `${this.server} (${this.source}): the watch of ${call.path} broke off ` +
           `(${errorMessage(err)})`,
@@ -854,91 +811,6 @@ class HttpKubeClient implements KubeClient {
   }
 }
 
-/**
- * The state of one watch's stream: the caller's signal linked to an idle deadline that restarts
- * with every chunk, and the split of chunks into lines.
- */
-class WatchStream {
-  readonly #controller = new AbortController();
-  readonly #caller: AbortSignal | undefined;
-  readonly #idleMs: number | undefined;
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  /** The error that ended the stream for silence (or a late head), if that happened. */
-  idle: StoreUnavailableError | undefined;
-  readonly #onAbort = () => this.#controller.abort(this.#caller!.reason);
-
-  constructor(caller: AbortSignal | undefined, headMs: number, idleMs: number | undefined) {
-    this.#caller = caller;
-    this.#idleMs = idleMs;
-    caller?.addEventListener("abort", this.#onAbort, { once: true });
-    this.#arm(headMs, `the watch got no answer within ${headMs} ms`);
-  }
-
-  /** The answer's head arrived: from now on only silence longer than the idle timeout fails. */
-  headReceived(): void {
-    clearTimeout(this.#timer);
-    this.#arm(this.#idleMs);
-  }
-
-  get signal(): AbortSignal {
-    return this.#controller.signal;
-  }
-
-  get aborted(): boolean {
-    return this.#caller?.aborted === true;
-  }
-
-  #arm(ms: number | undefined, message?: string): void {
-    if (ms === undefined) return;
-    clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.idle = new StoreUnavailableError(
-        message ??
-          `the watch got no data for ${ms} ms: the API server is stalled or the connection is gone`,
-      );
-      this.#controller.abort(this.idle);
-    }, ms);
-  }
-
-  /** The lines of `chunks`; ends (or throws) when the stream's signal aborts. */
-  async *lines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
-    const decoder = new TextDecoder();
-    let buffer = "";
-    const iterator = chunks[Symbol.asyncIterator]();
-    // Each read races the stream's signal: a stalled body must not outlive an abort.
-    const aborted = new Promise<never>((_, reject) => {
-      const signal = this.#controller.signal;
-      if (signal.aborted) reject(signal.reason);
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-    });
-    aborted.catch(() => {});
-    try {
-      for (;;) {
-        const next = await Promise.race([iterator.next(), aborted]);
-        if (next.done) break;
-        this.#arm(this.#idleMs);
-        buffer += decoder.decode(next.value, { stream: true });
-        let at: number;
-        while ((at = buffer.indexOf("\n")) >= 0) {
-          const line = buffer.slice(0, at).trim();
-          buffer = buffer.slice(at + 1);
-          if (line !== "") yield line;
-        }
-      }
-      const rest = (buffer + decoder.decode()).trim();
-      if (rest !== "") yield rest;
-    } finally {
-      await iterator.return?.();
-    }
-  }
-
-  dispose(): void {
-    clearTimeout(this.#timer);
-    this.#caller?.removeEventListener("abort", this.#onAbort);
-    if (!this.#controller.signal.aborted) this.#controller.abort();
-  }
-}
-
 /** What answers plain HTTP at `url` (one `GET /`, 2 s at most), or `undefined`. */
 async function plainAnswer(
   url: string,
@@ -973,6 +845,27 @@ export async function createKubeClient(
   if (connection.tlsServerName !== undefined && connection.server.startsWith("http:")) {
     throw new InvalidOptionsError(`${connection.source}: tls-server-name needs an https:// server`);
   }
-  const transport = await createTransport(connection);
+  // Checked here, in words: Deno's TLS stack refuses such a file with "BadEncoding", Node's only
+  // at the first connection.
+  for (const [what, pem] of [["CA", connection.ca], ["client certificate", connection.cert]]) {
+    const problem = pem === undefined ? undefined : certificateProblem(pem);
+    if (problem !== undefined) {
+      throw new StoreTlsError(
+        `${connection.server} (${connection.source}): the ${what} is not a PEM certificate: ${problem}`,
+        "not-a-certificate",
+      );
+    }
+  }
+  let transport: HttpTransport;
+  try {
+    transport = await createTransport(connection);
+  } catch (err) {
+    throw new StoreTlsError(
+      `${connection.server} (${connection.source}): the TLS settings are not usable ` +
+        `(${errorMessage(err)})`,
+      "handshake",
+      { cause: err },
+    );
+  }
   return new HttpKubeClient(connection, transport, options);
 }

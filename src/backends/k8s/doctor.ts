@@ -4,18 +4,22 @@
  * and a removal guarded by the listed resource version.
  *
  * Reported:
- * - identities named not as a decimal ID (`master-bad-id`) or whose `security-labels` do not
- *   decode (`master-undecodable`);
+ * - identities named not as a decimal ID (`master-bad-id`), whose `security-labels` do not
+ *   decode (`master-undecodable`) or decode to a key over the layout's limit (`master-oversized`);
+ *   removing one also removes the key's claim naming it, if that was quiet when listed;
  * - reference annotations that name no node or no epoch (`reference-bad-key`,
  *   `reference-undecodable`), and (with valid ranges) references on an identity outside them
  *   (`reference-out-of-range`);
  * - keys with several identities (`key-duplicate`, one finding per identity that is not Cilium's
  *   answer: the oldest stays; removing a duplicate deletes it);
  * - claims that name no key or ID (`claim-undecodable`) or whose identity is gone or carries
- *   another key (`claim-stale`);
+ *   another key (`claim-stale`) — only once quiet (`claim.ts`: a claim written recently may be a
+ *   node between its claim write and its identity create), judged at a time before the listing;
+ *   a claim naming a damaged identity is not stale (the identity's finding covers it);
  * - node Leases without an epoch or an end (`node-lease-undecodable`).
  *
- * Each finding names the live nodes holding it (their live references on the identity); such a
+ * Each finding names the live nodes holding it (their live references on the identity; for a
+ * reference annotation without an epoch, its node while that node's Lease is live); such a
  * finding is refused by {@linkcode removeDamage} with `LiveEntryError`.
  *
  * @module
@@ -34,12 +38,14 @@ import {
 } from "../../allocator/damage.ts";
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
+import { claimQuiet, claimStaleness } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import {
   answerOf,
   CLAIM_SELECTOR,
   claimName,
+  type ClaimRecord,
   type IdentityRecord,
   NODE_SELECTOR,
   nodeLeaseName,
@@ -50,7 +56,7 @@ import {
   readNodeLease,
   REF_PREFIX,
 } from "./layout.ts";
-import { refLive } from "./liveness.ts";
+import { leaseLive, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { listAll } from "./paging.ts";
 
@@ -69,6 +75,8 @@ const tokenSchema = z.object({
   rv: z.string(),
   kind: z.string(),
   held: z.array(z.string()).optional(),
+  /** A damaged identity's quiet claim (name and version as listed), removed with it. */
+  claim: z.object({ name: z.string().min(1), rv: z.string() }).strict().optional(),
 }).strict();
 
 type Token = z.infer<typeof tokenSchema>;
@@ -79,6 +87,8 @@ function storeOf(ctx: Pick<K8sContext, "resourceName" | "namespace">): string {
 
 /** What a damage scan read: one list of each, identities first (as GC reads them). */
 export interface DamageSnapshot {
+  /** The time (own clock) before the identities were listed; claims are judged quiet at it. */
+  readonly readAt?: number;
   readonly identities: readonly KubeObject[];
   readonly nodeLeases: readonly KubeObject[];
   readonly claims: readonly KubeObject[];
@@ -88,10 +98,11 @@ export interface DamageSnapshot {
 async function readSnapshot(ctx: K8sContext, signal: AbortSignal): Promise<DamageSnapshot> {
   const leases = (labelSelector: string) =>
     listAll(ctx.client, LEASES, { namespace: ctx.namespace, labelSelector, signal });
+  const readAt = ctx.settings.now();
   const identities = (await listAll(ctx.client, ctx.identities, { signal })).items;
   const nodeLeases = (await leases(NODE_SELECTOR)).items;
   const claims = (await leases(CLAIM_SELECTOR)).items;
-  return { identities, nodeLeases, claims };
+  return { readAt, identities, nodeLeases, claims };
 }
 
 /** Lists the damaged entries of the store (see the module doc). Reads only. */
@@ -109,40 +120,63 @@ export function judgeDamage(
   snapshot: DamageSnapshot,
   options: DamageScanOptions = {},
 ): DamageFinding[] {
-  const scan = new Scan(ctx, snapshot.nodeLeases, options);
+  const scan = new Scan(ctx, snapshot, options);
   const records: IdentityRecord[] = [];
   const out: DamageFinding[] = [];
   for (const obj of snapshot.identities) out.push(...scan.identity(obj, records));
   out.push(...scan.duplicates(records));
-  const byId = new Map(records.map((r) => [r.id, r]));
-  for (const obj of snapshot.claims) out.push(...scan.claim(obj, byId));
+  for (const obj of snapshot.claims) out.push(...scan.claim(obj));
   for (const obj of snapshot.nodeLeases) out.push(...scan.nodeLease(obj));
   return out;
 }
 
-/** One scan's judgement: the node Leases' liveness, the valid ranges, and how findings look. */
+/**
+ * One scan's judgement: the node Leases' liveness, what each ID holds, the quiet claims, the
+ * valid ranges, and how findings look.
+ */
 class Scan {
   readonly #ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">;
   readonly #leases = new Map<string, NodeLeaseRecord>();
+  /** ID → the key its identity carries, `null` for a damaged one. */
+  readonly #holding = new Map<number, string | null>();
+  /** Our claims, by the ID they name. */
+  readonly #claims = new Map<number, ClaimRecord>();
   readonly #check: RangeCheck | undefined;
   readonly #now: number;
+  readonly #readAt: number;
 
   constructor(
     ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
-    nodeLeases: readonly KubeObject[],
+    snapshot: DamageSnapshot,
     options: DamageScanOptions,
   ) {
     this.#ctx = ctx;
     this.#check = rangeCheck(options);
     this.#now = ctx.settings.now();
-    for (const obj of nodeLeases) {
+    this.#readAt = snapshot.readAt ?? this.#now;
+    for (const obj of snapshot.nodeLeases) {
       const l = readNodeLease(obj);
       if (l !== undefined && l.name === nodeLeaseName(l.node)) this.#leases.set(l.node, l);
+    }
+    for (const obj of snapshot.identities) {
+      const read = readIdentity(obj);
+      if (read.ok) this.#holding.set(read.record.id, read.record.key);
+      else if (read.damage.id !== undefined) this.#holding.set(read.damage.id, null);
+    }
+    for (const obj of snapshot.claims) {
+      const claim = readClaim(obj);
+      if (claim !== undefined && claimName(ctx.resourceName, claim.key) === claim.name) {
+        this.#claims.set(claim.id, claim);
+      }
     }
   }
 
   #live(node: string, epoch: string): boolean {
     return refLive(epoch, this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+  }
+
+  #quiet(claim: ClaimRecord): boolean {
+    return claimQuiet(claim, this.#readAt, this.#ctx.settings);
   }
 
   /** The live nodes whose references (by annotation, however malformed the rest) name `obj`. */
@@ -185,23 +219,33 @@ class Scan {
     if (!read.ok) {
       const { damage } = read;
       const holders = this.#holders(obj.metadata.annotations ?? {});
-      return [this.#finding(damage.kind, { what: "identity", name, rv }, damage.reason, {
-        id: damage.id,
-      }, holders)];
+      // Removing it removes the key's claim naming it too, when quiet (else the claim is stale).
+      const claim = damage.id === undefined ? undefined : this.#claims.get(damage.id);
+      const token = {
+        what: "identity" as const,
+        name,
+        rv,
+        ...(claim && this.#quiet(claim) ? { claim: { name: claim.name, rv: claim.rv } } : {}),
+      };
+      return [this.#finding(damage.kind, token, damage.reason, { id: damage.id }, holders)];
     }
     const { record, badRefs } = read;
     records.push(record);
     const about = { id: record.id, key: record.key };
-    const out = badRefs.map((bad) =>
-      this.#finding(
-        nodeOfRefAnnotation(bad.annotation) === undefined
-          ? "reference-bad-key"
-          : "reference-undecodable",
+    const out = badRefs.map((bad) => {
+      const node = nodeOfRefAnnotation(bad.annotation);
+      // Not a reference, but its node's: held while that node's Lease is live, whatever epoch
+      // (the node is there and may write it again), as `deleteReference` refuses it.
+      const live = node !== undefined &&
+        leaseLive(this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+      return this.#finding(
+        node === undefined ? "reference-bad-key" : "reference-undecodable",
         { what: "annotation", name, annotation: bad.annotation, rv },
         bad.reason,
         about,
-      )
-    );
+        live ? [node] : [],
+      );
+    });
     const check = this.#check;
     if (check === undefined || check.valid(record.id, record.key)) return out;
     for (const [node, epoch] of record.refs) {
@@ -237,8 +281,10 @@ class Scan {
     return out;
   }
 
-  /** A claim that names nothing, or whose identity is gone or carries another key. */
-  claim(obj: KubeObject, byId: ReadonlyMap<number, IdentityRecord>): DamageFinding[] {
+  /**
+   * A claim that names nothing, or, once quiet, whose identity is gone or carries another key.
+   */
+  claim(obj: KubeObject): DamageFinding[] {
     const name = String(obj.metadata.name ?? "");
     const rv = String(obj.metadata.resourceVersion ?? "");
     const claim = readClaim(obj);
@@ -254,11 +300,8 @@ class Scan {
     }
     // Another identity resource's claim (the resource is hashed into the name): not ours.
     if (claimName(this.#ctx.resourceName, claim.key) !== name) return [];
-    const identity = byId.get(claim.id);
-    if (identity?.key === claim.key) return [];
-    const reason = identity === undefined
-      ? `identity ${claim.id} does not exist`
-      : `identity ${claim.id} carries another key`;
+    const reason = claimStaleness(claim, this.#holding.get(claim.id));
+    if (reason === undefined || !this.#quiet(claim)) return [];
     return [this.#finding("claim-stale", { what: "claim", name, rv }, reason, {
       id: claim.id,
       key: claim.key,
@@ -315,6 +358,7 @@ export async function removeDamage(
           resourceVersion: token.rv,
           signal,
         });
+        if (removed && token.claim !== undefined) await dropListedClaim(ctx, token.claim, signal);
         break;
       case "annotation":
         await ctx.client.patch(ctx.identities, token.name, {
@@ -341,4 +385,24 @@ export async function removeDamage(
     kind: token.kind,
   });
   return removed;
+}
+
+/**
+ * Deletes the claim of a damaged identity just removed, guarded by its version as listed (quiet
+ * then: a node that touched it since to re-create the identity changed that version).
+ */
+async function dropListedClaim(
+  ctx: K8sContext,
+  claim: { readonly name: string; readonly rv: string },
+  signal: AbortSignal,
+): Promise<void> {
+  try {
+    await ctx.client.delete(LEASES, claim.name, {
+      namespace: ctx.namespace,
+      resourceVersion: claim.rv,
+      signal,
+    });
+  } catch (err) {
+    if (!isStatus(err, 409)) throw err;
+  }
 }

@@ -54,6 +54,21 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
     kind: "usage",
     hint: () => "check the server of the kubeconfig's context (or --context)",
   },
+  // The message names the verb, the resource and the RBAC rule to add (401: the credentials).
+  StoreAccessDeniedError: {
+    kind: "usage",
+    hint: () => "check the user of the kubeconfig's context (or --context) and its RBAC rules",
+  },
+  StoreTlsError: {
+    kind: "usage",
+    hint: () =>
+      "check the kubeconfig's certificate-authority (-data) and client certificate for this server",
+  },
+  StoreHostNotFoundError: { kind: "unavailable" },
+  StoreConnectionRefusedError: {
+    kind: "unavailable",
+    hint: () => "check that the API server runs at the kubeconfig's server address",
+  },
 };
 
 /** The Kubernetes backend, as idalloc's tools know it. */

@@ -22,7 +22,7 @@
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { patchOrUndefined } from "./acquire.ts";
+import { identityRefused, patchOrUndefined } from "./acquire.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
@@ -216,6 +216,7 @@ async function recreate(
   try {
     created = await ctx.client.create(ctx.identities, obj, { signal });
   } catch (err) {
+    if (isStatus(err, 422)) throw identityRefused(held.key, err);
     if (!isStatus(err, 409)) throw err;
     return "again";
   }

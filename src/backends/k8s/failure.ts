@@ -42,7 +42,7 @@ import {
 } from "../../errors.ts";
 // The TLS stacks' words (rustls', OpenSSL's) are the same for every backend; etcd's reading of
 // them is reused rather than repeated.
-import { certificateProblem, tlsProblemOf } from "../etcd/failure.ts";
+import { tlsProblemOf } from "../etcd/failure.ts";
 import {
   KubeApiError,
   type KubeStatus,
@@ -270,7 +270,8 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
     return "tls";
   }
   if (
-    /ECONNRESET|EPIPE|socket hang up|connection closed|connection reset|broken pipe/i.test(text)
+    /ECONNRESET|EPIPE|ERR_SOCKET_CLOSED|socket hang up|socket is closed|connection closed|connection reset|broken pipe/i
+      .test(text)
   ) {
     return "reset";
   }
@@ -278,9 +279,8 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
 }
 
 /**
- * The typed error for a request that got no answer: `err` is the transport's error. `ca` and
- * `cert` are the configured PEM texts (to tell a file that is no certificate from an untrusted
- * server). An abort by the caller is never passed here.
+ * The typed error for a request that got no answer: `err` is the transport's error; `tls` the
+ * configured CA and server name (for the words). An abort by the caller is never passed here.
  */
 export function transportFailure(
   err: unknown,
@@ -319,18 +319,6 @@ function tlsFailure(
   text: string,
   tls: { readonly ca?: string; readonly cert?: string; readonly serverName?: string },
 ): StoreTlsError {
-  for (const [what, pem] of [["the CA", tls.ca], ["the client certificate", tls.cert]] as const) {
-    const problem = pem === undefined ? undefined : certificateProblem(pem);
-    if (problem !== undefined) {
-      return new StoreTlsError(
-        `${where}: ${what} is not a PEM certificate: ${problem}`,
-        "not-a-certificate",
-        {
-          cause: err,
-        },
-      );
-    }
-  }
   const problem = tlsProblemOf(new Error(text));
   let message: string;
   switch (problem) {

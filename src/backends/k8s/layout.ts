@@ -118,13 +118,13 @@ function labelSetOf(key: string): Labels | undefined {
  * too large for an object's annotations (the claim carries the key), or a label set that contains
  * the reserved `idalloc:key` label (it would read back as another key).
  */
-export function keyProblem(key: string): string | undefined {
+export function keyProblem(key: string, sized = true): string | undefined {
   if (typeof key !== "string") return "key must be a string";
   if (key === "") return "key must not be empty";
   if (key.includes("\0")) return "key must not contain NUL";
   if (!key.isWellFormed()) return "key must be well-formed Unicode";
   const size = utf8Length(key);
-  if (size > MAX_KEY_BYTES) {
+  if (sized && size > MAX_KEY_BYTES) {
     return `key is ${size} bytes; Kubernetes annotations (256 KiB per object) limit keys to ` +
       `${MAX_KEY_BYTES} bytes`;
   }
@@ -147,16 +147,17 @@ export function securityLabelsOf(key: string): Record<string, string> {
 /**
  * The key a `security-labels` map stores, or `undefined` when it is none idalloc writes: not a
  * map of strings, a map whose labels do not survive Cilium's `Map2Labels` unchanged (a key
- * without a source), `{idalloc:key: S}` where S is empty or itself a label set, or a label set
- * with the reserved label beside others.
+ * without a source), `{idalloc:key: S}` where S is empty or itself a label set, a label set
+ * with the reserved label beside others, or (with `sized`, the default) a key larger than
+ * `MAX_KEY_BYTES`.
  */
-export function keyOfSecurityLabels(map: unknown): string | undefined {
+export function keyOfSecurityLabels(map: unknown, sized = true): string | undefined {
   if (typeof map !== "object" || map === null || Array.isArray(map)) return undefined;
   const entries = Object.entries(map);
   if (entries.length === 0 || entries.some(([, v]) => typeof v !== "string")) return undefined;
   if (entries.length === 1 && entries[0][0] === RESERVED_KEY_LABEL) {
     const key = entries[0][1] as string;
-    return key !== "" && labelSetOf(key) === undefined && keyProblem(key) === undefined
+    return key !== "" && labelSetOf(key) === undefined && keyProblem(key, sized) === undefined
       ? key
       : undefined;
   }
@@ -170,7 +171,7 @@ export function keyOfSecurityLabels(map: unknown): string | undefined {
   if (Object.keys(back).length !== entries.length) return undefined;
   if (entries.some(([k, v]) => back[k] !== v)) return undefined;
   const key = labels.toKvstoreString();
-  return keyProblem(key) === undefined ? key : undefined;
+  return keyProblem(key, sized) === undefined ? key : undefined;
 }
 
 /**
@@ -289,8 +290,8 @@ export interface IdentityRecord {
 
 /** Why an object cannot be read as an identity. */
 export interface IdentityDamage {
-  /** The damage kind (`master-bad-id`, `master-undecodable`). */
-  readonly kind: "master-bad-id" | "master-undecodable";
+  /** The damage kind (`master-bad-id`, `master-undecodable`, `master-oversized`). */
+  readonly kind: "master-bad-id" | "master-undecodable" | "master-oversized";
   /** The object's name. */
   readonly name: string;
   /** The ID, when the name is one. */
@@ -335,6 +336,10 @@ export function readIdentity(obj: KubeObject): IdentityRead {
   }
   const key = keyOfSecurityLabels(obj["security-labels"]);
   if (key === undefined) {
+    if (keyOfSecurityLabels(obj["security-labels"], false) !== undefined) {
+      const reason = `its key is larger than ${MAX_KEY_BYTES} bytes, the layout's limit`;
+      return { ok: false, damage: { kind: "master-oversized", name, id, reason, rv, ...marks } };
+    }
     const reason = "its security-labels are not a key idalloc can read";
     return { ok: false, damage: { kind: "master-undecodable", name, id, reason, rv, ...marks } };
   }

@@ -25,6 +25,7 @@
 import { abortable } from "../../abort.ts";
 import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
+import { claimUntil, leaseStale, RenewalSchedule } from "../shared/renewal.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
 import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
@@ -107,17 +108,14 @@ export class LeaseKeeper {
   readonly #ttlMs: number;
   readonly #durationSeconds: number;
   readonly #onReplaced: () => void;
-  readonly #onTick: () => void;
   readonly #signal: AbortSignal;
+  readonly #schedule: RenewalSchedule;
   #epoch = "";
   #rv: string | undefined;
   #acquired = 0;
   #renewedAt = 0;
   #claimUntil = 0;
   #lost: { epoch?: string; expiresAt?: number } | undefined;
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  #chain: Promise<unknown> = Promise.resolve();
-  #closed = false;
   #replacements = 0;
   /** The last renewal failure, while the last attempt failed. */
   lastError: string | undefined;
@@ -140,8 +138,8 @@ export class LeaseKeeper {
     this.#ttlMs = ttlMs;
     this.#durationSeconds = Math.max(1, Math.ceil(ttlMs / 1000));
     this.#onReplaced = onReplaced;
-    this.#onTick = onTick;
     this.#signal = signal;
+    this.#schedule = new RenewalSchedule(ttlMs, () => this.#renew(), onTick);
   }
 
   /** The lease's lifetime, in ms. */
@@ -182,7 +180,7 @@ export class LeaseKeeper {
       const plan = planOpen(existing, settings.now(), settings.maxClockSkewMs, restart);
       if (plan.kind === "inUse") throw new NodeInUseError(this.#ctx.node, plan.expiresAt);
       if (await this.#write(newEpoch(), plan.kind === "take" ? plan.rv : undefined, signal)) {
-        this.#schedule();
+        this.#schedule.start();
         return;
       }
     }
@@ -200,7 +198,7 @@ export class LeaseKeeper {
     if (!this.#stale()) return;
     // The queue may hold renewals bound only by the session: the call's own signal bounds its wait.
     await abortable(
-      this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined),
+      this.#schedule.serial(() => this.#stale() ? this.#replace("expired", signal) : undefined),
       signal,
     );
     if (this.#lost) throw this.#lostError();
@@ -208,7 +206,7 @@ export class LeaseKeeper {
 
   /** Renews (or replaces) the lease now and waits for the answer; failures go to `lastError`. */
   renewNow(): Promise<void> {
-    return this.#serial(() => this.#renew());
+    return this.#schedule.serial(() => this.#renew());
   }
 
   /**
@@ -218,10 +216,7 @@ export class LeaseKeeper {
    * no reference may release: deleting the Lease kills every reference of its epoch.
    */
   async close(release = false): Promise<void> {
-    this.#closed = true;
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
-    await this.#chain;
+    await this.#schedule.stop();
     if (!release || this.#rv === undefined || this.#lost) return;
     const { client, namespace, node } = this.#ctx;
     try {
@@ -246,29 +241,11 @@ export class LeaseKeeper {
 
   #stale(): boolean {
     const { now, maxClockSkewMs } = this.#ctx.settings;
-    return now() >= this.expiresAt - maxClockSkewMs;
-  }
-
-  #schedule(): void {
-    if (this.#closed) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      void this.renewNow().finally(() => {
-        if (this.#closed) return;
-        this.#onTick();
-        this.#schedule();
-      });
-    }, Math.max(1, Math.floor(this.#ttlMs / 3)));
-  }
-
-  #serial<T>(fn: () => Promise<T> | T): Promise<T> {
-    const run = this.#chain.then(fn);
-    this.#chain = run.catch(() => {});
-    return run;
+    return leaseStale(now(), this.expiresAt, maxClockSkewMs);
   }
 
   async #renew(): Promise<void> {
-    if (this.#closed) return;
+    if (this.#schedule.closed) return;
     const signal = this.#signal;
     try {
       if (this.#lost || this.#stale()) return await this.#replace("expired", signal);
@@ -354,8 +331,7 @@ export class LeaseKeeper {
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
     this.#renewedAt = now;
-    // The backend's clock is injectable (tests); the claim is kept on Date.now()'s scale.
-    this.#claimUntil = Date.now() + (now + this.#ttlMs - this.#skew() - this.#now());
+    this.#claimUntil = claimUntil(now + this.#ttlMs, this.#skew(), this.#now());
     this.#lost = undefined;
     this.lastError = undefined;
     return true;

@@ -2,8 +2,8 @@
  * A Kubernetes store as idalloc's tools name it: `--store k8s:<kubeconfig file>` (`k8s:` alone:
  * `$KUBECONFIG`, else `~/.kube/config`) or `k8s:in-cluster` (the pod's service account),
  * `--prefix` as the identity resource `<plural>.<group>/<version>`, and the backend's own options:
- * `--context`, `--namespace` (of the node Leases and key claims), `--kind` and
- * `--heartbeat-timeout`. {@linkcode describeK8sStore} turns them into a
+ * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--heartbeat-timeout`
+ * and `--clock-skew` (shared with Deno KV, which also judges leases by the nodes' clocks). {@linkcode describeK8sStore} turns them into a
  * {@linkcode K8sStoreDescription}, which `./driver.ts` opens. Nothing here loads the client.
  *
  * @example
@@ -29,7 +29,7 @@ import { resolve } from "node:path";
 import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
-import { durationFlag, validateFlags } from "../driver_options.ts";
+import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
 import { DNS_LABEL, isSubdomain } from "./layout.ts";
 import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "./limits.ts";
 
@@ -41,12 +41,6 @@ export const DEFAULT_K8S_PREFIX = "ciliumidentities.cilium.io/v2";
 
 /** How long connecting waits for the API server (at most `--timeout`). */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
-
-/**
- * The clock-skew margin of CLI runs: the backend's default. (The CLI's backends declare no flag
- * in common, and Deno KV's `--clock-skew` is its own.)
- */
-export const DEFAULT_CLOCK_SKEW_MS = 5_000;
 
 /** One Kubernetes store, completely: how to reach the API server, and what idalloc uses there. */
 export interface K8sStoreDescription {
@@ -115,6 +109,12 @@ export const K8S_OPTIONS: readonly StoreOption[] = [
     description: "Cilium operator's --identity-heartbeat-timeout",
     default: "30m",
   },
+  // Deno KV declares it too (the CLI declares a shared option once): the same flag, both stores.
+  {
+    flags: "--clock-skew <duration>",
+    description: "largest clock difference between nodes",
+    default: "5s",
+  },
 ];
 
 const k8sValues = z.object({
@@ -124,6 +124,7 @@ const k8sValues = z.object({
     "CiliumIdentity",
   ),
   heartbeatTimeout: durationFlag(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
+  clockSkew: durationFlag(0).default(5_000),
 });
 
 /** `<plural>.<group>/<version>` of `--prefix`, or `undefined` when it is not that. */
@@ -153,6 +154,13 @@ export function describeK8sStore(
       "invalid option: --context names a kubeconfig context; --store k8s:in-cluster has none",
     );
   }
+  if (context.leaseTtlMs < 2 * o.clockSkew) {
+    // Leases are judged with the skew margin on both sides (`liveness.ts`).
+    throw new InvalidOptionsError(
+      `invalid option: --lease-ttl (${formatDuration(context.leaseTtlMs)}) must be at least ` +
+        `twice --clock-skew (${formatDuration(o.clockSkew)}) on Kubernetes`,
+    );
+  }
   const prefix = context.prefix ?? DEFAULT_K8S_PREFIX;
   const resource = k8sResource(prefix);
   if (resource === undefined) {
@@ -168,7 +176,7 @@ export function describeK8sStore(
     ...(o.context === undefined ? {} : { context: o.context }),
     ...(o.namespace === undefined ? {} : { namespace: o.namespace }),
     resource: { ...resource, kind: o.kind },
-    maxClockSkewMs: DEFAULT_CLOCK_SKEW_MS,
+    maxClockSkewMs: o.clockSkew,
     heartbeatTimeoutMs: o.heartbeatTimeout,
     // Connecting answers within 5s (at most --timeout); a request may take --timeout.
     connectTimeoutMs: Math.min(DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),

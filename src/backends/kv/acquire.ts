@@ -23,14 +23,9 @@
  * @module
  */
 import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
-import {
-  ConflictError,
-  CorruptEntryError,
-  InvalidIdError,
-  PoolExhaustedError,
-  SplitKeyError,
-} from "../../errors.ts";
+import { ConflictError, CorruptEntryError, InvalidIdError, SplitKeyError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
+import { pickCandidate, usable } from "../shared/candidates.ts";
 import type { CommitBatcher, CommitPlan } from "./batch.ts";
 import { chargeShared, commit, getMany, type KvStats } from "./client.ts";
 import type { KvContext } from "./context.ts";
@@ -78,7 +73,7 @@ export async function acquire(
   const exclude = new Set<number>();
   // A hint that cannot be a versionstamp (say, from another backend's cache) is ignored: the
   // store would reject the check outright instead of failing it. So is one outside the range.
-  let plan: Plan = req.hint && VERSIONSTAMP.test(req.hint.version) && usable(req, req.hint.id)
+  let plan: Plan = req.hint && VERSIONSTAMP.test(req.hint.version) && usable(req.range, req.hint.id)
     ? { kind: "existing", id: req.hint.id, version: req.hint.version }
     : { kind: "new" };
   let created = false;
@@ -94,7 +89,7 @@ export async function acquire(
       plan = { kind: "new" };
       continue;
     }
-    const id: number = plan.kind === "new" ? pick(req, exclude) : plan.id;
+    const id: number = plan.kind === "new" ? pickCandidate(req, exclude) : plan.id;
     const writesPair = plan.kind !== "existing";
     const [indexVs, masterVs] = plan.kind === "new"
       ? [null, null]
@@ -137,22 +132,6 @@ export async function acquire(
   throw new ConflictError(
     `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} rounds: the store kept changing`,
   );
-}
-
-function pick(req: AcquireRequest, exclude: ReadonlySet<number>): number {
-  const candidate = req.pickCandidate(exclude);
-  if (candidate === undefined) {
-    throw new PoolExhaustedError(Number.NaN, Number.NaN, {
-      cause: new Error(`no candidate ID left for key '${req.key}'`),
-    });
-  }
-  return candidate;
-}
-
-/** Whether `id` may become a key's ID: a positive safe integer within the request's range. */
-function usable(req: AcquireRequest, id: number): boolean {
-  return Number.isSafeInteger(id) && id > 0 &&
-    (req.range === undefined || (id >= req.range.min && id <= req.range.max));
 }
 
 /**
@@ -203,7 +182,7 @@ async function replan(
     return { kind: "new" };
   }
   const named = decode.keyIndex(index as Deno.KvEntry<unknown>);
-  if (named === undefined || !usable(req, named.id)) {
+  if (named === undefined || !usable(req.range, named.id)) {
     log.warning("key index of {key} is corrupt or names an ID out of range", { key });
     return await settleByReferences(ctx, stats, req, index.versionstamp, exclude);
   }
@@ -255,7 +234,7 @@ async function settleByReferences(
     return { kind: "dropIndex", version: indexVs };
   }
   const [id] = ids;
-  if (!usable(req, id)) {
+  if (!usable(req.range, id)) {
     throw new InvalidIdError(
       `ID ${id} of key '${key}' in the store is outside this allocator's range` +
         (req.range ? ` [${req.range.min}, ${req.range.max}]` : "") +

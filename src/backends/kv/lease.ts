@@ -19,6 +19,7 @@
  */
 import { errorMessage, NodeInUseError, StoreUnavailableError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
+import { claimUntil, leaseStale, RenewalSchedule } from "../shared/renewal.ts";
 import { commit, get, type KvStats, nonce } from "./client.ts";
 import type { KvContext } from "./context.ts";
 import { nodeIsLive } from "./liveness.ts";
@@ -41,9 +42,7 @@ export class LeaseKeeper {
   /** `expiresAt` less the skew margin, on `Date.now()`'s scale: read on every answer. */
   #claimUntil = 0;
   #versionstamp: string | null = null;
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  #chain: Promise<unknown> = Promise.resolve();
-  #closed = false;
+  readonly #schedule: RenewalSchedule;
   #replacements = 0;
   /** The last renewal failure, if the last attempt failed. */
   lastError: string | undefined;
@@ -67,6 +66,7 @@ export class LeaseKeeper {
     this.#ttlMs = ttlMs;
     this.#onReplaced = onReplaced;
     this.#signal = signal;
+    this.#schedule = new RenewalSchedule(ttlMs, () => this.#renew());
   }
 
   /** The current lease id; references are written with it. */
@@ -101,7 +101,7 @@ export class LeaseKeeper {
   async start(signal: AbortSignal, restart = false): Promise<void> {
     if (restart) await this.#write(nonce(), signal);
     else await this.#claim(signal);
-    this.#schedule();
+    this.#schedule.start();
   }
 
   /**
@@ -132,12 +132,12 @@ export class LeaseKeeper {
    */
   async ensureFresh(signal: AbortSignal): Promise<void> {
     if (!this.#stale()) return;
-    await this.#serial(() => this.#stale() ? this.#replace("expired", signal) : undefined);
+    await this.#schedule.serial(() => this.#stale() ? this.#replace("expired", signal) : undefined);
   }
 
   /** Renews (or replaces) the lease now; used by the timer and by tests. */
   renewNow(): Promise<void> {
-    return this.#serial(() => this.#renew());
+    return this.#schedule.serial(() => this.#renew());
   }
 
   /**
@@ -147,10 +147,7 @@ export class LeaseKeeper {
    * the record kills every reference of its lease.
    */
   async close(release = false): Promise<void> {
-    this.#closed = true;
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
-    await this.#chain;
+    await this.#schedule.stop();
     if (!release || this.#versionstamp === null) return;
     const key = this.#ctx.layout.lease(this.#ctx.settings.node);
     const op = this.#ctx.kv.atomic().check({ key, versionstamp: this.#versionstamp }).delete(key);
@@ -165,25 +162,12 @@ export class LeaseKeeper {
   }
 
   #stale(): boolean {
-    return this.#ctx.settings.now() >= this.#expiresAt - this.#ctx.settings.maxClockSkewMs;
-  }
-
-  #schedule(): void {
-    if (this.#closed) return;
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      void this.renewNow().finally(() => this.#schedule());
-    }, Math.max(1, Math.floor(this.#ttlMs / 3)));
-  }
-
-  #serial<T>(fn: () => Promise<T> | T): Promise<T> {
-    const run = this.#chain.then(fn);
-    this.#chain = run.catch(() => {});
-    return run;
+    const { now, maxClockSkewMs } = this.#ctx.settings;
+    return leaseStale(now(), this.#expiresAt, maxClockSkewMs);
   }
 
   async #renew(): Promise<void> {
-    if (this.#closed) return;
+    if (this.#schedule.closed) return;
     try {
       if (this.#stale()) return await this.#replace("expired", this.#signal);
       const key = this.#ctx.layout.lease(this.#ctx.settings.node);
@@ -245,8 +229,7 @@ export class LeaseKeeper {
   #setExpiry(expiresAt: number): void {
     const { now, maxClockSkewMs } = this.#ctx.settings;
     this.#expiresAt = expiresAt;
-    // The backend's clock is injectable (tests); the claim is kept on Date.now()'s scale.
-    this.#claimUntil = Date.now() + (expiresAt - maxClockSkewMs - now());
+    this.#claimUntil = claimUntil(expiresAt, maxClockSkewMs, now());
   }
 
   #set(op: Deno.AtomicOperation, id: string, expiresAt: number): Deno.AtomicOperation {

@@ -77,7 +77,12 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
     "gc would run under its name and could collect the IDs it uses",
   );
   if (refused !== undefined) return refused;
-  await using allocator = await Allocator.open(store.backend, allocatorOptions(ctx), {
+  // The operator paces the passes (two --grace apart, or one per --every): that gap is the grace
+  // (the allocator's default, a lease TTL, is for passes a caller does not pace this way).
+  await using allocator = await Allocator.open(store.backend, {
+    ...allocatorOptions(ctx),
+    gcGraceMs: gapMs,
+  }, {
     signal: ctx.signal,
   });
   await allocator.waitForInitialSync({ signal: ctx.signal });

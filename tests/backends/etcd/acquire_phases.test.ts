@@ -72,9 +72,29 @@ Deno.test("plan: agreeing live references decide the ID; a master is re-created 
   assert.deepEqual(plan(corrupt, KEY, req(7), layout), { kind: "repair", id: 8, mod: "4" });
 });
 
-Deno.test("plan: references that disagree on a live lease split the key", () => {
+Deno.test("plan: a split key joins its newest master among the IDs its references name", () => {
   const snapshot = refs(KEY, { b: ["8", "77"], c: ["9", "78"] });
-  assert.throws(() => plan(knowledge({ snapshot }), KEY, req(7), layout), SplitKeyError);
+  // The masters it does not know yet are read first.
+  assert.deepEqual(plan(knowledge({ snapshot }), KEY, req(7), layout), {
+    kind: "readMasters",
+    ids: [8, 9],
+  });
+  // Cilium's lookup answers the newest master naming the key: 8 (mod 40), not 9 (mod 30).
+  const masters = new Map([
+    [8, { value: KEY, mod: "40", corrupt: false }],
+    [9, { value: KEY, mod: "30", corrupt: false }],
+  ]);
+  assert.deepEqual(plan(knowledge({ snapshot, masters }), KEY, req(7), layout), {
+    kind: "joinSplit",
+    id: 8,
+    mod: "40",
+  });
+  // None of them names the key: nothing to converge on.
+  const others = new Map([[8, { value: "x;", mod: "40", corrupt: false }], [9, null]]);
+  assert.throws(
+    () => plan(knowledge({ snapshot, masters: others }), KEY, req(7), layout),
+    SplitKeyError,
+  );
   // One without a lease says nothing.
   const unleased = refs(KEY, { b: ["8", "77"], c: ["9", "0"] });
   assert.deepEqual(plan(knowledge({ snapshot: unleased }), KEY, req(7), layout), {
@@ -140,6 +160,19 @@ Deno.test("writeTxn: a repair is guarded by the master's revision and both reads
     "Mod Less p/value/k;/",
     "Mod Less p/value/x;/",
   ]);
+});
+
+Deno.test("writeTxn: joining a split key is guarded by its master's revision and the read", () => {
+  const snapshot = refs(KEY, { b: ["8", "77"], c: ["9", "78"] });
+  const p: WritePlan = { kind: "joinSplit", id: 8, mod: "40" };
+  const t = writeTxn(layout, knowledge({ snapshot }), KEY, p, putRef, []);
+  assert.deepEqual(compares(t), ["Mod Equal p/id/8", "Mod Less p/value/k;/"]);
+  assert.deepEqual(t.success!.map((o) => text(o.request_put!.key)), ["p/value/k;/a"]);
+  assert.deepEqual(settle(knowledge({ snapshot }), layout, KEY, p, [], result(true)), {
+    id: 8,
+    created: false,
+    version: "40",
+  });
 });
 
 Deno.test("writeTxn: Cilium's mutexes are compared and read on failure", () => {

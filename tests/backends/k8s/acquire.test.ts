@@ -3,12 +3,8 @@
 // moving it, move one outside the range or naming nothing); after reading an identity, join it,
 // touch the claim to re-create it, or move the claim off it.
 import assert from "node:assert/strict";
-import {
-  afterClaimRead,
-  afterIdentityRead,
-  firstStep,
-  usable,
-} from "../../../src/backends/k8s/acquire.ts";
+import { afterClaimRead, afterIdentityRead, firstStep } from "../../../src/backends/k8s/acquire.ts";
+import { usable } from "../../../src/backends/shared/candidates.ts";
 import { readIdentity } from "../../../src/backends/k8s/layout.ts";
 
 const RANGE = { min: 256, max: 65535 };

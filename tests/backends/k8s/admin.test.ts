@@ -86,6 +86,20 @@ k8sTest(
       },
       spec: {},
     }, leases);
+    // The claim of a key whose identity (900) is damaged: not stale, removed with the identity.
+    const nineClaim = claimName(`ciliumidentities.${fx.group}`, "nine;");
+    await fx.client.create(LEASES, {
+      metadata: {
+        name: nineClaim,
+        labels: {
+          "app.kubernetes.io/managed-by": "idalloc",
+          "idalloc.io/role": "claim",
+          "idalloc.io/id": "900",
+        },
+        annotations: { "idalloc.io/key": "nine;" },
+      },
+      spec: {},
+    }, leases);
     await fx.client.create(LEASES, {
       metadata: {
         name: "idalloc-key-garbage",
@@ -121,6 +135,7 @@ k8sTest(
     const after: string[] = [];
     for await (const f of backend.findDamage()) after.push(`${f.kind} ${f.id}`);
     assert.deepEqual(after, ["key-duplicate 401"]);
+    assert.equal(await fx.client.get(LEASES, nineClaim, leases), undefined);
     assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [400, 401, 402, 901]);
 
     const other = await fixture();

@@ -32,6 +32,7 @@ k8sTest("the driver opens --store k8s:<kubeconfig> with --prefix and --namespace
   const description = k8sDriver.describe(kubeconfig, {
     context: "test",
     namespace: fx.namespace,
+    clockSkew: "1s",
   }, {
     prefix: `ciliumidentities.${fx.group}/v2`,
     timeoutMs: 30_000,

@@ -14,17 +14,13 @@ import {
   type KubeWatchEvent,
 } from "../../../src/backends/k8s/client.ts";
 import {
-  kubeApiserverUnavailable,
   sharedKubeApiServer,
   startKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
 import { test } from "../../_support/test.ts";
+import { apiServerTests } from "./_client_support.ts";
 
-const skip = kubeApiserverUnavailable() !== undefined;
-
-function k8sTest(name: string, fn: () => Promise<void>): void {
-  test({ name: `k8s client: ${name}`, ignore: skip, fn });
-}
+const k8sTest = apiServerTests("client");
 
 const LEASES = {
   group: "coordination.k8s.io",

@@ -15,18 +15,14 @@ import {
 } from "../../../src/backends/k8s/kubeconfig.ts";
 import {
   identityResource,
-  kubeApiserverUnavailable,
   sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
 import { InvalidOptionsError, StoreAccessDeniedError } from "../../../src/errors.ts";
 import { eventually } from "../../_support/eventually.ts";
 import { test } from "../../_support/test.ts";
+import { apiServerTests } from "./_client_support.ts";
 
-const skip = kubeApiserverUnavailable() !== undefined;
-
-function k8sTest(name: string, fn: () => Promise<void>): void {
-  test({ name: `k8s config: ${name}`, ignore: skip, fn });
-}
+const k8sTest = apiServerTests("config");
 
 const CILIUM = identityResource();
 

@@ -43,3 +43,24 @@ Deno.test("--prefix names the identity resource; the flags are checked", () => {
   );
   assert.throws(() => describeK8sStore("k", { kind: "lower" }, CONTEXT), /--kind/);
 });
+
+Deno.test("--clock-skew (shared with Deno KV) sets the margin; the lease TTL must be twice it", () => {
+  assert.equal(describeK8sStore("k", {}, CONTEXT).maxClockSkewMs, 5_000);
+  const short = { ...CONTEXT, leaseTtlMs: 2_000 };
+  assert.equal(describeK8sStore("k", { clockSkew: "250ms" }, short).maxClockSkewMs, 250);
+  assert.throws(
+    () => describeK8sStore("k", {}, short),
+    /--lease-ttl \(2s\) must be at least twice --clock-skew \(5s\)/,
+  );
+  assert.throws(() => describeK8sStore("k", { clockSkew: "x" }, CONTEXT), /--clock-skew/);
+  assert.ok(k8sDriver.options.some((o) => o.flags === "--clock-skew <duration>"));
+});
+
+Deno.test("the CLI's hints for Kubernetes failures name kubeconfig things, not etcd flags", () => {
+  for (const name of ["StoreAccessDeniedError", "StoreTlsError", "StoreConnectionRefusedError"]) {
+    const hint = k8sDriver.failures?.[name]?.hint?.(new Error("x")) ?? "";
+    assert.match(hint, /kubeconfig/, name);
+    assert.doesNotMatch(hint, /--user|--password|2379/, name);
+  }
+  assert.equal(k8sDriver.failures?.StoreHostNotFoundError?.kind, "unavailable");
+});

@@ -1,12 +1,16 @@
 // The informer's index on plain data: key → identities follows every change of an identity's key,
 // Cilium's answer is the oldest, and resource versions compare as numbers. On a real API server:
-// an expired watch re-lists and reports what vanished, once.
+// the first list comes from the watch cache; an expired watch re-lists (consistently) and reports
+// what vanished, once.
 import assert from "node:assert/strict";
 import { rawClient } from "../../../src/backends/etcd/testing/fixture.ts";
 import { startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
 import { collect, deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 import { IdentityIndex, newer } from "../../../src/backends/k8s/watch.ts";
 import type { IdentityRecord } from "../../../src/backends/k8s/layout.ts";
+import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
+import { countedClient, type KubeClient } from "../../../src/backends/k8s/kube.ts";
+import type { K8sSession } from "../../../src/backends/k8s/session.ts";
 
 const rec = (id: number, key: string, created: number, rv = "1"): IdentityRecord => ({
   id,
@@ -85,5 +89,31 @@ k8sTest(
     assert.deepEqual(changes.filter((c) => c.startsWith("delete")), ["delete 301"]);
     assert.equal(new Set(changes).size, changes.length, `nothing repeated: ${changes}`);
     assert.deepEqual(events.filter((e) => e.type === "synced").length, 1);
+  },
+);
+
+k8sTest(
+  "the first list comes from the watch cache in one response (as client-go's reflector's), and the index holds it",
+  async () => {
+    await using fx = await fixture();
+    for (const id of [300, 301]) await fx.createIdentity(id, { "idalloc:key": `k${id}` });
+    const lists: unknown[] = [];
+    const client = {
+      ...countedClient(fx.client, { count: 0 }),
+      list: ((res, o) => {
+        if (res.plural === "ciliumidentities") lists.push(o?.resourceVersion ?? "");
+        return fx.client.list(res, o);
+      }) as KubeClient["list"],
+    };
+    await using backend = await K8sBackend.connect(fx.options("r"), { client });
+    const reader = await backend.openSession({
+      leaseTtlMs: 3_000,
+      readOnly: true,
+      onLeaseReplaced: () => {},
+    }) as K8sSession;
+    await reader.informer.waitSynced(deadline());
+    assert.deepEqual([...reader.informer.index.records()].map((r) => r.id).sort(), [300, 301]);
+    // The connect probe lists with limit 1; the informer's list is the watch cache's.
+    assert.deepEqual(lists.at(-1), "0");
   },
 );

@@ -27,10 +27,12 @@ import {
   type StoreSnapshot,
 } from "../../../testing/nemesis.ts";
 import { between } from "../../../testing/prng.ts";
+import type { StoreChange } from "../../../testing/store_changes.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
 import { type EtcdCluster, startEtcd } from "./cluster.ts";
 import { rawClient } from "./fixture.ts";
+import { recordEtcdChanges } from "./store_changes.ts";
 
 /** How a nemesis process reaches an etcd store. */
 const etcdSpecSchema = z.object({
@@ -132,6 +134,10 @@ class EtcdNemesisStore implements NemesisRunStore {
     const res = await this.#raw.if(key, "Create", "==", 0).then(this.#raw.put(key).value(value))
       .commit();
     return res.succeeded;
+  }
+
+  recordChanges(record: (change: StoreChange) => void): Promise<AsyncDisposable> {
+    return recordEtcdChanges(this.spec.endpoints, this.spec.prefix, record);
   }
 
   async snapshot(): Promise<StoreSnapshot> {

@@ -60,44 +60,55 @@ const objectFields = {
   metadata: { type: "object" },
 } as const;
 
+/** A Cilium CRD (v2 only, as Cilium v1.16 serves them) of `kind`, in `group`. */
+function ciliumCrd(
+  group: string,
+  kind: string,
+  shortNames: readonly string[],
+  scope: "Cluster" | "Namespaced",
+  schema: Record<string, unknown>,
+  subresources: Record<string, unknown>,
+): CrdManifest {
+  const singular = kind.toLowerCase();
+  const plural = singular.endsWith("y") ? `${singular.slice(0, -1)}ies` : `${singular}s`;
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: `${plural}.${group}` },
+    spec: {
+      group,
+      names: {
+        categories: ["cilium"],
+        kind,
+        listKind: `${kind}List`,
+        plural,
+        shortNames,
+        singular,
+      },
+      scope,
+      versions: [{
+        name: "v2",
+        served: true,
+        storage: true,
+        schema: { openAPIV3Schema: { type: "object", ...schema } },
+        subresources,
+      }],
+    },
+  };
+}
+
 /**
  * Cilium's `CiliumIdentity` CRD, in `group` (Cilium's own by default; tests install copies under
  * a fresh group each, so that fixtures do not see each other's identities).
  */
 export function identityCrd(group: string = CILIUM_GROUP): CrdManifest {
-  return {
-    apiVersion: "apiextensions.k8s.io/v1",
-    kind: "CustomResourceDefinition",
-    metadata: { name: `ciliumidentities.${group}` },
-    spec: {
-      group,
-      names: {
-        categories: ["cilium"],
-        kind: "CiliumIdentity",
-        listKind: "CiliumIdentityList",
-        plural: "ciliumidentities",
-        shortNames: ["ciliumid"],
-        singular: "ciliumidentity",
-      },
-      scope: "Cluster",
-      versions: [{
-        name: "v2",
-        served: true,
-        storage: true,
-        schema: {
-          openAPIV3Schema: {
-            type: "object",
-            required: ["metadata", "security-labels"],
-            properties: {
-              ...objectFields,
-              "security-labels": { type: "object", additionalProperties: { type: "string" } },
-            },
-          },
-        },
-        subresources: { status: {} },
-      }],
+  return ciliumCrd(group, "CiliumIdentity", ["ciliumid"], "Cluster", {
+    required: ["metadata", "security-labels"],
+    properties: {
+      ...objectFields,
+      "security-labels": { type: "object", additionalProperties: { type: "string" } },
     },
-  };
+  }, { status: {} });
 }
 
 /**
@@ -106,51 +117,25 @@ export function identityCrd(group: string = CILIUM_GROUP): CrdManifest {
  * (policy, networking, controllers…) are kept as given rather than described.
  */
 export function endpointCrd(group: string = CILIUM_GROUP): CrdManifest {
-  return {
-    apiVersion: "apiextensions.k8s.io/v1",
-    kind: "CustomResourceDefinition",
-    metadata: { name: `ciliumendpoints.${group}` },
-    spec: {
-      group,
-      names: {
-        categories: ["cilium"],
-        kind: "CiliumEndpoint",
-        listKind: "CiliumEndpointList",
-        plural: "ciliumendpoints",
-        shortNames: ["cep", "ciliumep"],
-        singular: "ciliumendpoint",
-      },
-      scope: "Namespaced",
-      versions: [{
-        name: "v2",
-        served: true,
-        storage: true,
-        schema: {
-          openAPIV3Schema: {
+  return ciliumCrd(group, "CiliumEndpoint", ["cep", "ciliumep"], "Namespaced", {
+    required: ["metadata"],
+    properties: {
+      ...objectFields,
+      status: {
+        type: "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        properties: {
+          id: { type: "integer", format: "int64" },
+          identity: {
             type: "object",
-            required: ["metadata"],
             properties: {
-              ...objectFields,
-              status: {
-                type: "object",
-                "x-kubernetes-preserve-unknown-fields": true,
-                properties: {
-                  id: { type: "integer", format: "int64" },
-                  identity: {
-                    type: "object",
-                    properties: {
-                      id: { type: "integer", format: "int64" },
-                      labels: { type: "array", items: { type: "string" } },
-                    },
-                  },
-                  state: { type: "string" },
-                },
-              },
+              id: { type: "integer", format: "int64" },
+              labels: { type: "array", items: { type: "string" } },
             },
           },
+          state: { type: "string" },
         },
-        subresources: {},
-      }],
+      },
     },
-  };
+  }, {});
 }

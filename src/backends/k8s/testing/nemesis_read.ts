@@ -66,6 +66,7 @@ export interface ListedStore {
 const IDENTITY_SKIPS = {
   "master-bad-id": "identity not named by an ID",
   "master-undecodable": "identity whose labels name no key",
+  "master-oversized": "identity whose key is too large",
 } as const;
 
 /**

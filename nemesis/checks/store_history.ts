@@ -1,0 +1,252 @@
+/**
+ * The store's own history of a run: every change of a master or a reference, in the store's order
+ * (its revision), with the instant the recorder saw it. A store that can tell (etcd: a watch of the
+ * prefix from the start of the run) records it as JSON lines ({@linkcode storeChangeSchema}); the
+ * attribution of violations (`attribution.ts`) reads it back through {@linkcode StoreHistory}, to
+ * say which write made a conflicting master and what the store showed when a node answered.
+ *
+ * Spans are half-open in revisions: a master or reference exists from the revision that wrote it
+ * until the one that deleted or replaced it. Times are the recorder's, so they lag the store's
+ * commit by the watch's delay — by seconds while a member is down, as the resumed watch replays
+ * what it missed in one batch: a change may have happened as early as the arrival of the last
+ * change before its own batch (`fromEarly`, `toEarly`; the recorder stamps a batch at once).
+ *
+ * @example A master created with a reference in one transaction is that node's write
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { StoreHistory } from "./store_history.ts";
+ * const h = new StoreHistory([
+ *   { t: "master", rev: 5, at: 1_000, id: 7, key: "k;" },
+ *   { t: "ref", rev: 5, at: 1_000, key: "k;", node: "w0", id: 7, lease: "1a" },
+ * ]);
+ * assert.equal(h.masterAt(7, 1_500)?.key, "k;");
+ * assert.deepEqual(h.writerOf(h.masterAt(7, 1_500)!), { node: "w0", how: "same transaction" });
+ * ```
+ *
+ * @module
+ */
+import type { StoreChange } from "../../src/testing/store_changes.ts";
+
+export { type StoreChange, storeChangeSchema } from "../../src/testing/store_changes.ts";
+
+/** When a span began and ended: as recorded (the latest it can have been), and the earliest. */
+export interface Timed {
+  readonly fromRev: number;
+  /** When the recorder saw it written. */
+  readonly from: number;
+  /** The earliest it can have been written (earlier than `from` only in an uncertain window). */
+  readonly fromEarly: number;
+  /** Deletion; absent while it still existed at the end of the record. */
+  toRev?: number;
+  to?: number;
+  toEarly?: number;
+}
+
+/** A master's life: from the change that wrote it to the one that deleted it. */
+export interface MasterSpan extends Timed {
+  readonly id: number;
+  readonly key: string;
+}
+
+/** A reference's life (one value on one lease). */
+export interface RefSpan extends Timed {
+  readonly key: string;
+  readonly node: string;
+  readonly id: number;
+  readonly lease: string;
+}
+
+/** A Cilium mutex held by one lease. */
+export interface LockSpan {
+  readonly of: string;
+  readonly lease: string;
+  readonly from: number;
+  to?: number;
+}
+
+/** Who wrote a master, and how that was told. */
+export interface Writer {
+  readonly node: string;
+  /**
+   * `same transaction`: the node's reference to it was written in the master's revision (an
+   * idalloc write); `next reference`: the first reference to it written after the master, within
+   * a second (Cilium writes the master, then its reference, under its mutex).
+   */
+  readonly how: "same transaction" | "next reference";
+}
+
+/** How long after a master its writer's own reference may follow (Cilium's second step). */
+const NEXT_REFERENCE_MS = 1_000;
+
+function live(span: { from: number; to?: number }, at: number): boolean {
+  return span.from <= at && (span.to === undefined || at < span.to);
+}
+
+/** Spans of the recorded changes, and the questions the attribution asks of them. */
+export class StoreHistory {
+  readonly #masters = new Map<number, MasterSpan[]>();
+  readonly #mastersOfKey = new Map<string, MasterSpan[]>();
+  readonly #refs = new Map<string, RefSpan[]>();
+  readonly #refsOfId = new Map<string, RefSpan[]>();
+  readonly #refsById = new Map<number, RefSpan[]>();
+  readonly #locks = new Map<string, LockSpan[]>();
+  /** Gaps of the record (lost events). */
+  readonly gaps: readonly { readonly at: number; readonly why: string }[];
+  /** Number of changes recorded. */
+  readonly size: number;
+
+  /** Builds the spans of `changes` (any order: sorted by revision here). */
+  constructor(changes: readonly StoreChange[]) {
+    const gaps: { at: number; why: string }[] = [];
+    const sorted = changes.filter((c) => c.t !== "gap" || (gaps.push(c), false)) as Exclude<
+      StoreChange,
+      { t: "gap" }
+    >[];
+    sorted.sort((a, b) => a.rev - b.rev);
+    this.gaps = gaps;
+    this.size = sorted.length;
+    const openMaster = new Map<number, MasterSpan>();
+    const openRef = new Map<string, RefSpan>();
+    const openLock = new Map<string, LockSpan>();
+    // The arrival of the batch before a change's own: the earliest it can have happened.
+    let batchAt = sorted[0]?.at ?? 0;
+    let previousBatchAt = batchAt;
+    for (const c of sorted) {
+      if (c.at !== batchAt) {
+        previousBatchAt = batchAt;
+        batchAt = c.at;
+      }
+      const early = previousBatchAt;
+      if (c.t === "lock") {
+        const name = `${c.of}\u0000${c.lease}`;
+        const open = openLock.get(name);
+        if (c.held && !open) {
+          const span: LockSpan = { of: c.of, lease: c.lease, from: c.at };
+          openLock.set(name, span);
+          push(this.#locks, c.of, span);
+        } else if (!c.held && open) {
+          open.to = c.at;
+          openLock.delete(name);
+        }
+        continue;
+      }
+      if (c.t === "master") {
+        const open = openMaster.get(c.id);
+        if (open) {
+          open.toRev = c.rev;
+          open.to = c.at;
+          open.toEarly = early;
+          openMaster.delete(c.id);
+        }
+        if (c.key === null) continue;
+        const span: MasterSpan = {
+          id: c.id,
+          key: c.key,
+          fromRev: c.rev,
+          from: c.at,
+          fromEarly: early,
+        };
+        openMaster.set(c.id, span);
+        push(this.#masters, c.id, span);
+        push(this.#mastersOfKey, c.key, span);
+        continue;
+      }
+      const ref = `${c.key}\u0000${c.node}`;
+      const open = openRef.get(ref);
+      if (open) {
+        open.toRev = c.rev;
+        open.to = c.at;
+        open.toEarly = early;
+        openRef.delete(ref);
+      }
+      if (c.id === null) continue;
+      const span: RefSpan = {
+        key: c.key,
+        node: c.node,
+        id: c.id,
+        lease: c.lease ?? "0",
+        fromRev: c.rev,
+        from: c.at,
+        fromEarly: early,
+      };
+      openRef.set(ref, span);
+      push(this.#refs, c.key, span);
+      push(this.#refsOfId, `${c.key}\u0000${c.id}`, span);
+      push(this.#refsById, c.id, span);
+    }
+  }
+
+  /** The Cilium mutexes of `of` (a key, or `id/<N>`) held at some instant of `[from, to]`. */
+  locksDuring(of: string, from: number, to: number): LockSpan[] {
+    return (this.#locks.get(of) ?? []).filter((s) => overlaps(s, from, to));
+  }
+
+  /** The master of `id` at instant `at`, if one existed. */
+  masterAt(id: number, at: number): MasterSpan | undefined {
+    return this.#masters.get(id)?.find((s) => live(s, at));
+  }
+
+  /** Every master span of `id` that existed at some instant of `[from, to]`. */
+  mastersOfIdDuring(id: number, from: number, to: number): MasterSpan[] {
+    return (this.#masters.get(id) ?? []).filter((s) => overlaps(s, from, to));
+  }
+
+  /** Every master span naming `key` that existed at some instant of `[from, to]`. */
+  mastersOfKeyDuring(key: string, from: number, to: number): MasterSpan[] {
+    return (this.#mastersOfKey.get(key) ?? []).filter((s) => overlaps(s, from, to));
+  }
+
+  /** The references of `key` at instant `at`. */
+  refsAt(key: string, at: number): RefSpan[] {
+    return (this.#refs.get(key) ?? []).filter((s) => live(s, at));
+  }
+
+  /** Every reference span of `key` by `node`. */
+  refsOf(key: string, node: string): RefSpan[] {
+    return (this.#refs.get(key) ?? []).filter((s) => s.node === node);
+  }
+
+  /** Every reference span of `key` naming `id` that existed at some instant of `[from, to]`. */
+  refsToDuring(key: string, id: number, from: number, to: number): RefSpan[] {
+    return (this.#refsOfId.get(`${key}\u0000${id}`) ?? []).filter((s) => overlaps(s, from, to));
+  }
+
+  /**
+   * The live references (on a lease) that contradicted `master` when it was written: of its key,
+   * naming another ID, or of another key, naming its ID. A write that lands on such a store gives
+   * a key a second live ID or an ID a second key.
+   */
+  contradictedAtWrite(master: MasterSpan): RefSpan[] {
+    const liveAt = (r: RefSpan) =>
+      r.lease !== "0" && r.fromRev < master.fromRev &&
+      (r.toRev === undefined || r.toRev > master.fromRev);
+    return [
+      ...(this.#refs.get(master.key) ?? []).filter((r) => r.id !== master.id && liveAt(r)),
+      ...(this.#refsById.get(master.id) ?? []).filter((r) => r.key !== master.key && liveAt(r)),
+    ];
+  }
+
+  /**
+   * Who wrote `master`: the node whose reference to it was written in the same revision, else the
+   * first node to reference it within a second after it, else unknown.
+   */
+  writerOf(master: MasterSpan): Writer | undefined {
+    const refs = this.#refsOfId.get(`${master.key}\u0000${master.id}`) ?? [];
+    const same = refs.find((r) => r.fromRev === master.fromRev);
+    if (same) return { node: same.node, how: "same transaction" };
+    const next = refs
+      .filter((r) => r.fromRev > master.fromRev && r.from - master.from <= NEXT_REFERENCE_MS)
+      .sort((a, b) => a.fromRev - b.fromRev)[0];
+    return next ? { node: next.node, how: "next reference" } : undefined;
+  }
+}
+
+function overlaps(span: { from: number; to?: number }, from: number, to: number): boolean {
+  return span.from <= to && (span.to === undefined || span.to > from);
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  let list = map.get(key);
+  if (!list) map.set(key, list = []);
+  list.push(value);
+}

@@ -1,0 +1,49 @@
+/**
+ * The record a store keeps of its own changes during a nemesis run beside Cilium nodes: every
+ * change of a master, a reference or a Cilium mutex, in the store's order (its revision), with the
+ * instant the recorder saw it. A backend's run store produces it
+ * (`NemesisRunStore.recordChanges` in `nemesis.ts`); the nemesis writes it as JSON lines and reads it
+ * back (`nemesis/checks/store_history.ts`) to attribute violations.
+ *
+ * @module
+ */
+import { z } from "../deps/zod.ts";
+
+/** One change of a master (`key: null`: deleted) or a reference (`id: null`: deleted). */
+export const storeChangeSchema = z.discriminatedUnion("t", [
+  z.object({
+    t: z.literal("master"),
+    /** The store's revision of the change. */
+    rev: z.number().int(),
+    /** When the recorder saw it (ms since the epoch). */
+    at: z.number(),
+    id: z.number().int(),
+    key: z.string().nullable(),
+  }),
+  z.object({
+    t: z.literal("ref"),
+    rev: z.number().int(),
+    at: z.number(),
+    key: z.string(),
+    node: z.string(),
+    /** The ID it names; `null` when deleted (or, for a value that is no ID, garbage: skipped). */
+    id: z.number().int().nullable(),
+    /** Its lease (`"0"`: none). */
+    lease: z.string().optional(),
+  }),
+  /** A Cilium mutex key was written (`held`) or deleted: `of` is the key, or `id/<N>` for GC's. */
+  z.object({
+    t: z.literal("lock"),
+    rev: z.number().int(),
+    at: z.number(),
+    of: z.string(),
+    /** The holder's lock lease, as the mutex key's last segment (hex). */
+    lease: z.string(),
+    held: z.boolean(),
+  }),
+  /** The recorder lost events (a compaction under its watch): spans around it may be wrong. */
+  z.object({ t: z.literal("gap"), at: z.number(), why: z.string() }),
+]);
+
+/** One recorded change. */
+export type StoreChange = z.infer<typeof storeChangeSchema>;
