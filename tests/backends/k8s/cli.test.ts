@@ -79,11 +79,11 @@ Deno.test({
     // A live node's reference is never deleted; its own release (Ctrl-C of --hold) is.
     const refused = await cli([...args, "release", "app=web;", "--node", "web-node"]);
     assert.equal(refused.code, 4, refused.stderr);
-    assert.match(refused.stderr, /is live: its reference to app=web; \(ID \d+\) stays/);
+    assert.match(refused.stderr, /is live until .*: its reference to app=web; \(ID \d+\) stays/);
     stopWeb.abort();
     assert.equal(await holding, 0);
     // Cilium's operator rule: the first pass marks (io.cilium.heartbeat), the second deletes.
-    const gc = await cli([...args, "gc", "--grace", "0s", "--json"]);
+    const gc = await cli([...args, "gc", "--grace", "0s", "--force", "--json"]);
     assert.equal(gc.code, 0, gc.stderr);
     const passes = gc.stdout.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(passes.map((p) => p.deleted), [[], [{ id: web.id, key: "app=web;" }]]);

@@ -454,8 +454,9 @@ export class K8sStoreFixture implements StoreFixture {
   }
 
   /**
-   * Gives identity `id` the labels of `key` (creating it when missing), as `kubectl edit` could:
-   * its annotations (references of the old key's holders) stay as they were.
+   * Gives identity `id` the labels of `key` (creating it when missing), as `kubectl edit` could.
+   * The references on it go: they were the old key's holders' (on the other layouts a reference
+   * names its key, so a rewritten master leaves them to the old key).
    */
   async rewriteMaster(id: number, key: string): Promise<void> {
     const map = securityLabelsOf(key);
@@ -465,21 +466,23 @@ export class K8sStoreFixture implements StoreFixture {
       await this.#createIdentity(id, key, {});
       return;
     }
-    await this.#client.patch(this.identities, String(id), [
-      { op: "replace", path: "/security-labels", value: map },
-      { op: "replace", path: "/metadata/labels", value: sanitizedLabels(map) },
-    ], { type: "json", ...bounded() }).catch(async (err) => {
-      // An object without labels has no path to replace.
-      if (!isStatus(err, 422)) throw err;
-      await this.#client.patch(this.identities, String(id), {
-        "security-labels": null,
-        metadata: { labels: sanitizedLabels(map) },
-      }, { type: "merge", ...bounded() });
-      await this.#client.patch(this.identities, String(id), { "security-labels": map }, {
-        type: "merge",
-        ...bounded(),
-      });
-    });
+    // A merge patch merges maps: every old entry is removed (null) unless set anew.
+    const cleared = (old: unknown, keep: (name: string) => boolean = () => false) =>
+      Object.fromEntries(
+        Object.keys((old ?? {}) as Record<string, unknown>).filter((k) => !keep(k)).map((
+          k,
+        ) => [k, null]),
+      );
+    await this.#client.patch(this.identities, String(id), {
+      "security-labels": { ...cleared(current["security-labels"]), ...map },
+      metadata: {
+        labels: { ...cleared(current.metadata.labels), ...sanitizedLabels(map) },
+        annotations: cleared(
+          current.metadata.annotations,
+          (name) => nodeOfRefAnnotation(name) === undefined,
+        ),
+      },
+    }, { type: "merge", ...bounded() });
   }
 
   async dropLease(node: string): Promise<void> {
