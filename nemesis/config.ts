@@ -213,8 +213,9 @@ const USAGE = `deno task nemesis [options]
   --backend ${[...BACKEND_KINDS, "all"].join("|")}
                            store(s) to run against, one after the other (default all: every one)
   --seconds N              about how long the whole run takes, every backend together
-                           (default ${DEFAULT_SECONDS}): starting the store and the workers, the fault
-                           phase, settling, probing, draining and the checks. Each backend gets
+                           (default ${DEFAULT_SECONDS}, or the least the chosen backends need):
+                           starting the store and the workers, the fault phase, settling,
+                           probing, draining and the checks. Each backend gets
                            an equal share; its fault phase is what is left after about
                            ${BOUNDS.overhead} for the rest, and ${BOUNDS.share} for reading the logs.
                            At least ${BOUNDS.least}; at most ${MAX_SECONDS}.
@@ -368,8 +369,10 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     );
   }
   const backends: readonly string[] = backend === "all" ? RUN_KINDS : [backend];
+  const least = backends.length * Math.max(...backends.map(minSeconds));
+  // The default fits every chosen backend: a run on all of them needs more than 60 s.
   const totalSeconds = values.seconds === undefined
-    ? DEFAULT_SECONDS
+    ? Math.max(DEFAULT_SECONDS, least)
     : wholeNumber("seconds", values.seconds, 1, MAX_SECONDS, "a whole number of seconds");
   const share = Math.floor(totalSeconds / backends.length);
   const runs = backends.map((b) => ({
@@ -378,7 +381,6 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
     faultSeconds: faultSeconds(b, share),
   }));
   if (runs.some((r) => r.faultSeconds < MIN_FAULT_SECONDS)) {
-    const least = backends.length * Math.max(...backends.map(minSeconds));
     const rest = backends.map((b) => `${OVERHEAD[b].fixed} s (${b})`).join(" or ");
     throw new NemesisUsageError(
       `--seconds ${totalSeconds} is too short for ${

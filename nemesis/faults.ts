@@ -247,7 +247,9 @@ async function inject(
     }
     case "lease-revoke": {
       const t = ctx.target(slot);
-      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node), { inc: t.inc });
+      return done(FAULT_LABELS[kind], await ctx.store.revokeLease(t.node, ctx.random), {
+        inc: t.inc,
+      });
     }
     case "garbage": {
       const planted = await ctx.store.plant(garbage!, ctx.garbageTargets);

@@ -121,8 +121,12 @@ export interface NemesisStore extends AsyncDisposable {
    * entry that exists.
    */
   plant(kind: string, targets: GarbageTargets): Promise<Planted>;
-  /** Revokes `node`'s lease behind its back (etcd: the lease API; Deno KV: its lease record). */
-  revokeLease(node: string): Promise<string>;
+  /**
+   * Revokes `node`'s lease behind its back (etcd: the lease API; Deno KV: its lease record;
+   * Kubernetes: its Lease deleted or its epoch changed); `random` is the run's, for a backend
+   * with more than one way to do it.
+   */
+  revokeLease(node: string, random: () => number): Promise<string>;
   /**
    * Entries under the prefix by category, for the growth run (Deno KV adds `feed written`: the
    * change-feed entries ever written, from the store's own counter).

@@ -191,6 +191,16 @@ export interface KubeTestCluster extends AsyncDisposable {
   kill(): Promise<void>;
   /** Starts a killed API server again on the same port and waits until it is ready. */
   restart(): Promise<void>;
+  /**
+   * Waits until the running API server answers `/readyz` (after its etcd was restarted, say);
+   * throws when it exits or is not ready within `timeoutMs`.
+   */
+  ready(timeoutMs?: number): Promise<void>;
+  /**
+   * SIGSTOPs the API server (`true`) or SIGCONTs it (`false`): stopped, it holds its connections
+   * and answers nothing, as a stalled process does; continued, it finds what changed meanwhile.
+   */
+  pause(paused: boolean): void;
   /** Stops the API server and etcd, and removes the dir. */
   close(): Promise<void>;
   /** SIGKILLs the API server and etcd and removes the dir, synchronously (for `exit`). */
@@ -551,6 +561,12 @@ async function withClient<T>(
   }
 }
 
+/** `pid` of an API server that runs; throws while it is killed. */
+function running(pid: number | undefined): number {
+  if (pid === undefined) throw new Error("kube-apiserver is not running");
+  return pid;
+}
+
 async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
   let pid: number | undefined = await spawnReady(plan);
   const startMs = performance.now() - started;
@@ -603,6 +619,8 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
       if (pid !== undefined) throw new Error("kube-apiserver is running");
       pid = await spawnReady(plan);
     },
+    ready: (timeoutMs = 60_000) => waitReady(plan, running(pid), timeoutMs),
+    pause: (paused) => void process.kill(running(pid), paused ? "SIGSTOP" : "SIGCONT"),
     async close() {
       if (closed) return;
       closed = true;

@@ -1,7 +1,7 @@
 /**
  * The Kubernetes backend's development harness: its fixture for the shared test suites (a private
  * kube-apiserver per test process, a fresh CRD group and namespace per fixture), its nemesis hooks
- * (not built yet: runs are skipped with the reason), its bench opener and a private API server for
+ * (`./nemesis.ts`: API-server and etcd faults, 410), its bench opener and a private API server for
  * the examples, loaded by kind through `src/testing/harness.ts`. Not published.
  *
  * @module

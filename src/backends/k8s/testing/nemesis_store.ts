@@ -1,0 +1,187 @@
+/**
+ * A nemesis run's Kubernetes store: Cilium's `ciliumidentities` on the run's private API server,
+ * with the node Leases and key claims in one namespace, read through the backend's layout
+ * (`./nemesis_read.ts`), damaged by `./nemesis_garbage.ts`, faulted by `./nemesis_faults.ts`.
+ *
+ * A lease is revoked by an outsider in two ways, drawn with the run's seed: the node's Lease
+ * deleted (its next renewal finds it gone and takes a new epoch), or its epoch changed (its
+ * renewal finds the Lease under another live epoch, stays fenced until that lapses, then takes a
+ * new one). Either way every reference of the old epoch is dead for everyone at once.
+ *
+ * @module
+ */
+import { copyFile } from "node:fs/promises";
+import { join } from "node:path";
+import { z } from "../../../deps/zod.ts";
+import type {
+  GarbageTargets,
+  NemesisRunStore,
+  NemesisStoreSpec,
+  Planted,
+  StoreFaultOutcome,
+  StoreSnapshot,
+} from "../../../testing/nemesis.ts";
+import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
+import { isStatus } from "../kube.ts";
+import { CLAIM_SELECTOR, EPOCH_ANNOTATION, NODE_SELECTOR, nodeLeaseName } from "../layout.ts";
+import { LEASES } from "../options.ts";
+import { listAll } from "../paging.ts";
+import { identityResource, type KubeTestCluster } from "./cluster.ts";
+import { injectK8sFault } from "./nemesis_faults.ts";
+import { plantK8s } from "./nemesis_garbage.ts";
+import { k8sCounts, k8sSnapshot } from "./nemesis_read.ts";
+
+/** How a nemesis process reaches a Kubernetes store. */
+const k8sSpecSchema = z.object({
+  kind: z.literal("k8s"),
+  /** An admin kubeconfig. */
+  kubeconfig: z.string().min(1),
+  /** Its context to use. */
+  context: z.string().min(1),
+  /** The namespace of the node Leases and key claims. */
+  namespace: z.string().min(1),
+  /** The identity resource's group (`cilium.io`). */
+  group: z.string().min(1),
+  /** The workers' clock-skew margin. */
+  maxClockSkewMs: z.number().int().nonnegative(),
+  /** The workers' request timeout. */
+  requestTimeoutMs: z.number().int().positive(),
+});
+
+/** How a nemesis process reaches a Kubernetes store. */
+export type K8sNemesisSpec = z.infer<typeof k8sSpecSchema>;
+
+/** `spec` as this backend's; throws a `ZodError` when it is another's or malformed. */
+export function k8sSpec(spec: NemesisStoreSpec): K8sNemesisSpec {
+  return k8sSpecSchema.parse(spec);
+}
+
+/** A bound on one direct read of the store. */
+function bounded(): { signal: AbortSignal } {
+  return { signal: AbortSignal.timeout(30_000) };
+}
+
+let planted = 0;
+let revocations = 0;
+
+/** A run's Kubernetes store; with its API server when it owns one. */
+export class K8sNemesisStore implements NemesisRunStore {
+  readonly kind = "k8s";
+  readonly spec: K8sNemesisSpec;
+  readonly skewMs: number;
+  readonly #client: KubeClient;
+  readonly #cluster?: KubeTestCluster;
+  /** Where the API server's log is kept when the store stops (the run's directory). */
+  readonly #logDir?: string;
+  readonly #identities: KubeResourceDescriptor;
+
+  /**
+   * The store `spec` names, read through `client` (closed with the store); a `cluster` given is
+   * the store's own, stopped with it, its API server's log copied into `logDir` first.
+   */
+  constructor(
+    spec: K8sNemesisSpec,
+    client: KubeClient,
+    cluster?: KubeTestCluster,
+    logDir?: string,
+  ) {
+    this.spec = spec;
+    this.skewMs = spec.maxClockSkewMs;
+    this.#client = client;
+    this.#cluster = cluster;
+    this.#logDir = logDir;
+    this.#identities = identityResource(spec.group);
+  }
+
+  async #identityObjects(): Promise<KubeObject[]> {
+    return (await listAll(this.#client, this.#identities, bounded())).items;
+  }
+
+  async #leases(selector: string): Promise<KubeObject[]> {
+    const { items } = await listAll(this.#client, LEASES, {
+      namespace: this.spec.namespace,
+      labelSelector: selector,
+      ...bounded(),
+    });
+    return items;
+  }
+
+  async snapshot(): Promise<StoreSnapshot> {
+    // Identities first, then the Leases that judge their references (as the backend's GC lists).
+    const identities = await this.#identityObjects();
+    const leases = await this.#leases(NODE_SELECTOR);
+    return k8sSnapshot({ identities, leases, now: Date.now(), skewMs: this.skewMs });
+  }
+
+  plant(kind: string, targets: GarbageTargets): Promise<Planted> {
+    return plantK8s(
+      {
+        client: this.#client,
+        identities: this.#identities,
+        endpoints: { ...this.#identities, plural: "ciliumendpoints", namespaced: true },
+        namespace: this.spec.namespace,
+      },
+      kind,
+      targets,
+      `nemesis-ghost-${++planted}`,
+    );
+  }
+
+  async revokeLease(node: string, random: () => number): Promise<string> {
+    const name = nodeLeaseName(node);
+    const namespace = this.spec.namespace;
+    revocations++;
+    try {
+      if (random() < 0.5) {
+        const deleted = await this.#client.delete(LEASES, name, { namespace, ...bounded() });
+        return deleted ? `deleted ${node}'s Lease ${name}` : `${node} had no Lease`;
+      }
+      const epoch = `revoked${revocations}`;
+      await this.#client.patch(LEASES, name, {
+        metadata: { annotations: { [EPOCH_ANNOTATION]: epoch } },
+      }, { type: "merge", namespace, ...bounded() });
+      return `changed the epoch of ${node}'s Lease ${name} to ${epoch}`;
+    } catch (err) {
+      if (isStatus(err, 404)) return `${node} had no Lease`;
+      throw err;
+    }
+  }
+
+  async counts(): Promise<Record<string, number>> {
+    const identities = await this.#identityObjects();
+    const leases = await this.#leases(NODE_SELECTOR);
+    const claims = await this.#leases(CLAIM_SELECTOR);
+    return k8sCounts({ identities, leases, claims, now: Date.now(), skewMs: this.skewMs });
+  }
+
+  fileBytes(): Promise<number> {
+    return Promise.resolve(0);
+  }
+
+  async injectFault(kind: string, random: () => number): Promise<StoreFaultOutcome> {
+    const cluster = this.#cluster;
+    if (cluster === undefined) throw new Error(`${kind}: the store has no API server of its own`);
+    return await injectK8sFault(
+      { cluster, client: this.#client, identities: this.#identities },
+      kind,
+      random,
+    );
+  }
+
+  /** Closes the client; stops the API server when the store owns it. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.#client.close();
+    } finally {
+      const cluster = this.#cluster;
+      if (cluster !== undefined && this.#logDir !== undefined) {
+        await copyFile(
+          join(cluster.dir, "kube-apiserver.log"),
+          join(this.#logDir, "kube-apiserver.log"),
+        )
+          .catch(() => {});
+      }
+      await cluster?.close();
+    }
+  }
+}
