@@ -107,14 +107,17 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       client = await createKubeClient(connection, { requestTimeoutMs: settings.requestTimeoutMs });
     }
     const { group, version, kind } = settings.resource;
-    // Every round trip timed, as on the other backends (`./telemetry.ts`).
-    client = timedClient(
-      client,
-      new StoreTelemetry("k8s", `${resourceName(settings)}/${version}`, settings.node),
+    const telemetry = new StoreTelemetry(
+      "k8s",
+      `${resourceName(settings)}/${version}`,
+      settings.node,
     );
+    // Every round trip timed, as on the other backends (`./telemetry.ts`).
+    client = timedClient(client, telemetry);
     const endpoints = endpointResource(settings);
     const ctx: K8sContext = {
       client,
+      telemetry,
       settings,
       node: settings.node,
       namespace: settings.namespace ?? (client.namespace || "default"),

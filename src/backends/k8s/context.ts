@@ -1,9 +1,10 @@
 /**
  * What the parts of a Kubernetes session share: the client, the validated options, the node, the
- * namespace of its Leases and the resources it works on.
+ * namespace of its Leases, the resources it works on and the backend's store telemetry.
  *
  * @module
  */
+import type { StoreTelemetry } from "../../telemetry/store.ts";
 import type { KubeClient, KubeResource } from "./kube.ts";
 import type { K8sSettings } from "./options.ts";
 
@@ -23,6 +24,11 @@ export interface K8sContext {
   readonly identityKind: { readonly apiVersion: string; readonly kind: string };
   /** `<plural>.<group>` of the identity resource (claims hash it in). */
   readonly resourceName: string;
+  /**
+   * The backend's store telemetry: the client's round trips are timed through it
+   * (`telemetry.ts`); the lease keeper records renewals, the informer re-lists and reconnects.
+   */
+  readonly telemetry: StoreTelemetry;
   /** The endpoint resource GC reads, if any. */
   readonly endpoints?: KubeResource;
 }

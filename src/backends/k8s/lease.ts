@@ -10,7 +10,9 @@
  * - **Renewal** every ttl/3: a merge patch guarded by the Lease's resource version, setting
  *   `renewTime` (not an update: that would re-create a Lease an operator deleted, reviving its
  *   epoch). A Lease within the skew margin of its end (own clock) is never renewed: a new
- *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs.
+ *   epoch replaces it (old references are dead for everyone) and `onLeaseReplaced` runs. The
+ *   telemetry counts each renewal the API server confirmed and each that threw
+ *   (`idalloc.lease.renewals`), as Deno KV's and etcd's keepers do; a replacement is no renewal.
  * - **Lost.** A renewal that finds the Lease under another live epoch (another process took the
  *   name with `restart`) does not take it back: the claim lapses, the allocator fences, and
  *   `lastError` says why; once that Lease lapses the node takes a new epoch. Meanwhile writes
@@ -250,13 +252,17 @@ export class LeaseKeeper {
     try {
       if (this.#lost || this.#stale()) return await this.#replace("expired", signal);
       for (let round = 0; round < 2; round++) {
-        if (await this.#write(this.#epoch, this.#rv, signal, true)) return;
+        if (await this.#write(this.#epoch, this.#rv, signal, true)) {
+          this.#ctx.telemetry.renewal();
+          return;
+        }
         const refusal = await this.#refused(this.#epoch, signal);
         if (refusal.kind === "lost") return;
         if (refusal.kind === "replace") return await this.#replace("the Lease was removed", signal);
       }
     } catch (err) {
       if (signal.aborted) return;
+      this.#ctx.telemetry.renewal(err);
       this.lastError = `lease renewal failed: ${errorMessage(err)}`;
       log.warning("renewing the lease of {node} failed: {err}", { node: this.#ctx.node, err });
     }

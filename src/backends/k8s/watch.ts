@@ -15,6 +15,10 @@
  * ({@linkcode IdentityInformer.observe}); the watch's echo of them then changes nothing. A version
  * never replaces a newer one (resource versions of one resource are etcd revisions: ordered).
  *
+ * The telemetry counts each list by its reason (`idalloc.watch.relists`: `initial`, `expired`)
+ * and each failed list or watch that is tried again (`idalloc.watch.reconnects`); a watch the
+ * server ends on time (`timeoutSeconds`) is resumed without counting.
+ *
  * Every `watch()` of the session subscribes here: it gets the index as `upsert`s, `synced`, then
  * live changes (an `upsert` per new version of an identity, a `delete` per vanished one).
  *
@@ -39,6 +43,12 @@ import { listAll } from "./paging.ts";
 const log = idallocLogger("k8s", "watch");
 
 type Change = Exclude<BackendEvent, { type: "synced" }>;
+
+/**
+ * Why the informer lists every identity (the telemetry's `idalloc.reason`): `initial` (from the
+ * watch cache), `expired` (after `410 Gone`: a consistent list from etcd).
+ */
+type RelistReason = "initial" | "expired";
 
 /** Whether resource version `a` is newer than `b` (numeric when both are; else: different). */
 export function newer(a: string, b: string): boolean {
@@ -198,13 +208,16 @@ export class IdentityInformer {
   }
 
   async #run(): Promise<void> {
+    const { telemetry } = this.#ctx;
     const signal = this.#signal;
-    let relist: "cached" | "consistent" | undefined = "cached";
+    /** Why the identities are listed next (`undefined`: they are not). */
+    let relist: RelistReason | undefined = "initial";
     let pause = WATCH_RETRY_MIN_MS;
     while (!signal.aborted) {
       try {
         if (relist !== undefined) {
-          await this.#list(relist);
+          telemetry.relist(relist);
+          await this.#list(relist === "initial" ? "cached" : "consistent");
           relist = undefined;
         }
         await this.#watch();
@@ -215,9 +228,11 @@ export class IdentityInformer {
           log.info("watch of identities expired at {rv}; re-listing", {
             rv: this.#resourceVersion,
           });
-          relist = "consistent";
+          relist = "expired";
           continue;
         }
+        // A failed list or watch is tried again: a reconnect, as etcd's and Deno KV's feeds count.
+        telemetry.reconnect(err);
         this.#hooks.onError(err);
         log.warning("watch of identities failed, resuming from {rv}: {err}", {
           rv: this.#resourceVersion,

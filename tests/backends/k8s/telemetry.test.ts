@@ -2,7 +2,9 @@
  * Metrics and traces of a known sequence on a private kube-apiserver, read back through the
  * OpenTelemetry SDK (tests/_support/telemetry.ts): 3 new keys, 1 re-allocation, 1 release, 1 GC
  * pass, then an outage (the API server killed) during an allocation. Every API request is one
- * round trip `<verb> <plural>`. In a file of its own: the global providers are process-wide.
+ * round trip `<verb> <plural>`; the node Lease's renewals, the informer's failed watches and its
+ * re-list after the restart (`410`: the new watch cache starts past the informer's version) are
+ * counted as on the other backends. In a file of its own: the global providers are process-wide.
  */
 import assert from "node:assert/strict";
 import { SpanStatusCode } from "@opentelemetry/api";
@@ -12,6 +14,7 @@ import {
   kubeApiserverUnavailable,
   startKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
+import { rawClient } from "../../../src/backends/etcd/testing/fixture.ts";
 import { eventually } from "../../_support/eventually.ts";
 import { childrenOf, installSdk, points, spansNamed, sum } from "../../_support/telemetry.ts";
 
@@ -83,6 +86,21 @@ Deno.test({
       "each create timed",
     );
     assert.equal(sum(m, "idalloc.keys.held", BASE), 2);
+    const relists = (metrics: typeof m, reason: string) =>
+      sum(metrics, "idalloc.watch.relists", { ...BASE, "idalloc.reason": reason });
+    assert.equal(relists(m, "initial"), 1, "the informer's first list");
+    assert.equal(sum(m, "idalloc.watch.reconnects", BASE), 0);
+    const renewals = (metrics: typeof m, outcome: string, type?: string) =>
+      sum(metrics, "idalloc.lease.renewals", {
+        ...BASE,
+        "idalloc.outcome": outcome,
+        ...(type === undefined ? {} : { "error.type": type }),
+      });
+    // Every third of the 3 s lease TTL.
+    await eventually(
+      async () => renewals(await sdk.collect(), "ok") >= 1,
+      "a renewal of the node's Lease is counted",
+    );
     await eventually(
       async () => sum(await sdk.collect(), "idalloc.cache.ids", BASE) === 3,
       "the cache holds the three IDs",
@@ -124,5 +142,33 @@ Deno.test({
     assert.deepEqual(childrenOf(spans, release).map((s) => s.name), ["k8s patch ciliumidentities"]);
     const [gcSpan] = spansNamed(spans, "idalloc.gc");
     assert.ok(childrenOf(spans, gcSpan).length > 0, "GC's reads are its children");
+
+    // Still down: the informer's watch broke and its retries are refused; so are the renewals.
+    await eventually(async () => {
+      const now = await sdk.collect();
+      return sum(now, "idalloc.watch.reconnects", {
+            ...BASE,
+            "error.type": "StoreConnectionRefusedError",
+          }) >= 1 && renewals(now, "failed", "StoreConnectionRefusedError") >= 1;
+    }, "a refused watch retry and a refused renewal are counted");
+    // A write behind the API server's back moves etcd's revision past the informer's version: the
+    // restarted server's watch cache starts there and answers the informer's resume with 410.
+    const raw = rawClient(cluster.etcd.endpoints);
+    try {
+      await raw.put("/idalloc-test/behind").value("1");
+    } finally {
+      raw.close();
+    }
+    await cluster.restart();
+    await eventually(
+      async () => relists(await sdk.collect(), "expired") >= 1,
+      "the informer's re-list after 410 is counted, as expired",
+    );
+    m = await sdk.collect();
+    assert.equal(relists(m, "initial"), 1, "the first list only");
+    await eventually(
+      async () => renewals(await sdk.collect(), "ok") > renewals(m, "ok"),
+      "renewals are confirmed again once the API server is back",
+    );
   },
 });
