@@ -19,9 +19,12 @@
 
 /** Attribute names idalloc puts on its metrics and spans. */
 export const ATTR = {
-  /** Backend kind: `deno-kv` or `etcd`. */
+  /** Backend kind: `deno-kv`, `etcd` or `k8s`. */
   backend: "idalloc.backend",
-  /** The store namespace: Deno KV `idalloc/demo`, etcd `cilium/state/identities/v1`. */
+  /**
+   * The store namespace: Deno KV `idalloc/demo`, etcd `cilium/state/identities/v1`, Kubernetes
+   * `ciliumidentities.cilium.io/v2`.
+   */
   prefix: "idalloc.prefix",
   /** The node name of the allocator or backend. */
   node: "idalloc.node",
@@ -29,11 +32,14 @@ export const ATTR = {
   outcome: "idalloc.outcome",
   /** The error's class name (`StoreUnavailableError`, `ConflictError`, `TimeoutError`, …). */
   errorType: "error.type",
-  /** The store operation: etcd `acquire`, `read references`, `gc delete`, …; Deno KV `commit`, `read`, `list`. */
+  /**
+   * The store operation: etcd `acquire`, `read references`, `gc delete`, …; Deno KV `commit`,
+   * `read`, `list`; Kubernetes `<verb> <plural>` (`create ciliumidentities`, `patch leases`, …).
+   */
   operation: "idalloc.store.operation",
   /** What a GC pass did with an ID: `marked`, `deleted`, `skipped`. */
   gcResult: "idalloc.gc.result",
-  /** Why the watch re-listed: `initial`, `resync`, `missed`, `compacted`, `counter`. */
+  /** Why the watch re-listed: `initial`, `resync`, `missed`, `compacted`, `counter`, `expired`. */
   reason: "idalloc.reason",
   /** Identity scope: `reserved`, `global`, `local`, `remote-node`, `remote-cluster`. */
   scope: "idalloc.identity.scope",
@@ -219,7 +225,7 @@ export const METRICS: readonly MetricSpec[] = Object.freeze([
     "s",
     [],
     "age of a store change when the cache applied it (Deno KV: since the writer stamped it; " +
-      "etcd: since its watch response arrived)",
+      "etcd, Kubernetes: since its watch response arrived)",
     SECONDS,
   ),
   spec(
@@ -228,14 +234,16 @@ export const METRICS: readonly MetricSpec[] = Object.freeze([
     "{relist}",
     [ATTR.reason],
     "full lists of the masters: `initial`, `resync` (Deno KV's safety net), `missed` " +
-      "(change-feed entries missing), `counter` (change counter reset or damaged), `compacted` (etcd)",
+      "(change-feed entries missing), `counter` (change counter reset or damaged), `compacted` " +
+      "(etcd), `expired` (Kubernetes: 410 Gone)",
   ),
   spec(
     "idalloc.watch.reconnects",
     "counter",
     "{reconnect}",
     [E],
-    "watches that failed and were resumed (etcd: the stream broke; Deno KV: a poll failed)",
+    "watches that failed and were resumed (etcd: the stream broke; Deno KV: a poll failed; " +
+      "Kubernetes: a list or watch request failed)",
   ),
   spec(
     "idalloc.gc.runs",

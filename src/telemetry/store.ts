@@ -63,7 +63,7 @@ export class RoundTrip {
 
 /** The store-side telemetry of one backend. */
 export class StoreTelemetry {
-  /** Backend kind (`deno-kv`, `etcd`). */
+  /** Backend kind (`deno-kv`, `etcd`, `k8s`). */
   readonly backend: string;
   readonly #sets: AttributeSets;
 
