@@ -18,6 +18,9 @@
  *   references, while the key's claim names it, is the key's own, damaged: repaired (its labels
  *   written again under its resource version, this node's reference added), never replaced.
  *
+ * Both creates (a new key's, and one re-created from a claim) go through `createMaster`
+ * (`master.ts`), the one identity-create step.
+ *
  * **Cilium's answer, after the write.** Cilium's agents create identities without a lock: an older
  * identity of the key may reach the informer while this call writes. After every successful
  * write the index's answer is checked again; an older identity there is joined instead, and this
@@ -38,13 +41,7 @@
  * @module
  */
 import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
-import {
-  ConflictError,
-  CorruptEntryError,
-  errorMessage,
-  InvalidIdError,
-  InvalidKeyError,
-} from "../../errors.ts";
+import { ConflictError, CorruptEntryError, InvalidIdError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { pickCandidate, usable } from "../shared/candidates.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
@@ -54,15 +51,14 @@ import {
   claimName,
   claimObject,
   type ClaimRecord,
-  identityObject,
   type IdentityRead,
   type IdentityRecord,
   readClaim,
   readIdentity,
-  refAnnotation,
 } from "./layout.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
+import { createMaster } from "./master.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
@@ -385,17 +381,9 @@ class AcquireRun {
   async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
     const { ctx, lease } = this.#parts;
     const { key, signal } = this.#req;
-    const obj = identityObject(ctx.identityKind, step.id, key, {
-      [refAnnotation(ctx.node)]: epoch,
-    });
-    let made: KubeObject;
-    try {
-      made = await this.#client.create(ctx.identities, obj, { signal });
-    } catch (err) {
-      if (isStatus(err, 422)) throw identityRefused(key, err);
-      if (!isStatus(err, 409)) throw err;
-      return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
-    }
+    const made = await createMaster(this.#client, ctx, { id: step.id, key, epoch }, signal);
+    // Taken: read what holds the ID.
+    if (made === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
     // Slow (a stall, a loaded server): the claim may have moved meanwhile (`claim.ts`).
     if (performance.now() - this.#since > confirmAfterMs(lease.ttlMs)) {
       if (!await confirmClaim(this.#client, ctx, key, step.id, step.claimRv, signal)) {
@@ -443,18 +431,6 @@ class AcquireRun {
 
 function rvOf(obj: KubeObject): string {
   return String(obj.metadata.resourceVersion ?? "");
-}
-
-/**
- * The API server's validation refused an identity object of `key` (422): the key is one this
- * cluster cannot store (e.g. v1.20 API servers built with an older JSON decoder refuse an empty
- * label value in `security-labels`, which newer ones accept). Not retryable.
- */
-export function identityRefused(key: string, err: unknown): InvalidKeyError {
-  return new InvalidKeyError(
-    `the API server refuses an identity of key '${key}': ${errorMessage(err)}`,
-    { cause: err },
-  );
 }
 
 /**

@@ -22,7 +22,7 @@
 import type { EnsureReport, HeldKey } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
-import { identityRefused, patchOrUndefined } from "./acquire.ts";
+import { patchOrUndefined } from "./acquire.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { isStatus, type KubeObject } from "./kube.ts";
@@ -31,15 +31,14 @@ import {
   claimName,
   claimObject,
   type ClaimRecord,
-  identityObject,
   type IdentityRead,
   type IdentityRecord,
   readClaim,
   readIdentity,
-  refAnnotation,
 } from "./layout.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
+import { createMaster } from "./master.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
@@ -209,17 +208,10 @@ async function recreate(
   const { ctx, informer, lease } = parts;
   const claimRv = await writeClaim(ctx, held, signal);
   if (claimRv === "conflict" || claimRv === undefined) return claimRv ?? "again";
-  const obj = identityObject(ctx.identityKind, held.id, held.key, {
-    [refAnnotation(ctx.node)]: at.epoch,
-  });
-  let created: KubeObject;
-  try {
-    created = await ctx.client.create(ctx.identities, obj, { signal });
-  } catch (err) {
-    if (isStatus(err, 422)) throw identityRefused(held.key, err);
-    if (!isStatus(err, 409)) throw err;
-    return "again";
-  }
+  const master = { id: held.id, key: held.key, epoch: at.epoch };
+  const created = await createMaster(ctx.client, ctx, master, signal);
+  // Taken meanwhile (a racing re-creation): read it again.
+  if (created === undefined) return "again";
   if (
     performance.now() - at.since > confirmAfterMs(lease.ttlMs) &&
     !await confirmClaim(ctx.client, ctx, held.key, held.id, claimRv, signal)

@@ -1,0 +1,81 @@
+/**
+ * The identity-create step, in one function: {@linkcode createMaster} is the only place an idalloc
+ * node creates a `CiliumIdentity` — a new key's identity (`acquire.ts`) and a held key's missing
+ * one re-created under the same ID (`ensure.ts`), each right after the node's own guarded write of
+ * the key's claim (`claim.ts`). Creating the object by name is the allocation, as in Cilium's
+ * `CRDBackend.AllocateID`: a second create of the name is refused (409), so a taken ID is an
+ * answer, not a failure.
+ *
+ * It is kept apart as the seam for Cilium v1.17's double-write modes (README, "Later: Cilium
+ * v1.17's double-write modes"): there, the kvstore's master key of the same ID and key is written
+ * right after this create succeeds, and the create undone when that write fails, by wrapping this
+ * one step; the claim, the references and the informer stay as they are.
+ *
+ * @example
+ * ```ts
+ * import { createMaster, type MasterTarget } from "./master.ts";
+ * import type { KubeClient } from "./kube.ts";
+ *
+ * // Needs an API server: a function here, so that the doc tests type-check it without calling it.
+ * async function create(client: KubeClient, target: MasterTarget): Promise<boolean> {
+ *   const master = { id: 300, key: "k8s:app=web;", epoch: "0a1b" };
+ *   const created = await createMaster(client, target, master, AbortSignal.timeout(5_000));
+ *   return created !== undefined; // false: ID 300 is taken
+ * }
+ * ```
+ *
+ * @module
+ */
+import { errorMessage, InvalidKeyError } from "../../errors.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
+import { identityObject, refAnnotation } from "./layout.ts";
+
+/** What {@linkcode createMaster} needs of the backend's context. */
+export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "node">;
+
+/** The identity to create: `id` for `key`, carrying this node's reference under `epoch`. */
+export interface NewMaster {
+  /** The ID: the object's name. */
+  readonly id: number;
+  /** The key: its `security-labels`. */
+  readonly key: string;
+  /** The epoch of this node's Lease, the value of its reference annotation. */
+  readonly epoch: string;
+}
+
+/**
+ * Creates identity `master.id` of `master.key` with this node's reference (see the module doc).
+ * Returns the object as created, or `undefined` when the ID is taken (409: another identity has
+ * the name). Throws {@linkcode InvalidKeyError} when the API server's validation refuses the
+ * object (422, see {@linkcode identityRefused}); the client's errors otherwise.
+ */
+export async function createMaster(
+  client: KubeClient,
+  target: MasterTarget,
+  master: NewMaster,
+  signal: AbortSignal,
+): Promise<KubeObject | undefined> {
+  const obj = identityObject(target.identityKind, master.id, master.key, {
+    [refAnnotation(target.node)]: master.epoch,
+  });
+  try {
+    return await client.create(target.identities, obj, { signal });
+  } catch (err) {
+    if (isStatus(err, 422)) throw identityRefused(master.key, err);
+    if (isStatus(err, 409)) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * The API server's validation refused an identity object of `key` (422): the key is one this
+ * cluster cannot store (e.g. v1.20 API servers built with an older JSON decoder refuse an empty
+ * label value in `security-labels`, which newer ones accept). Not retryable.
+ */
+export function identityRefused(key: string, err: unknown): InvalidKeyError {
+  return new InvalidKeyError(
+    `the API server refuses an identity of key '${key}': ${errorMessage(err)}`,
+    { cause: err },
+  );
+}
