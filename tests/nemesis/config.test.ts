@@ -106,12 +106,15 @@ Deno.test("nemesis --seconds bounds the whole run: each backend's share holds it
 
 Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", async () => {
   const ci = await Deno.readTextFile(`${ROOT}.ci/run`);
-  const lines = [...ci.matchAll(/task nemesis (.*)$/gm)].map((m) => m[1]);
+  // As bash reads it: a backslash at the end of a line continues the command.
+  const lines = [...ci.replace(/\\\n\s*/g, " ").matchAll(/task nemesis (.*)$/gm)].map((m) => m[1]);
   assert.ok(lines.length >= 2, "CI runs the nemesis");
-  // CI loops over the registry's kinds: each line runs once per backend.
+  // CI loops over the registry's kinds (through a shell function): each line runs once per backend.
   for (const line of lines) {
     for (const kind of BACKENDS.map((b) => b.kind)) {
-      const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").replace('"$kind"', kind).split(/\s+/);
+      const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").replace(/"\$(kind|1)"/, kind).split(
+        /\s+/,
+      );
       const o = parseOptions(args)!;
       assert.deepEqual(o.runs.map((r) => r.backend), [kind], line);
       // The default workload's runs carry a growth run; the key-side runs do not.
