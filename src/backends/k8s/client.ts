@@ -54,6 +54,7 @@ import {
   type KubeResource,
   type KubeVerb,
   notKubernetes,
+  resourceName,
   transportFailure,
   transportFailureKind,
 } from "./failure.ts";
@@ -320,6 +321,11 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
+/** How {@linkcode HttpKubeClient} remembers a served resource: `<plural>.<group>/<version>`. */
+function servedKey(res: KubeResource): string {
+  return `${resourceName(res)}/${res.version}`;
+}
+
 class HttpKubeClient implements KubeClient {
   readonly server: string;
   readonly namespace: string;
@@ -329,6 +335,13 @@ class HttpKubeClient implements KubeClient {
   readonly #timeoutMs: number;
   /** Whether this server was seen answering as Kubernetes (JSON `Status`, `/version`). */
   #kubernetes = false;
+  /**
+   * The resources (`<plural>.<group>/<version>`) this server was seen serving. A restarting API
+   * server answers a CRD's paths with the mux's plain 404 until its handlers are installed again
+   * (measured: a nemesis run's allocations failed as "not installed" right after a restart), so a
+   * plain 404 for one of these is the server not ready, not a CRD to install.
+   */
+  readonly #served = new Set<string>();
   #closed = false;
 
   readonly connection: KubeConnection;
@@ -469,14 +482,31 @@ class HttpKubeClient implements KubeClient {
     if (!isObject(body)) {
       throw notKubernetes(this.#context(call), res.status, res.contentType, text);
     }
-    this.#kubernetes = true;
+    this.#answered(call);
     return body;
+  }
+
+  /** Notes that the server answered `call` as Kubernetes, through the resource's own handler. */
+  #answered(call: Call): void {
+    this.#kubernetes = true;
+    if (call.res !== undefined) this.#served.add(servedKey(call.res));
   }
 
   async #failure(res: HttpResponse, text: string, call: Call): Promise<Error> {
     const ctx = this.#context(call);
     const isJson = res.contentType.includes("json");
-    if (isJson) this.#kubernetes = true;
+    if (isJson) this.#answered(call);
+    if (
+      !isJson && res.status === 404 && call.res !== undefined &&
+      this.#served.has(servedKey(call.res))
+    ) {
+      return new StoreUnavailableError(
+        `${this.server} (${this.source}) does not serve ${servedKey(call.res)} right now, ` +
+          "though it did before: it is starting (its resource handlers are not installed yet), " +
+          "or the CRD was removed",
+        { cause: answerFailure(res.status, res.contentType, text, ctx, true) },
+      );
+    }
     // A plain-text 404 is a missing resource only if this server is Kubernetes: ask it once.
     if (!isJson && res.status === 404 && !this.#kubernetes) {
       try {
@@ -693,7 +723,7 @@ class HttpKubeClient implements KubeClient {
         const text = await this.#readText(response, stream.signal).catch(() => "");
         throw await this.#failure(response, text, call);
       }
-      this.#kubernetes = true;
+      this.#answered(call);
       yield* this.#events<T>(response, stream, call);
     } finally {
       stream.dispose();

@@ -247,6 +247,35 @@ k8sTest("the CRD is not installed → ResourceNotInstalledError naming it", asyn
   assert.match(cilium.message, /install Cilium's CRD/);
 });
 
+k8sTest("a resource it served before and then not → StoreUnavailableError, retryable", async () => {
+  // A restarting API server answers a CRD's paths with the mux's plain 404 until it has installed
+  // their handlers again (a nemesis run's allocations failed as "not installed" right after an
+  // API-server restart); removing the CRD gives the same answer, and is the case a test can hold.
+  const cluster = await sharedKubeApiServer();
+  const res = await cluster.installIdentityCrd();
+  await using client = await cluster.client();
+  await client.list(res);
+  const crds = {
+    group: "apiextensions.k8s.io",
+    version: "v1",
+    plural: "customresourcedefinitions",
+    namespaced: false,
+  };
+  assert.ok(await client.delete(crds, `ciliumidentities.${res.group}`));
+  let err: unknown;
+  await eventually(async () => {
+    err = await client.list(res).catch((e) => e);
+    return !(err !== null && typeof err === "object" && "items" in err);
+  }, "the removed CRD's path stops answering");
+  assert.ok(err instanceof StoreUnavailableError, String(err));
+  assert.equal(err.retryable, true);
+  assert.match(err.message, /does not serve ciliumidentities\.\S+\/v2 right now, though it did/);
+  assert.ok(err.cause instanceof ResourceNotInstalledError, String(err.cause));
+  // A client that never saw it served: a setup mistake, named as before.
+  await using fresh = await cluster.client();
+  assert.ok(await fresh.list(res).catch((e) => e) instanceof ResourceNotInstalledError);
+});
+
 test("k8s failures: a server that never answers → StoreUnavailableError after the timeout", async () => {
   const server = await silentServer();
   try {
