@@ -46,7 +46,13 @@ import { idallocLogger } from "../../log.ts";
 import { pickCandidate, usable } from "../shared/candidates.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
-import { countedClient, isStatus, type KubeClient, type KubeObject } from "./kube.ts";
+import {
+  countedClient,
+  isStatus,
+  type KubeClient,
+  type KubeObject,
+  unlessRefused,
+} from "./kube.ts";
 import {
   claimName,
   claimObject,
@@ -444,10 +450,9 @@ export async function patchOrUndefined(
   ops: unknown,
   signal: AbortSignal,
 ): Promise<KubeObject | undefined> {
-  try {
-    return await client.patch(ctx.identities, String(id), ops, { type: "json", signal });
-  } catch (err) {
-    if (isStatus(err, 404) || isStatus(err, 422)) return undefined;
-    throw err;
-  }
+  return await unlessRefused(
+    client.patch(ctx.identities, String(id), ops, { type: "json", signal }),
+    404,
+    422,
+  );
 }

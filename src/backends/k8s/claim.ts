@@ -62,7 +62,7 @@
  */
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
+import { isStatus, type KubeClient, type KubeObject, unlessRefused } from "./kube.ts";
 import {
   claimName,
   type ClaimRecord,
@@ -159,18 +159,13 @@ export async function touchClaim(
   rv: string,
   signal: AbortSignal,
 ): Promise<string | undefined> {
-  try {
-    const body = touchPatch(rv, ctx.node, ctx.settings.now());
-    const touched = await client.patch(LEASES, name, body, {
-      type: "merge",
-      namespace: ctx.namespace,
-      signal,
-    });
-    return String(touched.metadata.resourceVersion ?? "");
-  } catch (err) {
-    if (isStatus(err, 409) || isStatus(err, 404)) return undefined;
-    throw err;
-  }
+  const body = touchPatch(rv, ctx.node, ctx.settings.now());
+  const touched = await unlessRefused(
+    client.patch(LEASES, name, body, { type: "merge", namespace: ctx.namespace, signal }),
+    409,
+    404,
+  );
+  return touched === undefined ? undefined : String(touched.metadata.resourceVersion ?? "");
 }
 
 /**

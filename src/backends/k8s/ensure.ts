@@ -25,7 +25,7 @@ import { idallocLogger } from "../../log.ts";
 import { patchOrUndefined } from "./acquire.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeObject } from "./kube.ts";
+import { type KubeObject, unlessRefused } from "./kube.ts";
 import {
   answerOf,
   claimName,
@@ -245,19 +245,18 @@ async function writeClaim(
   }
   if (claim !== undefined) return await touchClaim(ctx.client, ctx, name, claim.rv, signal);
   const fresh = claimObject(name, held.key, held.id, ctx.node, ctx.settings.now());
-  try {
-    const written = found === undefined
-      ? await ctx.client.create(LEASES, fresh, { namespace, signal })
-      : await ctx.client.patch(LEASES, name, guardedMergePatch(fresh, rvOf(found)), {
+  const written = await unlessRefused(
+    found === undefined
+      ? ctx.client.create(LEASES, fresh, { namespace, signal })
+      : ctx.client.patch(LEASES, name, guardedMergePatch(fresh, rvOf(found)), {
         type: "merge",
         namespace,
         signal,
-      });
-    return rvOf(written);
-  } catch (err) {
-    if (isStatus(err, 409) || isStatus(err, 404)) return undefined;
-    throw err;
-  }
+      }),
+    409,
+    404,
+  );
+  return written === undefined ? undefined : rvOf(written);
 }
 
 function rvOf(obj: KubeObject): string {

@@ -28,7 +28,7 @@ import { idallocLogger } from "../../log.ts";
 import { claimNames, claimQuiet } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { ResourceNotInstalledError } from "./errors.ts";
-import { countedClient, isStatus, type KubeObject, type Tally } from "./kube.ts";
+import { countedClient, isStatus, type KubeObject, type Tally, unlessRefused } from "./kube.ts";
 import {
   claimName,
   type IdentityRecord,
@@ -230,16 +230,12 @@ export async function gcMark(
   signal: AbortSignal,
 ): Promise<string | undefined> {
   const body = markPatch(candidate.version, rfc3339Nano(ctx.settings.now()));
-  try {
-    const marked = await ctx.client.patch(ctx.identities, String(candidate.id), body, {
-      type: "merge",
-      signal,
-    });
-    return String(marked.metadata.resourceVersion ?? "");
-  } catch (err) {
-    if (isStatus(err, 409) || isStatus(err, 404)) return undefined;
-    throw err;
-  }
+  const marked = await unlessRefused(
+    ctx.client.patch(ctx.identities, String(candidate.id), body, { type: "merge", signal }),
+    409,
+    404,
+  );
+  return marked === undefined ? undefined : String(marked.metadata.resourceVersion ?? "");
 }
 
 /**

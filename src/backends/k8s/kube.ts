@@ -27,6 +27,23 @@ export function isStatus(err: unknown, code: number, reason?: string): err is Ku
     (reason === undefined || e.reason === reason);
 }
 
+/**
+ * `write`'s result, or `undefined` when the API server refused it with one of `codes`: the answers
+ * by which a guarded write learns it lost (409: the resource version moved on; 404: the object is
+ * gone; 422: a JSON patch's `test` failed). Any other failure is thrown.
+ */
+export async function unlessRefused<T>(
+  write: Promise<T>,
+  ...codes: readonly number[]
+): Promise<T | undefined> {
+  try {
+    return await write;
+  } catch (err) {
+    if (codes.some((code) => isStatus(err, code))) return undefined;
+    throw err;
+  }
+}
+
 /** A round-trip counter (`AcquireRequest.roundTrips`). */
 export interface Tally {
   /** Round trips so far. */

@@ -29,7 +29,7 @@ import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { claimUntil, leaseStale, RenewalSchedule } from "../shared/renewal.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeObject } from "./kube.ts";
+import { unlessRefused } from "./kube.ts";
 import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
 import { EPOCH_CHARS } from "./limits.ts";
 import { leaseLive } from "./liveness.ts";
@@ -319,20 +319,19 @@ export class LeaseKeeper {
     const now = this.#now();
     const acquired = renewal ? this.#acquired : now;
     const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, now, acquired);
-    let written: KubeObject;
-    try {
+    const written = await unlessRefused(
       // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
-      written = rv === undefined
-        ? await client.create(LEASES, obj, { namespace, signal })
-        : await client.patch(LEASES, nodeLeaseName(node), guardedMergePatch(obj, rv), {
+      rv === undefined
+        ? client.create(LEASES, obj, { namespace, signal })
+        : client.patch(LEASES, nodeLeaseName(node), guardedMergePatch(obj, rv), {
           type: "merge",
           namespace,
           signal,
-        });
-    } catch (err) {
-      if (isStatus(err, 409) || isStatus(err, 404)) return false;
-      throw err;
-    }
+        }),
+      409,
+      404,
+    );
+    if (written === undefined) return false;
     this.#epoch = epoch;
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
