@@ -1,7 +1,9 @@
 /**
- * Helpers of the Kubernetes backend's tests on a real API server: one private `kube-apiserver`
- * (and its etcd) per test process, and per test a fixture of its own — a fresh copy of Cilium's
- * CRDs under a random group, a fresh namespace for the Leases — so tests never see each other.
+ * Helpers of the Kubernetes backend's tests on a real API server: the run's one `kube-apiserver`
+ * (`sharedKubeApiServer`: the test launcher's, else one per test process), and per test a fixture
+ * of its own — a fresh copy of Cilium's CRDs under a random group, a fresh namespace for the
+ * Leases — so tests never see each other. A fixture deletes its CRDs when disposed: every test
+ * process of a run shares the server, and each CRD costs it memory while installed.
  */
 import type { AllocatorOptions } from "../../../src/allocator/types.ts";
 import type { SessionOptions } from "../../../src/allocator/backend.ts";
@@ -15,7 +17,7 @@ import type { K8sSession } from "../../../src/backends/k8s/session.ts";
 import {
   kubeApiserverUnavailable,
   type KubeTestCluster,
-  startKubeApiServer,
+  sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
 import { endpointCrd } from "../../../src/backends/k8s/testing/crds.ts";
 
@@ -26,12 +28,9 @@ export function k8sTest(name: string, fn: () => Promise<void>): void {
   Deno.test({ name, ignore: kubeApiserverUnavailable() !== undefined, fn });
 }
 
-let shared: Promise<KubeTestCluster> | undefined;
-
-/** The process's API server (its watchdog stops it when the process ends). */
+/** The run's API server (see `sharedKubeApiServer`). */
 export function sharedCluster(): Promise<KubeTestCluster> {
-  shared ??= startKubeApiServer({ ciliumCrds: false });
-  return shared;
+  return sharedKubeApiServer();
 }
 
 /** Events of a watch, collected in the background until `stop()`. */
@@ -64,6 +63,12 @@ export function deadline(ms = 20_000): AbortSignal {
 }
 
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
+const CRDS = {
+  group: "apiextensions.k8s.io",
+  version: "v1",
+  plural: "customresourcedefinitions",
+  namespaced: false,
+} as const;
 
 /** A test's own identity resource and namespace on the shared server. */
 export interface K8sFixture extends AsyncDisposable {
@@ -190,6 +195,9 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
     async [Symbol.asyncDispose]() {
       // Allocators first (they close their sessions), then the backends.
       for (const close of closers.reverse()) await close().catch(() => {});
+      for (const plural of ["ciliumidentities", "ciliumendpoints"]) {
+        await client.delete(CRDS, `${plural}.${group}`, { signal: deadline() }).catch(() => {});
+      }
       await client.close();
     },
   };

@@ -25,6 +25,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { connect as connectTls, type ConnectionOptions } from "node:tls";
 import { isFile, onPath } from "../../../testing/runtime.ts";
+import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 
 /** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
 export const DEBIAN_ETCD = "/usr/bin/etcd";
@@ -77,6 +78,27 @@ export interface StartEtcdOptions {
     readonly key: string;
     readonly client?: { readonly cert: string; readonly key: string };
   };
+  /**
+   * Take one of the test run's etcd slots (see `src/testing/slots.ts`: under the test launcher at
+   * most {@linkcode ETCD_SLOTS} private clusters run at once; a start waits for a free slot).
+   * `false` for an etcd that another capped server owns (a test kube-apiserver's).
+   * @default {true}
+   */
+  readonly slot?: boolean;
+}
+
+/** At most this many private etcd clusters at once in a launcher's run (`startEtcd`'s `slot`). */
+export const ETCD_SLOTS = 4;
+
+/** The environment variable naming the test run's shared etcd (its client URLs, comma-separated). */
+export const ETCD_TEST_SERVER_ENV = "IDALLOC_ETCD_TEST_SERVER";
+
+/** The shared etcd named in the environment is unusable (a bad URL list). */
+export class EtcdTestServerError extends Error {
+  override readonly name = "EtcdTestServerError";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
 }
 
 /** A running private etcd cluster. */
@@ -421,9 +443,8 @@ async function findLeader(plan: Plan): Promise<number> {
   throw new Error("no etcd leader");
 }
 
-/** Compacts up to `revision` (0: the current one) through the first live member. */
-async function compactStore(plan: Plan, revision: number): Promise<number> {
-  const port = plan.members.filter((m) => m.pid !== undefined)[0].clientPort;
+/** Compacts up to `revision` (0: the current one) through the member at `port`. */
+async function compactStore(port: number, revision: number): Promise<number> {
   let rev = revision;
   if (rev === 0) {
     const r = await gateway<{ header: { revision: string } }>(port, "/v3/kv/range", {
@@ -436,14 +457,15 @@ async function compactStore(plan: Plan, revision: number): Promise<number> {
   return rev;
 }
 
-/** The handle of a started cluster. */
-function clusterHandle(plan: Plan): EtcdCluster {
+/** The handle of a started cluster; closing it gives `slot` back. */
+function clusterHandle(plan: Plan, slot: Slot): EtcdCluster {
   const { members } = plan;
   let closed = false;
   const close = async (): Promise<void> => {
     if (closed) return;
     closed = true;
     await Promise.all(members.map((m) => stopMember(m, "SIGKILL")));
+    slot.release();
     await rm(plan.base, { recursive: true, force: true }).catch(() => {});
   };
   return {
@@ -456,12 +478,14 @@ function clusterHandle(plan: Plan): EtcdCluster {
       return pid !== undefined && alive(pid);
     },
     leader: () => findLeader(plan),
-    compact: (revision = 0) => compactStore(plan, revision),
+    compact: (revision = 0) =>
+      compactStore(members.filter((m) => m.pid !== undefined)[0].clientPort, revision),
     close,
     stopSync(): void {
       if (closed) return;
       closed = true;
       for (const m of members) if (m.pid !== undefined) killQuietly(m.pid, "SIGKILL");
+      slot.release();
       try {
         rmSync(plan.base, { recursive: true, force: true });
       } catch {
@@ -472,13 +496,25 @@ function clusterHandle(plan: Plan): EtcdCluster {
   };
 }
 
-/** Starts a private etcd cluster on loopback and waits until every member is healthy. */
+/**
+ * Starts a private etcd cluster on loopback and waits until every member is healthy. Under the
+ * test launcher it first waits for one of the run's etcd slots (see the `slot` option).
+ */
 export async function startEtcd(
   options: StartEtcdOptions = {},
   attempt = 1,
 ): Promise<EtcdCluster> {
-  const plan = await planCluster(options);
-  const cluster = clusterHandle(plan);
+  const slot = options.slot === false
+    ? { release() {}, [Symbol.dispose]() {} }
+    : await acquireSlot("etcd", { limit: ETCD_SLOTS });
+  let plan: Plan;
+  try {
+    plan = await planCluster(options);
+  } catch (err) {
+    slot.release();
+    throw err;
+  }
+  const cluster = clusterHandle(plan, slot);
   try {
     await Promise.all(plan.members.map((m) => spawnMember(plan, m)));
     await waitHealthy(plan, plan.members);
@@ -491,4 +527,54 @@ export async function startEtcd(
     throw err;
   }
   return cluster;
+}
+
+function refused(what: string): Promise<never> {
+  return Promise.reject(
+    new Error(
+      `${what} on the test run's shared etcd: every test process uses it; ` +
+        "start a private one with startEtcd()",
+    ),
+  );
+}
+
+/**
+ * A handle on a running single-member etcd that someone else owns (the test launcher's, or a
+ * shared kube-apiserver's): `compact` works, `close` only lets go of it, and `kill`/`restart`
+ * reject (start a private etcd for those).
+ */
+export function attachEtcd(endpoint: string): EtcdCluster {
+  const url = new URL(endpoint);
+  if (url.protocol !== "http:" || !url.port) {
+    throw new EtcdTestServerError(`not a plain-text etcd client URL with a port: '${endpoint}'`);
+  }
+  const port = Number(url.port);
+  return {
+    endpoints: [`http://${url.host}`],
+    names: ["m0"],
+    kill: () => refused("kill()"),
+    restart: () => refused("restart()"),
+    leader: () => Promise.resolve(0),
+    running: () => true,
+    compact: (revision = 0) => compactStore(port, revision),
+    close: () => Promise.resolve(),
+    stopSync() {},
+    [Symbol.asyncDispose]: () => Promise.resolve(),
+  };
+}
+
+/**
+ * The test run's shared etcd named by {@linkcode ETCD_TEST_SERVER_ENV} (set by the test
+ * launcher), or `undefined` when the variable is unset. Throws {@linkcode EtcdTestServerError}
+ * when it names no usable URL.
+ */
+export function envEtcd(): EtcdCluster | undefined {
+  const value = process.env[ETCD_TEST_SERVER_ENV];
+  if (!value) return undefined;
+  try {
+    return attachEtcd(value);
+  } catch (err) {
+    if (err instanceof EtcdTestServerError) throw err;
+    throw new EtcdTestServerError(`${ETCD_TEST_SERVER_ENV}='${value}' is no URL`, { cause: err });
+  }
 }

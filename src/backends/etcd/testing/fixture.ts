@@ -18,7 +18,7 @@ import { Etcd3, type Lease } from "../../../deps/etcd3.ts";
 import type { Backend } from "../../../allocator/backend.ts";
 import { EtcdBackend } from "../mod.ts";
 import { EtcdLayout, parseId } from "../layout.ts";
-import { type EtcdCluster, etcdUnavailable, startEtcd } from "./cluster.ts";
+import { envEtcd, type EtcdCluster, etcdUnavailable, startEtcd } from "./cluster.ts";
 import type {
   BackendFactory,
   FixtureOptions,
@@ -32,10 +32,14 @@ import type {
 let shared: Promise<EtcdCluster> | undefined;
 
 /**
- * The process-wide private etcd (one member), started on first call and stopped when the
- * process exits. Tests that kill or restart members start their own with `startEtcd`.
+ * The etcd every fixture of this process uses: the test run's shared one when the test launcher
+ * names it (`IDALLOC_ETCD_TEST_SERVER`: `deno task test` does), else a private one (one member)
+ * started on first call and stopped when the process exits. Tests that kill or restart members
+ * start their own with `startEtcd`.
  */
 export function sharedEtcd(): Promise<EtcdCluster> {
+  const attached = shared === undefined ? envEtcd() : undefined;
+  if (attached !== undefined) shared = Promise.resolve(attached);
   shared ??= startEtcd().then((cluster) => {
     process.on("exit", () => cluster.stopSync());
     return cluster;

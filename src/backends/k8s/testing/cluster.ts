@@ -7,7 +7,7 @@
  * through etcd's wrapper (a watchdog kills them if the test process dies) and stopped by PID.
  *
  * The binary is `$KUBE_APISERVER`, else `~/.cache/idalloc-kube-apiserver/bin/kube-apiserver` (what
- * `../shared/kube-apiserver/build.sh` builds). Without it the tests skip loudly
+ * `bash .ci/kube-apiserver.sh` builds). Without it the tests skip loudly
  * ({@linkcode kubeApiserverUnavailable}), unless `CI` is set: then they fail.
  *
  * Isolation: {@linkcode KubeTestCluster.installIdentityCrd} installs a copy of Cilium's
@@ -27,19 +27,27 @@
 import { execFile } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import {
   alive,
+  attachEtcd,
   type EtcdCluster,
   freePort,
   startEtcd,
   WRAPPER,
 } from "../../etcd/testing/cluster.ts";
+import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 import { createKubeClient, type KubeClient, type KubeResourceDescriptor } from "../client.ts";
 import type { KubeConnection } from "../kubeconfig.ts";
+import {
+  KUBE_TEST_SERVER_ENV,
+  KubeTestServerError,
+  type KubeTestServerInfo,
+  parseKubeTestServerInfo,
+} from "./attach.ts";
 import { type CrdManifest, endpointCrd, identityCrd } from "./crds.ts";
 
 /** The users every test server knows (token auth). */
@@ -77,7 +85,7 @@ export function kubeApiserverUnavailable(): string | undefined {
   if (findKubeApiserver() !== undefined) return undefined;
   if (process.env.CI) return undefined;
   const why = "kube-apiserver is not built (no $KUBE_APISERVER, no " +
-    "~/.cache/idalloc-kube-apiserver/bin/kube-apiserver; run ../shared/kube-apiserver/build.sh)";
+    "~/.cache/idalloc-kube-apiserver/bin/kube-apiserver; run `bash .ci/kube-apiserver.sh`)";
   if (!warned) {
     warned = true;
     const bar = "!".repeat(100);
@@ -107,6 +115,12 @@ export interface StartKubeApiServerOptions {
   readonly watchCache?: boolean;
   /** Extra `kube-apiserver` flags. */
   readonly extraArgs?: readonly string[];
+  /**
+   * Start attempts: on a machine loaded far beyond its cores the API server can miss its
+   * readiness deadline, and a server every test of a run shares is worth a second try.
+   * @default {1}
+   */
+  readonly attempts?: number;
 }
 
 /** An RBAC policy rule. */
@@ -316,17 +330,32 @@ async function spawnApiserver(plan: Plan): Promise<number> {
   return pid;
 }
 
+/** Where the readiness probe asks, as whom, and the log to show when the server exits. */
+interface Probe {
+  readonly port: number;
+  readonly adminToken: string;
+  readonly log: string;
+}
+
+function probeOf(plan: Plan): Probe {
+  return {
+    port: plan.port,
+    adminToken: plan.tokens.admin,
+    log: join(plan.dir, "kube-apiserver.log"),
+  };
+}
+
 /** Waits until `/readyz` answers `ok` (with the admin token); throws with the log if it exits. */
-async function waitReady(plan: Plan, pid: number, timeoutMs = 60_000): Promise<void> {
+async function waitReady(probe: Probe, pid: number, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   const https = await import("node:https");
   const agent = new https.Agent({ rejectUnauthorized: false, keepAlive: false });
   try {
     for (;;) {
       const ok = await new Promise<boolean>((resolve) => {
-        const req = https.request(`https://127.0.0.1:${plan.port}/readyz`, {
+        const req = https.request(`https://127.0.0.1:${probe.port}/readyz`, {
           agent,
-          headers: { authorization: `Bearer ${plan.tokens.admin}` },
+          headers: { authorization: `Bearer ${probe.adminToken}` },
           timeout: 1000,
         }, (res) => {
           let body = "";
@@ -341,7 +370,7 @@ async function waitReady(plan: Plan, pid: number, timeoutMs = 60_000): Promise<v
       });
       if (ok) return;
       if (!alive(pid)) {
-        const log = await readFile(join(plan.dir, "kube-apiserver.log"), "utf8").catch(() => "");
+        const log = await readFile(probe.log, "utf8").catch(() => "");
         throw new Error(`kube-apiserver exited:\n${log.slice(-3000)}`);
       }
       if (Date.now() > deadline) throw new Error(`kube-apiserver not ready in ${timeoutMs} ms`);
@@ -427,8 +456,20 @@ ${options.namespace ? `    namespace: ${options.namespace}\n` : ""}current-conte
 }
 
 /**
+ * At most this many private API servers (each with its etcd) at once in a test launcher's run:
+ * a start waits for a free slot (see `src/testing/slots.ts`). The run's shared server is not one.
+ */
+export const KUBE_APISERVER_SLOTS = 2;
+
+/** Cilium's CRDs (group `cilium.io`) a server gets unless `ciliumCrds: false`. */
+function ciliumCrds(): CrdManifest[] {
+  return [identityCrd(), endpointCrd()];
+}
+
+/**
  * Starts a private etcd and kube-apiserver, waits until it is ready, installs Cilium's CRDs (see
- * the options) and the `reader` user's role. Throws when the binary is missing.
+ * the options) and the `reader` user's role. Under the test launcher it first waits for one of
+ * the run's {@linkcode KUBE_APISERVER_SLOTS} slots. Throws when the binary is missing.
  */
 export async function startKubeApiServer(
   options: StartKubeApiServerOptions = {},
@@ -436,11 +477,29 @@ export async function startKubeApiServer(
   const binary = findKubeApiserver();
   if (binary === undefined) {
     throw new Error(
-      "kube-apiserver is not built: set $KUBE_APISERVER or run ../shared/kube-apiserver/build.sh",
+      "kube-apiserver is not built: set $KUBE_APISERVER or run `bash .ci/kube-apiserver.sh`",
     );
   }
+  for (let attempt = 1;; attempt++) {
+    const slot = await acquireSlot("kube-apiserver", { limit: KUBE_APISERVER_SLOTS });
+    try {
+      return await startWithin(binary, options, slot);
+    } catch (err) {
+      slot.release();
+      if (attempt >= (options.attempts ?? 1)) throw err;
+      console.error(`kube-apiserver did not start, trying once more: ${err}`);
+    }
+  }
+}
+
+/** Starts the server of {@linkcode startKubeApiServer} holding `slot` (released at close). */
+async function startWithin(
+  binary: string,
+  options: StartKubeApiServerOptions,
+  slot: Slot,
+): Promise<KubeTestCluster> {
   const started = performance.now();
-  const etcd = await startEtcd();
+  const etcd = await startEtcd({ slot: false });
   let prepared: Awaited<ReturnType<typeof prepareDir>> | undefined;
   try {
     prepared = await prepareDir();
@@ -452,11 +511,10 @@ export async function startKubeApiServer(
       tokens: prepared.tokens,
       options,
     };
-    const handle = await launch(plan, started);
+    const handle = await launch(plan, started, slot);
     try {
       if (options.ciliumCrds !== false) {
-        await handle.installCrd(identityCrd());
-        await handle.installCrd(endpointCrd());
+        for (const crd of ciliumCrds()) await handle.installCrd(crd);
       }
       await handle.grant("reader", [{
         apiGroups: ["cilium.io"],
@@ -508,7 +566,7 @@ async function mintClientCertificate(
 async function spawnReady(plan: Plan): Promise<number> {
   const pid = await spawnApiserver(plan);
   try {
-    await waitReady(plan, pid);
+    await waitReady(probeOf(plan), pid);
   } catch (err) {
     await stopPid(pid);
     throw err;
@@ -533,21 +591,6 @@ function stopNow(plan: Plan, pid: number | undefined): void {
   }
 }
 
-/** How each user of `plan`'s server at `server` connects (token auth, the server's CA). */
-function connectionOf(
-  plan: Plan,
-  server: string,
-  ca: string,
-): (user?: KubeTestUser, namespace?: string) => KubeConnection {
-  return (user = "admin", namespace = "default") => ({
-    server,
-    namespace,
-    ca,
-    token: plan.tokens[user],
-    source: `test API server (user ${user})`,
-  });
-}
-
 /** Runs `body` with a client of `connection`, closed after. */
 async function withClient<T>(
   connection: KubeConnection,
@@ -567,39 +610,62 @@ function running(pid: number | undefined): number {
   return pid;
 }
 
-async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
-  let pid: number | undefined = await spawnReady(plan);
-  const startMs = performance.now() - started;
-  const server = `https://127.0.0.1:${plan.port}`;
-  // kube-apiserver writes its self-signed certificate and the CA that signed it into one file.
-  const caFile = join(plan.dir, "certs", "apiserver.crt");
-  const ca = await readFile(caFile, "utf8");
-  let closed = false;
-  const connection = connectionOf(plan, server, ca);
+/** What every handle on a running server knows, whether it started the server or not. */
+interface Endpoint {
+  readonly server: string;
+  readonly caFile: string;
+  readonly ca: string;
+  /** Where this handle writes kubeconfigs and certificates (holds the client CA's files). */
+  readonly dir: string;
+  readonly etcd: EtcdCluster;
+  readonly tokens: Readonly<Record<KubeTestUser, string>>;
+  readonly startMs: number;
+}
+
+/** What differs between a server's owner and a process attached to it. */
+interface Lifecycle {
+  pid(): number | undefined;
+  kill(): Promise<void>;
+  restart(): Promise<void>;
+  ready(timeoutMs: number): Promise<void>;
+  pause(paused: boolean): void;
+  close(): Promise<void>;
+  stopSync(): void;
+}
+
+/** A handle on the server of `endpoint`, run by `life`. */
+function handleOf(endpoint: Endpoint, life: Lifecycle): KubeTestCluster {
+  const { server, caFile, ca, dir, tokens } = endpoint;
+  const connection = (user: KubeTestUser = "admin", namespace = "default"): KubeConnection => ({
+    server,
+    namespace,
+    ca,
+    token: tokens[user],
+    source: `test API server (user ${user})`,
+  });
   const admin = <T>(body: (client: KubeClient) => Promise<T>) => withClient(connection(), body);
   let certs = 0;
   const cluster: KubeTestCluster = {
     server,
-    dir: plan.dir,
+    dir,
     caFile,
-    etcd: plan.etcd,
+    etcd: endpoint.etcd,
     get pid() {
-      return pid;
+      return life.pid();
     },
-    startMs,
-    token: (user) => plan.tokens[user],
+    startMs: endpoint.startMs,
+    token: (user) => tokens[user],
     connection,
     client: (user = "admin", namespace = "default") =>
       createKubeClient(connection(user, namespace)),
-    clientCertificate: (user, groups = []) =>
-      mintClientCertificate(plan.dir, ++certs, user, groups),
+    clientCertificate: (user, groups = []) => mintClientCertificate(dir, ++certs, user, groups),
     async kubeconfig(user = "admin", options = {}) {
       const c = options.clientCertificate;
       const cert = c ? await cluster.clientCertificate(c.user, c.groups) : undefined;
-      const path = join(plan.dir, `kubeconfig-${randomBytes(4).toString("hex")}.yaml`);
+      const path = join(dir, `kubeconfig-${randomBytes(4).toString("hex")}.yaml`);
       await writeFile(
         path,
-        kubeconfigYaml({ server, caFile, ca }, { token: plan.tokens[user], cert }, options),
+        kubeconfigYaml({ server, caFile, ca }, { token: tokens[user], cert }, options),
       );
       return path;
     },
@@ -609,8 +675,35 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
       return identityResource(group);
     },
     grant: (user, rules, namespace) => admin((client) => grant(client, user, rules, namespace)),
-    compact: () => plan.etcd.compact(),
-    rssKiB: () => rssOf(pid),
+    compact: () => endpoint.etcd.compact(),
+    rssKiB: () => rssOf(life.pid()),
+    kill: () => life.kill(),
+    restart: () => life.restart(),
+    ready: (timeoutMs = 60_000) => life.ready(timeoutMs),
+    pause: (paused) => life.pause(paused),
+    close: () => life.close(),
+    stopSync: () => life.stopSync(),
+    [Symbol.asyncDispose]: () => life.close(),
+  };
+  return cluster;
+}
+
+async function launch(plan: Plan, started: number, slot: Slot): Promise<KubeTestCluster> {
+  let pid: number | undefined = await spawnReady(plan);
+  const startMs = performance.now() - started;
+  // kube-apiserver writes its self-signed certificate and the CA that signed it into one file.
+  const caFile = join(plan.dir, "certs", "apiserver.crt");
+  let closed = false;
+  return handleOf({
+    server: `https://127.0.0.1:${plan.port}`,
+    caFile,
+    ca: await readFile(caFile, "utf8"),
+    dir: plan.dir,
+    etcd: plan.etcd,
+    tokens: plan.tokens,
+    startMs,
+  }, {
+    pid: () => pid,
     async kill() {
       await stopPid(pid);
       pid = undefined;
@@ -619,7 +712,7 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
       if (pid !== undefined) throw new Error("kube-apiserver is running");
       pid = await spawnReady(plan);
     },
-    ready: (timeoutMs = 60_000) => waitReady(plan, running(pid), timeoutMs),
+    ready: (timeoutMs) => waitReady(probeOf(plan), running(pid), timeoutMs),
     pause: (paused) => void process.kill(running(pid), paused ? "SIGSTOP" : "SIGCONT"),
     async close() {
       if (closed) return;
@@ -627,45 +720,121 @@ async function launch(plan: Plan, started: number): Promise<KubeTestCluster> {
       await stopPid(pid);
       pid = undefined;
       await plan.etcd.close();
+      slot.release();
       await rm(plan.dir, { recursive: true, force: true }).catch(() => {});
     },
     stopSync() {
       if (closed) return;
       closed = true;
       stopNow(plan, pid);
+      slot.release();
     },
-    [Symbol.asyncDispose]: () => cluster.close(),
-  };
-  return cluster;
+  });
+}
+
+/** `kill`, `restart` or `pause` asked of the test run's shared API server, which others use. */
+export class SharedKubeApiServerError extends Error {
+  override readonly name = "SharedKubeApiServerError";
+  constructor(what: string) {
+    super(
+      `${what} on the test run's shared kube-apiserver: every test process uses it; a test that ` +
+        "kills, restarts or pauses its server starts its own with startKubeApiServer()",
+    );
+  }
+}
+
+/**
+ * A handle on the running server `info` describes (the test launcher's): everything but `kill`,
+ * `restart` and `pause` (which throw {@linkcode SharedKubeApiServerError}); `close` removes this
+ * handle's own dir (its kubeconfigs and certificates) and leaves the server running.
+ */
+export async function attachKubeApiServer(info: KubeTestServerInfo): Promise<KubeTestCluster> {
+  let dir: string;
+  let ca: string;
+  try {
+    ca = await readFile(info.caFile, "utf8");
+    // Below the server's dir, so that it goes when the server stops, whatever becomes of us.
+    dir = await mkdtemp(join(info.dir, "attached-"));
+    await copyFile(info.clientCa.cert, join(dir, "client-ca.crt"));
+    await copyFile(info.clientCa.key, join(dir, "client-ca.key"));
+  } catch (err) {
+    throw new KubeTestServerError(`the test kube-apiserver at ${info.server} is gone`, {
+      cause: err,
+    });
+  }
+  const probe = { port: Number(new URL(info.server).port), adminToken: info.tokens.admin };
+  let closed = false;
+  const refuse = (what: string) => Promise.reject(new SharedKubeApiServerError(what));
+  return handleOf({
+    server: info.server,
+    caFile: info.caFile,
+    ca,
+    dir,
+    etcd: attachEtcd(info.etcd),
+    tokens: info.tokens,
+    startMs: info.startMs,
+  }, {
+    pid: () => info.pid,
+    kill: () => refuse("kill()"),
+    restart: () => refuse("restart()"),
+    ready: (timeoutMs) =>
+      waitReady({ ...probe, log: join(info.dir, "kube-apiserver.log") }, info.pid, timeoutMs),
+    pause(paused) {
+      throw new SharedKubeApiServerError(`pause(${paused})`);
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await rm(dir, { recursive: true, force: true }).catch(() => {});
+    },
+    stopSync() {
+      if (closed) return;
+      closed = true;
+      try {
+        rmSync(dir, { recursive: true, force: true });
+      } catch {
+        // the server's dir goes with it
+      }
+    },
+  });
+}
+
+/**
+ * The test run's shared server named by {@linkcode KUBE_TEST_SERVER_ENV}, or `undefined` when the
+ * variable is unset; throws {@linkcode KubeTestServerError} when the file is unreadable or wrong.
+ */
+export async function envKubeTestServer(): Promise<KubeTestServerInfo | undefined> {
+  const path = process.env[KUBE_TEST_SERVER_ENV];
+  if (!path) return undefined;
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    throw new KubeTestServerError(`${KUBE_TEST_SERVER_ENV}=${path}: cannot read the file`, {
+      cause: err,
+    });
+  }
+  return parseKubeTestServerInfo(text, `${KUBE_TEST_SERVER_ENV}=${path}`);
 }
 
 let shared: Promise<KubeTestCluster> | undefined;
 
 /**
- * One API server for every test of this process (Cilium's CRDs installed), started on first use
+ * One API server for every test of this process (Cilium's CRDs installed). Under the test
+ * launcher (`deno task test`: {@linkcode KUBE_TEST_SERVER_ENV} set) it is the run's one server,
+ * attached to (see {@linkcode attachKubeApiServer}); otherwise a private one, started on first use
  * and stopped when the process exits. Tests isolate themselves on it with
- * {@linkcode KubeTestCluster.installIdentityCrd}; a test that kills or restarts the server, or
- * needs other flags, starts its own.
+ * {@linkcode KubeTestCluster.installIdentityCrd} and namespaces of their own; a test that kills,
+ * restarts or pauses the server, or needs other flags, starts its own.
  */
 export function sharedKubeApiServer(): Promise<KubeTestCluster> {
-  shared ??= startTwice().then((cluster) => {
+  shared ??= envKubeTestServer().then((info) =>
+    info === undefined ? startKubeApiServer({ attempts: 2 }) : attachKubeApiServer(info)
+  ).then((cluster) => {
     process.on("exit", () => cluster.stopSync());
     return cluster;
   });
   return shared;
-}
-
-/**
- * Starts a server, once more if the first start fails: on a machine loaded far beyond its cores
- * the API server can miss the readiness deadline, and every test of the process would fail with it.
- */
-async function startTwice(): Promise<KubeTestCluster> {
-  try {
-    return await startKubeApiServer();
-  } catch (err) {
-    console.error(`kube-apiserver did not start, trying once more: ${err}`);
-    return await startKubeApiServer();
-  }
 }
 
 const CRDS = {

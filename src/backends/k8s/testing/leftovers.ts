@@ -1,0 +1,41 @@
+/**
+ * What tests left on a shared test kube-apiserver, in one line: the CRDs, namespaces, Leases in
+ * namespace `default` and objects of Cilium's own `ciliumidentities.cilium.io`. Fixtures isolate
+ * themselves by a random CRD group and namespace each; an object in `default` or in Cilium's own
+ * group is one that another test process could meet, so the launcher reports them after a run.
+ *
+ * @example
+ * ```ts ignore
+ * // ignored: needs a running kube-apiserver; the launcher prints this after `deno task test`.
+ * console.log(await leftovers(await sharedKubeApiServer()));
+ * ```
+ * @module
+ */
+import { listAll } from "../paging.ts";
+import type { KubeTestCluster } from "./cluster.ts";
+import { identityResource } from "./cluster.ts";
+
+const CRDS = {
+  group: "apiextensions.k8s.io",
+  version: "v1",
+  plural: "customresourcedefinitions",
+  namespaced: false,
+} as const;
+const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
+const LEASES = { group: "coordination.k8s.io", version: "v1", plural: "leases", namespaced: true };
+
+/** The one-line summary of what is on `cluster` besides a fresh server's objects. */
+export async function leftovers(cluster: KubeTestCluster): Promise<string> {
+  await using client = await cluster.client("admin", "default");
+  const signal = AbortSignal.timeout(30_000);
+  const count = async (resource: Parameters<typeof listAll>[1], namespace?: string) =>
+    (await listAll(client, resource, { namespace, signal })).items.length;
+  // A fresh server has Cilium's 2 CRDs and the namespaces default, kube-system, kube-public and
+  // kube-node-lease.
+  const crds = await count(CRDS) - 2;
+  const namespaces = await count(NAMESPACES) - 4;
+  const leases = await count(LEASES, "default");
+  const identities = await count(identityResource());
+  return `${crds} CRDs and ${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
+    `and ${identities} ciliumidentities.cilium.io (objects every process sees)`;
+}
