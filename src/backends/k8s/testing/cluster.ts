@@ -10,6 +10,12 @@
  * `bash .ci/kube-apiserver.sh` builds). Without it the tests skip loudly
  * ({@linkcode kubeApiserverUnavailable}), unless `CI` is set: then they fail.
  *
+ * One server per test run: {@linkcode sharedKubeApiServer} attaches to the test launcher's server
+ * (`./launcher.ts`, named by `IDALLOC_KUBE_TEST_SERVER`: `deno task test` sets it) and starts a
+ * private one only when run alone. Servers a test starts itself ({@linkcode startKubeApiServer}:
+ * to kill, restart or pause them, or with other flags) wait for one of the run's
+ * {@linkcode KUBE_APISERVER_SLOTS} slots.
+ *
  * Isolation: {@linkcode KubeTestCluster.installIdentityCrd} installs a copy of Cilium's
  * `CiliumIdentity` CRD under a fresh random group, so that fixtures sharing one server do not see
  * each other's identities.

@@ -1,6 +1,6 @@
 /**
- * The Kubernetes `BackendFactory` of the shared test suites: one private kube-apiserver per test
- * process (`sharedKubeApiServer`: started on first use, stopped when the process exits), and per fixture a
+ * The Kubernetes `BackendFactory` of the shared test suites: the run's kube-apiserver
+ * (`sharedKubeApiServer`: the test launcher's, else a private one per process), and per fixture a
  * fresh copy of Cilium's `CiliumIdentity` and `CiliumEndpoint` CRDs under a random group plus a
  * fresh Kubernetes namespace for the node Leases and key claims, so that fixtures sharing the
  * server never see each other. Disposing a fixture deletes its CRDs (each costs the API server

@@ -123,7 +123,12 @@ async function test(command: readonly string[]): Promise<number> {
   const servers = await startRunServers();
   try {
     if (interrupted) return 130;
-    const code = await runChild(command, servers.env);
+    // `deno` is this Deno, as `deno task` itself reads it (CI runs Deno through npx, off PATH).
+    const [program, ...args] = command;
+    const code = await runChild(
+      [program === "deno" ? Deno.execPath() : program, ...args],
+      servers.env,
+    );
     if (servers.kube) {
       const left = await leftovers(servers.kube).catch((err) => `unknown (${err})`);
       log(`left on the shared kube-apiserver: ${left}`);
