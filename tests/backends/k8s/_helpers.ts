@@ -195,7 +195,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
     async [Symbol.asyncDispose]() {
       // Allocators first (they close their sessions), then the backends.
       for (const close of closers.reverse()) await close().catch(() => {});
-      for (const plural of ["ciliumidentities", "ciliumendpoints"]) {
+      for (const plural of ["ciliumidentities", "ciliumendpoints", "ciliumendpointslices"]) {
         await client.delete(CRDS, `${plural}.${group}`, { signal: deadline() }).catch(() => {});
       }
       await client.close();

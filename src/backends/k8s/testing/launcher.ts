@@ -42,7 +42,7 @@ import {
   type KubeTestCluster,
   startKubeApiServer,
 } from "./cluster.ts";
-import { leftovers } from "./leftovers.ts";
+import { ciliumCrdNames, leftovers } from "./leftovers.ts";
 
 const USAGE = `usage:
   launcher.ts test -- <command…>   run <command> with one shared kube-apiserver and etcd
@@ -105,11 +105,14 @@ async function startRunServers(): Promise<RunServers> {
     await close();
     throw err;
   }
+  const shared = [
+    ...(kube ? [`one kube-apiserver (${kube.server}, pid ${kube.pid})`] : []),
+    ...(etcd ? [`one etcd (${etcd.endpoints[0]})`] : []),
+  ];
   log(
-    `one kube-apiserver (${kube ? `${kube.server}, pid ${kube.pid}` : "none"}) and one etcd ` +
-      `(${etcd?.endpoints[0] ?? "none"}) for every test process; tests that need their own ` +
-      `start at most ${KUBE_APISERVER_SLOTS} kube-apiservers and ${ETCD_SLOTS} etcds at once ` +
-      `(run files in ${runDir})`,
+    `${shared.join(" and ") || "no shared server"} for every test process; tests that need ` +
+      `their own start at most ${KUBE_APISERVER_SLOTS} kube-apiservers and ${ETCD_SLOTS} etcds ` +
+      `at once (run files in ${runDir})`,
   );
   return { env, kube, close };
 }
@@ -157,7 +160,7 @@ async function apiserver(): Promise<number> {
       `kube-apiserver v1.20 at ${cluster.server} (pid ${cluster.pid}), etcd at ${
         cluster.etcd.endpoints[0]
       }
-CRDs: ciliumidentities.cilium.io, ciliumendpoints.cilium.io (Cilium's CRD mode)
+CRDs: ${(await ciliumCrdNames(cluster)).join(", ")} (Cilium's CRD mode)
 Admin kubeconfig (context "idalloc", namespace "default"); in another shell:
 
   export KUBECONFIG=${kubeconfig}

@@ -24,18 +24,27 @@ const CRDS = {
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
 const LEASES = { group: "coordination.k8s.io", version: "v1", plural: "leases", namespaced: true };
 
+/** The names of `cluster`'s CRDs in Cilium's own group `cilium.io`. */
+export async function ciliumCrdNames(cluster: KubeTestCluster): Promise<string[]> {
+  await using client = await cluster.client("admin", "default");
+  const { items } = await listAll(client, CRDS, { signal: AbortSignal.timeout(30_000) });
+  return items.map((o) => String(o.metadata.name)).filter((n) => n.endsWith(".cilium.io")).sort();
+}
+
 /** The one-line summary of what is on `cluster` besides a fresh server's objects. */
 export async function leftovers(cluster: KubeTestCluster): Promise<string> {
   await using client = await cluster.client("admin", "default");
   const signal = AbortSignal.timeout(30_000);
-  const count = async (resource: Parameters<typeof listAll>[1], namespace?: string) =>
-    (await listAll(client, resource, { namespace, signal })).items.length;
-  // A fresh server has Cilium's 2 CRDs and the namespaces default, kube-system, kube-public and
-  // kube-node-lease.
-  const crds = await count(CRDS) - 2;
-  const namespaces = await count(NAMESPACES) - 4;
-  const leases = await count(LEASES, "default");
-  const identities = await count(identityResource());
+  const names = async (resource: Parameters<typeof listAll>[1], namespace?: string) =>
+    (await listAll(client, resource, { namespace, signal })).items.map((o) =>
+      String(o.metadata.name)
+    );
+  // A fresh server has Cilium's CRDs (cilium.io) and the namespaces default and kube-*.
+  const crds = (await names(CRDS)).filter((n) => !n.endsWith(".cilium.io")).length;
+  const namespaces =
+    (await names(NAMESPACES)).filter((n) => n !== "default" && !n.startsWith("kube-")).length;
+  const leases = (await names(LEASES, "default")).length;
+  const identities = (await names(identityResource())).length;
   return `${crds} CRDs and ${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
     `and ${identities} ciliumidentities.cilium.io (objects every process sees)`;
 }
