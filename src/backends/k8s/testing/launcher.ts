@@ -157,7 +157,7 @@ async function apiserver(): Promise<number> {
       current: true,
     });
     console.log(
-      `kube-apiserver v1.20 at ${cluster.server} (pid ${cluster.pid}), etcd at ${
+      `kube-apiserver at ${cluster.server} (pid ${cluster.pid}), etcd at ${
         cluster.etcd.endpoints[0]
       }
 CRDs: ${(await ciliumCrdNames(cluster)).join(", ")} (Cilium's CRD mode)
