@@ -127,6 +127,12 @@ export interface StartKubeApiServerOptions {
    * @default {1}
    */
   readonly attempts?: number;
+  /**
+   * How long a start (and a restart) may take until `/readyz` answers: the test launcher's
+   * server, which a whole run waits for, gets longer on a machine loaded far beyond its cores.
+   * @default {60_000}
+   */
+  readonly readyTimeoutMs?: number;
 }
 
 /** An RBAC policy rule. */
@@ -572,7 +578,7 @@ async function mintClientCertificate(
 async function spawnReady(plan: Plan): Promise<number> {
   const pid = await spawnApiserver(plan);
   try {
-    await waitReady(probeOf(plan), pid);
+    await waitReady(probeOf(plan), pid, plan.options.readyTimeoutMs);
   } catch (err) {
     await stopPid(pid);
     throw err;

@@ -94,7 +94,7 @@ async function startRunServers(): Promise<RunServers> {
     } else log("no etcd here: the etcd tests start none (and skip, or fail under CI)");
     if (interrupted) return { env, close };
     if (findKubeApiserver() !== undefined) {
-      kube = await startKubeApiServer({ attempts: 2 });
+      kube = await startKubeApiServer({ attempts: 2, readyTimeoutMs: 300_000 });
       const description = join(runDir, "kube-apiserver.json");
       await writeFile(description, JSON.stringify(kubeTestServerInfo(kube), null, 2));
       env[KUBE_TEST_SERVER_ENV] = description;
@@ -149,7 +149,7 @@ async function apiserver(): Promise<number> {
     return 1;
   }
   console.error("starting etcd and kube-apiserver (Cilium's CRDs, RBAC on)…");
-  const cluster = await startKubeApiServer({ attempts: 2 });
+  const cluster = await startKubeApiServer({ attempts: 2, readyTimeoutMs: 300_000 });
   try {
     const kubeconfig = await cluster.kubeconfig("admin", {
       context: "idalloc",
