@@ -94,6 +94,29 @@ export interface AcquireRequest {
    * shared group commit counts once), whether the call succeeds or not.
    */
   readonly roundTrips?: { count: number };
+  /**
+   * What earlier attempts of the same allocation left: one object for every attempt of one
+   * `allocate` (see {@linkcode AttemptTrail}). Absent for a lone call.
+   */
+  readonly trail?: AttemptTrail;
+}
+
+/**
+ * Kept across the attempts of one allocation so that the master an attempt created is reported
+ * created (Cilium's `isNew`) exactly once, even when that attempt failed after its create landed:
+ * a later step failed, or the store's answer to the create was lost. Without it the next attempt
+ * finds the master, joins it, and no node reports the key new.
+ *
+ * A session writes `created` as soon as it knows its write created a master, and `unconfirmed`
+ * just before it sends a write that creates one, clearing it when the answer arrives. An attempt
+ * that finds `unconfirmed` set first asks the store whether that write landed, by a mark only
+ * that write leaves (each backend's `acquire.ts` says which), and records `created` if it did.
+ */
+export interface AttemptTrail {
+  /** The ID whose master an attempt of this allocation created. */
+  created?: number;
+  /** A create of master `id` whose answer never arrived (it may have landed). */
+  unconfirmed?: { readonly id: number };
 }
 
 /** An inclusive range of stored IDs. */
