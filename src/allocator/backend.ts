@@ -115,8 +115,11 @@ export interface AcquireRequest {
 export interface AttemptTrail {
   /** The ID whose master an attempt of this allocation created. */
   created?: number;
-  /** A create of master `id` whose answer never arrived (it may have landed). */
-  unconfirmed?: { readonly id: number };
+  /**
+   * A create of master `id` whose answer never arrived (it may have landed), with what else the
+   * backend needs to recognise its own write (`mark`: opaque to the core).
+   */
+  unconfirmed?: { readonly id: number; readonly mark?: string };
 }
 
 /** An inclusive range of stored IDs. */
