@@ -29,8 +29,10 @@
  */
 import type { GcSkip } from "./damage.ts";
 import type { BackendAdmin } from "./admin.ts";
+import type { IdRange } from "./id_space.ts";
 
 export type { BackendAdmin, NodeLease, SplitKey, StoredReference } from "./admin.ts";
+export type { IdRange } from "./id_space.ts";
 
 /** One change of the store's ID ↔ key mappings, as a backend's watch reports it. */
 export type BackendEvent =
@@ -120,14 +122,6 @@ export interface AttemptTrail {
    * backend needs to recognise its own write (`mark`: opaque to the core).
    */
   unconfirmed?: { readonly id: number; readonly mark?: string };
-}
-
-/** An inclusive range of stored IDs. */
-export interface IdRange {
-  /** Lowest ID. */
-  readonly min: number;
-  /** Highest ID. */
-  readonly max: number;
 }
 
 /** The result of a successful {@linkcode BackendSession.acquire}. */

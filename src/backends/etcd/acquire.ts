@@ -70,6 +70,7 @@ import {
   type ByteRange,
   kvsAt,
   ladderOutcome,
+  type MasterState,
   modIs,
   MutexGuard,
   prefixRange,
@@ -85,14 +86,6 @@ import { MAX_ACQUIRE_ROUNDS } from "./limits.ts";
 import { logSplit, newestMaster, referencedIds } from "./split.ts";
 
 const log = idallocLogger("etcd", "acquire");
-
-/**
- * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
- * that cannot be any key (empty, or not UTF-8): it names nobody, so it may be repaired.
- */
-export type MasterState =
-  | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
-  | null;
 
 /** What the next round of an acquisition does (see {@linkcode plan}). */
 export type Plan =
