@@ -59,6 +59,7 @@ import {
   isStatus,
   type KubeClient,
   type KubeObject,
+  rvOf,
   unlessRefused,
 } from "./kube.ts";
 import {
@@ -471,10 +472,6 @@ class AcquireRun {
 /** What a create of an identity leaves to recognise it by: its reference's epoch, the claim's version. */
 function createMark(epoch: string, claimRv: string): string {
   return JSON.stringify([epoch, claimRv]);
-}
-
-function rvOf(obj: KubeObject): string {
-  return String(obj.metadata.resourceVersion ?? "");
 }
 
 /**
