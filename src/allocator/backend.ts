@@ -327,6 +327,15 @@ export interface BackendSession extends AsyncDisposable {
   gcMark?(candidate: GcCandidate, signal: AbortSignal): Promise<string | undefined>;
 
   /**
+   * Optional: whether master version `a` (a watch `upsert`'s `version`) is newer than `b`, for a
+   * store whose versions are ordered (etcd's mod revisions, Deno KV's versionstamps). There,
+   * Cilium's lookup answers a split key's newest master, and the re-check waits for it. Absent
+   * (Kubernetes: resource versions are opaque, the API allows comparing them only for equality),
+   * the core never orders versions.
+   */
+  newerVersion?(a: string, b: string): boolean;
+
+  /**
    * The time (ms since the epoch, own clock) until which every reference this session wrote is
    * certainly alive for every observer, so that no other node may collect its ID: the lease's
    * last confirmed renewal plus its TTL, less the clock-skew margin where liveness is judged on

@@ -26,6 +26,7 @@ import type {
 } from "../../allocator/backend.ts";
 import { ConflictError } from "../../errors.ts";
 import { closeSession, writableLease } from "../shared/session_gate.ts";
+import { newerOrderedVersion } from "../shared/versions.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { idallocLogger } from "../../log.ts";
 import { acquire, idOfReferences } from "./acquire.ts";
@@ -266,6 +267,11 @@ export class EtcdSession implements BackendSession {
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
     this.#assertWritable("gcDelete");
     return await gcDelete(this.#ctx, candidate, this.#signal(signal));
+  }
+
+  /** See {@linkcode BackendSession.newerVersion}: mod revisions are ordered. */
+  newerVersion(a: string, b: string): boolean {
+    return newerOrderedVersion(a, b);
   }
 
   /** See {@linkcode BackendSession.claimValidUntil}: the earliest local deadline of a lease. */

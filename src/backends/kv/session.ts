@@ -19,6 +19,7 @@ import type {
 } from "../../allocator/backend.ts";
 import { errorMessage, InvalidOptionsError } from "../../errors.ts";
 import { closeSession, writableLease } from "../shared/session_gate.ts";
+import { newerOrderedVersion } from "../shared/versions.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
@@ -181,6 +182,11 @@ export class DenoKvSession implements BackendSession {
   async gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
     this.#writable("gcDelete");
     return await gcDelete(this.#ctx, this.stats, candidate, signal);
+  }
+
+  /** See {@linkcode BackendSession.newerVersion}: versionstamps are ordered. */
+  newerVersion(a: string, b: string): boolean {
+    return newerOrderedVersion(a, b);
   }
 
   claimValidUntil(): number {
