@@ -402,16 +402,19 @@ class AcquireRun {
     if (trail) trail.unconfirmed = undefined;
     // Taken: read what holds the ID.
     if (made === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    // Recorded before the confirmation: when it fails with an error, the identity stays, and the
+    // allocation's next attempt joins this call's creation.
+    if (trail) trail.created = step.id;
     // Slow (a stall, a loaded server): the claim may have moved meanwhile (`claim.ts`).
     if (performance.now() - this.#since > confirmAfterMs(lease.ttlMs)) {
       if (!await confirmClaim(this.#client, ctx, key, step.id, step.claimRv, signal)) {
         await retract(this.#client, ctx, made, key, signal);
+        if (trail) trail.created = undefined;
         this.#exclude.add(step.id);
         return { kind: "readClaim" };
       }
     }
     this.#createdId = step.id;
-    if (trail) trail.created = step.id;
     return this.#written(step.id, made, epoch, step.claimRv);
   }
 
