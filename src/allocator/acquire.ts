@@ -9,7 +9,7 @@
  * @module
  */
 import { sleep } from "../abort.ts";
-import type { AcquireResult, BackendSession } from "./backend.ts";
+import type { AcquireResult, AttemptTrail, BackendSession } from "./backend.ts";
 import { type Backoff, backoffDelay } from "./backoff.ts";
 import type { IdCache } from "./cache.ts";
 import type { ReferenceDeletions } from "./deletions.ts";
@@ -110,7 +110,8 @@ export class Acquirer<K> {
   /**
    * Acquires `key` (the caller holds its lock) and records the ID in the pool and the cache; the
    * caller records the local hold. `lockWaitMs` overrides the policy's (0 for a caller that holds
-   * other keys' locks and must not wait).
+   * other keys' locks and must not wait). The result is `created` when any attempt created the
+   * master it names (an attempt may create it and fail after: see {@linkcode AttemptTrail}).
    */
   async acquire(
     key: string,
@@ -119,14 +120,16 @@ export class Acquirer<K> {
     roundTrips?: { count: number },
   ): Promise<AcquireResult> {
     const { space } = this.#p;
+    const trail: AttemptTrail = {};
     try {
-      return await retrying(
+      const result = await retrying(
         { ...this.#p.policy, lockWaitMs },
         key,
         signal,
-        () => this.#attempt(key, signal, roundTrips),
+        () => this.#attempt(key, signal, trail, roundTrips),
         this.#p.onRetry,
       );
+      return { ...result, created: result.created || trail.created === result.id };
     } catch (err) {
       // The session does not know the range; say it here.
       if (err instanceof AllocationFailedError && err.cause instanceof PoolExhaustedError) {
@@ -141,6 +144,7 @@ export class Acquirer<K> {
   async #attempt(
     key: string,
     signal: AbortSignal,
+    trail: AttemptTrail,
     roundTrips?: { count: number },
   ): Promise<AcquireResult> {
     const { space, pool } = this.#p;
@@ -164,6 +168,7 @@ export class Acquirer<K> {
         range: space.stored,
         signal,
         roundTrips,
+        trail,
       });
       const id = space.validId(result.id, key);
       this.#p.record(key, id, result.version);

@@ -29,8 +29,10 @@
  */
 import type { GcSkip } from "./damage.ts";
 import type { BackendAdmin } from "./admin.ts";
+import type { IdRange } from "./id_space.ts";
 
 export type { BackendAdmin, NodeLease, SplitKey, StoredReference } from "./admin.ts";
+export type { IdRange } from "./id_space.ts";
 
 /** One change of the store's ID ↔ key mappings, as a backend's watch reports it. */
 export type BackendEvent =
@@ -94,14 +96,32 @@ export interface AcquireRequest {
    * shared group commit counts once), whether the call succeeds or not.
    */
   readonly roundTrips?: { count: number };
+  /**
+   * What earlier attempts of the same allocation left: one object for every attempt of one
+   * `allocate` (see {@linkcode AttemptTrail}). Absent for a lone call.
+   */
+  readonly trail?: AttemptTrail;
 }
 
-/** An inclusive range of stored IDs. */
-export interface IdRange {
-  /** Lowest ID. */
-  readonly min: number;
-  /** Highest ID. */
-  readonly max: number;
+/**
+ * Kept across the attempts of one allocation so that the master an attempt created is reported
+ * created (Cilium's `isNew`) exactly once, even when that attempt failed after its create landed:
+ * a later step failed, or the store's answer to the create was lost. Without it the next attempt
+ * finds the master, joins it, and no node reports the key new.
+ *
+ * A session writes `created` as soon as it knows its write created a master, and `unconfirmed`
+ * just before it sends a write that creates one, clearing it when the answer arrives. An attempt
+ * that finds `unconfirmed` set first asks the store whether that write landed, by a mark only
+ * that write leaves (each backend's `acquire.ts` says which), and records `created` if it did.
+ */
+export interface AttemptTrail {
+  /** The ID whose master an attempt of this allocation created. */
+  created?: number;
+  /**
+   * A create of master `id` whose answer never arrived (it may have landed), with what else the
+   * backend needs to recognise its own write (`mark`: opaque to the core).
+   */
+  unconfirmed?: { readonly id: number; readonly mark?: string };
 }
 
 /** The result of a successful {@linkcode BackendSession.acquire}. */
@@ -305,6 +325,15 @@ export interface BackendSession extends AsyncDisposable {
    * the version again. Backends without it keep GC's marks in the collecting process only.
    */
   gcMark?(candidate: GcCandidate, signal: AbortSignal): Promise<string | undefined>;
+
+  /**
+   * Optional: whether master version `a` (a watch `upsert`'s `version`) is newer than `b`, for a
+   * store whose versions are ordered (etcd's mod revisions, Deno KV's versionstamps). There,
+   * Cilium's lookup answers a split key's newest master, and the re-check waits for it. Absent
+   * (Kubernetes: resource versions are opaque, the API allows comparing them only for equality),
+   * the core never orders versions.
+   */
+  newerVersion?(a: string, b: string): boolean;
 
   /**
    * The time (ms since the epoch, own clock) until which every reference this session wrote is

@@ -30,7 +30,7 @@
  * @module
  */
 import { Buffer } from "node:buffer";
-import type { IdRange } from "./backend.ts";
+import type { IdRange } from "./id_space.ts";
 
 /**
  * Damage every backend's layout can hold, whatever the store: its masters (ID → key) and its

@@ -18,8 +18,18 @@
  * ```
  * @module
  */
-import type { IdRange } from "./backend.ts";
 import { InvalidIdError } from "../errors.ts";
+
+/**
+ * An inclusive range of stored IDs. (Defined here, beside the space that makes it, rather than
+ * in `backend.ts`, which imports `damage.ts`, which needs it: no circle.)
+ */
+export interface IdRange {
+  /** Lowest ID. */
+  readonly min: number;
+  /** Highest ID. */
+  readonly max: number;
+}
 
 /** ORs `mask` into `id` (IDs may exceed 32 bits, so not with `|`). */
 export function applyMask(id: number, mask: number): number {

@@ -50,7 +50,7 @@ const NEWER_MASTER_WAIT_MS = 5_000;
 /** The session calls the re-check makes. */
 export type RecheckSession = Pick<
   BackendSession,
-  "ensure" | "release" | "renew" | "claimValidUntil" | "getById"
+  "ensure" | "release" | "renew" | "claimValidUntil" | "getById" | "newerVersion"
 >;
 
 /** What {@linkcode Recheck} works with. */
@@ -412,7 +412,8 @@ export class Recheck<K> {
    * the cache knows a master of the key newer than `id`'s, which Cilium's lookup
    * (`cache.OnUpsert`: the newest master wins) already answers, but no reference names it yet, so
    * the store's rule still gave `id`. The master of `oldId` itself does not count: this node just
-   * left it. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}.
+   * left it. Bounded by {@linkcode NEWER_MASTER_WAIT_MS}. Never on a store whose versions have
+   * no order (`BackendSession.newerVersion` absent).
    */
   #awaitsNewerMaster(
     key: string,
@@ -420,12 +421,13 @@ export class Recheck<K> {
     oldId: number,
     version: string | undefined,
   ): boolean {
-    const { cache } = this.#p;
+    const { cache, session } = this.#p;
+    if (session.newerVersion === undefined) return false;
     const mine = version ?? cache.entry(id)?.version;
     const newer = cache.otherIds(key, id).some((other) => {
       if (other === oldId) return false;
       const v = cache.entry(other)?.version;
-      return v !== undefined && (mine === undefined || newerVersion(v, mine));
+      return v !== undefined && (mine === undefined || session.newerVersion!(v, mine));
     });
     const since = this.#awaitingNewer.get(key);
     if (!newer || (since !== undefined && Date.now() - since >= NEWER_MASTER_WAIT_MS)) {
@@ -452,12 +454,4 @@ export class Recheck<K> {
     if (await this.#p.session.getById(oldId, signal) !== undefined) return;
     this.#p.feed.forget(oldId);
   }
-}
-
-/**
- * Whether master version `a` is newer than `b`: etcd's mod revisions (decimal) and Deno KV's
- * versionstamps (fixed-width hex) both order by length, then text.
- */
-function newerVersion(a: string, b: string): boolean {
-  return a.length !== b.length ? a.length > b.length : a > b;
 }

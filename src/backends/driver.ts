@@ -103,6 +103,12 @@ export interface DriverFailure {
 export interface BackendDriver<D = unknown> {
   /** The backend's one name, everywhere (`Backend.kind`, telemetry, CLI, nemesis, bench). */
   readonly kind: string;
+  /**
+   * The URL of the backend's folder (its driver module's folder). Development tools find the
+   * backend's harness there (`testing/harness.ts`, which the package leaves out), so that the
+   * registry is their one list of backends too.
+   */
+  readonly folder: string;
   /** The backend's name for people (help, messages): `Deno KV`, `etcd`. */
   readonly title: string;
   /** The start of `--store` that selects the backend: `kv:`, `etcd://`. */

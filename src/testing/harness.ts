@@ -1,13 +1,15 @@
 /**
- * The development harness of a backend, and its loader: everything the repository's tests, nemesis
- * suite, benchmarks and examples need of one backend, in one object, found by kind. Each backend
- * exports it as `harness` from `src/backends/<folder>/testing/harness.ts`; the tests, nemesis and
- * bench load it from here ({@linkcode loadHarness}), so none of them lists backends, and no
- * published module names a harness.
+ * The loader of the backends' development harnesses: everything the repository's tests, nemesis
+ * suite, benchmarks and examples need of one backend, in one object
+ * ({@linkcode BackendHarness}), found by kind. Each backend exports it as `harness` from
+ * `testing/harness.ts` in its folder, which its driver in the backend registry names
+ * (`BackendDriver.folder`): the registry is the one list of backends, this module names none, and
+ * no published module names a harness.
  *
  * `src/testing/` is development-only (`deno.json` `publish.exclude`): the contracts the harnesses
- * meet live here (`fixture.ts`, `nemesis.ts`, `bench.ts`), beside the library, so that the
- * dependencies point one way — the harnesses import the library, never the reverse.
+ * meet live here (`harness_contract.ts`, `fixture.ts`, `nemesis.ts`, `bench.ts`), beside the
+ * library, so that the dependencies point one way — the harnesses import the library and the
+ * contracts, never this loader, and the loader reaches them only through the registry.
  *
  * @example
  * ```ts ignore
@@ -18,57 +20,12 @@
  * @module
  */
 import { backendOfKind, BACKENDS } from "../backends/registry.ts";
-import type { BenchHooks } from "./bench.ts";
-import type { BackendFactory } from "./fixture.ts";
-import type { NemesisHooks } from "./nemesis.ts";
+import type { BackendHarness } from "./harness_contract.ts";
 
-/** A private server of a backend's store on loopback, for examples; disposing it stops it. */
-export interface PrivateServer extends AsyncDisposable {
-  /** Its client URLs (`http://127.0.0.1:<port>`), one per member. */
-  readonly endpoints: readonly string[];
-  /**
-   * A kubeconfig file naming the server and an administrator's credentials, for a store reached
-   * through one (Kubernetes); its current context is the one to use.
-   */
-  readonly kubeconfig?: string;
-  /** Stops it and removes its data. */
-  close(): Promise<void>;
-}
+export type { BackendHarness, PrivateServer } from "./harness_contract.ts";
 
-/** One backend's test fixture, nemesis hooks and bench opener. */
-export interface BackendHarness {
-  /** The backend's kind: the same as its `BackendDriver.kind`. */
-  readonly kind: string;
-  /**
-   * Why the backend cannot run on this machine (e.g. no etcd binary), or `undefined` when it can.
-   * Tests skip it with that reason; nemesis and bench runs say so and skip it.
-   */
-  unavailable(): string | undefined;
-  /** The shared suites' fixture factory (conformance, identity, CLI, child-process scenarios). */
-  readonly fixture: BackendFactory;
-  /** What the nemesis suite does per backend. */
-  readonly nemesis: NemesisHooks;
-  /** What the benchmarks do per backend. */
-  readonly bench: BenchHooks;
-  /**
-   * Starts a private server of the store (etcd: one member on free loopback ports), for examples
-   * run without a store of the user's; `undefined` when none can start here (no etcd binary).
-   * Absent for a store that is a file.
-   */
-  server?(): Promise<PrivateServer | undefined>;
-}
-
-/**
- * Each backend kind's harness module, imported on first use. A new backend adds its line here,
- * beside its driver's in `src/backends/registry.ts` (a test keeps the two lists equal).
- */
-export const HARNESS_MODULES: Readonly<
-  Record<string, () => Promise<{ readonly harness: BackendHarness }>>
-> = {
-  "deno-kv": () => import("../backends/kv/testing/harness.ts"),
-  "etcd": () => import("../backends/etcd/testing/harness.ts"),
-  "k8s": () => import("../backends/k8s/testing/harness.ts"),
-};
+/** Where a backend's harness module lives, in the folder its driver names. */
+const HARNESS_PATH = "testing/harness.ts";
 
 /** A backend kind no driver in the registry has. */
 export class UnknownBackendError extends Error {
@@ -117,16 +74,23 @@ export function loadHarnesses(): Promise<BackendHarness[]> {
   return Promise.all(BACKENDS.map((b) => loadHarness(b.kind)));
 }
 
+/** The URL of the harness module of backend `kind` (its driver's folder, see the module doc). */
+export function harnessModule(kind: string): string {
+  const driver = backendOfKind(kind);
+  if (driver === undefined) throw new UnknownBackendError(kind);
+  return new URL(HARNESS_PATH, driver.folder).href;
+}
+
 async function importHarness(kind: string): Promise<BackendHarness> {
-  const load = HARNESS_MODULES[kind];
-  if (load === undefined) {
-    throw new HarnessLoadError(kind, "no module in HARNESS_MODULES (src/testing/harness.ts)");
-  }
-  let harness: BackendHarness;
+  const url = harnessModule(kind);
+  let harness: BackendHarness | undefined;
   try {
-    ({ harness } = await load());
+    ({ harness } = await import(url) as { harness?: BackendHarness });
   } catch (err) {
-    throw new HarnessLoadError(kind, "its module does not load", { cause: err });
+    throw new HarnessLoadError(kind, `its module ${url} does not load`, { cause: err });
+  }
+  if (harness === undefined) {
+    throw new HarnessLoadError(kind, `its module ${url} exports no harness`);
   }
   if (harness.kind !== kind) {
     throw new HarnessLoadError(kind, `its module's harness is of kind '${harness.kind}'`);

@@ -3,9 +3,15 @@
  * process on the same runtime (Deno: `deno run -A`; Node.js and Bun: through the hooks in
  * `compat/` that resolve the source's `npm:` specifiers), and where a program is on `PATH`.
  *
- * @example
- * ```ts ignore
+ * @example On Deno (the runtime that runs the doc examples)
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { runtime, scriptCommand } from "./runtime.ts";
+ *
  * const [command, args] = scriptCommand("/repo/tests/_support/child_allocate.ts", ["a"]);
+ * assert.equal(runtime, "deno");
+ * assert.equal(command, Deno.execPath());
+ * assert.deepEqual(args, ["run", "-A", "/repo/tests/_support/child_allocate.ts", "a"]);
  * ```
  * @module
  */

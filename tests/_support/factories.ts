@@ -1,7 +1,7 @@
 /**
  * Every backend the conformance suite runs against: one factory per backend in the registry, the
- * `fixture` of its harness. A new backend gets the whole suite from its registry entry and its
- * line in the harness loader (`HARNESS_MODULES`).
+ * `fixture` of its harness. A new backend gets the whole suite from its registry entry and the
+ * harness in its folder (`testing/harness.ts`).
  *
  * @module
  */

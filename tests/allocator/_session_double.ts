@@ -19,6 +19,7 @@ import type {
 } from "../../src/allocator/backend.ts";
 import { EventQueue } from "../../src/allocator/event_queue.ts";
 import { abortable } from "../../src/abort.ts";
+import { newerOrderedVersion } from "../../src/backends/shared/versions.ts";
 
 /** A scripted `acquire` answer: a result, or an error to throw. */
 export type AcquireStep = AcquireResult | Error;
@@ -134,6 +135,11 @@ export class SessionDouble implements BackendSession {
 
   gcDelete(): Promise<boolean> {
     return Promise.resolve(false);
+  }
+
+  /** Versions ordered as etcd's mod revisions are. */
+  newerVersion(a: string, b: string): boolean {
+    return newerOrderedVersion(a, b);
   }
 
   claimValidUntil(): number {

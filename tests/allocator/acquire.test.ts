@@ -2,6 +2,7 @@
 // test double (the conformance suite runs the same paths on real stores).
 import assert from "node:assert/strict";
 import { Acquirer, retrying, type RetryPolicy } from "../../src/allocator/acquire.ts";
+import type { AcquireRequest, AttemptTrail } from "../../src/allocator/backend.ts";
 import { IdCache } from "../../src/allocator/cache.ts";
 import { IdPool } from "../../src/allocator/id_pool.ts";
 import { IdSpace } from "../../src/allocator/id_space.ts";
@@ -167,4 +168,25 @@ Deno.test("Acquirer: an aborted attempt reports the key as abandoned (its write 
   );
   await assert.rejects(b.acquire("k;", late.signal), /caller gave up/);
   assert.deepEqual(bAbandoned, ["k;"]);
+});
+
+Deno.test("Acquirer: a master an attempt created and then failed after is reported created by the retry", async () => {
+  const session = new SessionDouble();
+  const { a } = acquirer(session);
+  const trails: AttemptTrail[] = [];
+  session.acquire = (req: AcquireRequest) => {
+    trails.push(req.trail!);
+    // The first attempt creates master 3, then a later step of it fails; the retry joins 3.
+    if (trails.length === 1) {
+      req.trail!.created = 3;
+      return Promise.reject(new StoreUnavailableError("a later step failed"));
+    }
+    return Promise.resolve({ id: 3, created: false, version: "7" });
+  };
+  assert.deepEqual(await a.acquire("k;", never), { id: 3, created: true, version: "7" });
+  assert.equal(trails.length, 2);
+  assert.equal(trails[0], trails[1], "the attempts of one call share a trail");
+  // The next call has a trail of its own: joining the master is no creation.
+  assert.deepEqual(await a.acquire("k;", never), { id: 3, created: false, version: "7" });
+  assert.notEqual(trails[2], trails[1]);
 });

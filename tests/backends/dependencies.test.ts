@@ -1,8 +1,10 @@
 // Dependencies point one way: the library never imports the development harnesses (tests/,
-// nemesis/, bench/), no published module names a file the package leaves out, and outside
-// src/backends/ the repository reaches a backend only through the registry, the harness loader
-// (src/testing/harness.ts) or the backend's package entry (`@idalloc/idalloc/etcd`, which the
-// Node.js example imports by path, as Node.js reads no import map).
+// nemesis/, bench/), no published module names a file the package leaves out, outside
+// src/backends/ the repository reaches a backend only through the registry (the harness loader
+// finds each harness in the folder its driver names) or the backend's package entry
+// (`@idalloc/idalloc/etcd`, which the Node.js example imports by path, as Node.js reads no import
+// map), a backend imports only src/backends/shared/ and the core (never another backend), and no
+// modules of src/ import each other in a circle.
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, normalize } from "node:path";
@@ -88,22 +90,93 @@ Deno.test("dependencies: outside src/backends/, a backend is reached through the
   const outside = files.filter((f) => !f.startsWith("tests/") && !f.startsWith("src/backends/"));
   const reach = outside.flatMap(references)
     .filter((r) => backendFolders.some((folder) => r.target.startsWith(folder)));
-  /** The package entries, and the harness modules for the loader that maps kinds to them. */
+  /** The package entries. */
   const allowed = (r: Reference) =>
     entries.has(r.target) ||
-    (r.file === "src/testing/harness.ts" && /^src\/backends\/[^/]+\/testing\/harness\.ts$/.test(
-      r.target,
-    )) ||
     // The `k8s-cilium` bench group runs Cilium's CRD-mode node, which only knows Cilium's own
     // group: it starts a server of its own with Cilium's CRDs through the k8s dev-only launcher.
     (r.file === "bench/k8s_cilium.ts" && r.target.startsWith("src/backends/k8s/testing/"));
-  // The scan sees what it allows: the loader's harness modules (one per backend folder: a new
-  // backend adds its line to HARNESS_MODULES) and the package's own entries.
-  assert.deepEqual(
-    reach.filter((r) => r.file === "src/testing/harness.ts").map((r) => r.target).sort(),
-    backendFolders.map((folder) => `${folder}testing/harness.ts`).sort(),
-  );
+  // The scan sees what it allows: the package's own entries.
   assert.ok(reach.some((r) => r.file === "mod.ts"), show(reach));
   const bad = reach.filter((r) => !allowed(r));
   assert.deepEqual(bad, [], `non-test files reach into a backend's modules:\n${show(bad)}`);
+});
+
+Deno.test("dependencies: a backend imports src/backends/shared/ and the core, never another backend", () => {
+  const shared = files.filter((f) => f.startsWith("src/backends/shared/"));
+  assert.ok(shared.length > 0);
+  const inBackends = files.filter((f) => backendFolders.some((folder) => f.startsWith(folder)));
+  const refs = [...inBackends, ...shared].flatMap(references);
+  assert.ok(refs.some((r) => r.target.startsWith("src/backends/shared/")), "the scan sees shared/");
+  /**
+   * Kubernetes' test cluster runs its API server on a private etcd, which etcd's dev-only
+   * launcher starts (neither is published).
+   */
+  const allowed = (r: Reference) =>
+    r.file === "src/backends/k8s/testing/cluster.ts" &&
+    r.target === "src/backends/etcd/testing/cluster.ts";
+  const lateral = refs.filter((r) =>
+    backendFolders.some((folder) => r.target.startsWith(folder) && !r.file.startsWith(folder)) &&
+    !allowed(r)
+  );
+  assert.deepEqual(
+    lateral,
+    [],
+    `a backend (or shared/) imports another backend:\n${show(lateral)}`,
+  );
+});
+
+/** The import graph of `paths`: each module's relative imports. A module naming itself (a doc
+ * example importing its own module) is left out. */
+function importGraph(paths: readonly string[]): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  for (const f of paths) {
+    graph.set(f, [...new Set(references(f).map((r) => r.target))].filter((t) => t !== f));
+  }
+  return graph;
+}
+
+/**
+ * The circles of `graph` (strongly connected sets of more than one module, each sorted), by
+ * Tarjan's algorithm; edges to modules outside the graph are ignored.
+ */
+function circles(graph: ReadonlyMap<string, readonly string[]>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (v: string) => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!graph.has(w)) continue;
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const set: string[] = [];
+    for (let w = stack.pop()!;; w = stack.pop()!) {
+      onStack.delete(w);
+      set.push(w);
+      if (w === v) break;
+    }
+    if (set.length > 1) found.push(set.sort());
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return found;
+}
+
+Deno.test("dependencies: no modules of src/ import each other in a circle", () => {
+  // The check finds a circle where there is one (the harness loader and the harnesses, before).
+  const loop = new Map([["loader", ["harness"]], ["harness", ["loader", "lib"]], ["lib", []]]);
+  assert.deepEqual(circles(loop), [["harness", "loader"]]);
+  const graph = importGraph(files.filter((f) => f.startsWith("src/")));
+  assert.ok(graph.get("src/testing/harness.ts")?.includes("src/backends/registry.ts"));
+  const found = circles(graph);
+  assert.deepEqual(found, [], `import circles:\n${found.map((c) => c.join(" ↔ ")).join("\n")}`);
 });

@@ -23,6 +23,15 @@
  * the master is repaired from them (as master-key protection would) instead of giving the key a
  * second ID.
  *
+ * **A create whose answer was lost**: the transaction that creates a master also puts this node's
+ * reference, so the reference's mod revision is the master's create revision (revisions compared
+ * for equality only: one transaction has one revision, and nothing else writes this node's
+ * reference while the allocation holds the key's lock). The client resends a request whose
+ * connection broke; a resent create that fails because its first send landed finds exactly that
+ * in its failure branch's read, and answers the key created. When the client gave up instead
+ * (`AttemptTrail.unconfirmed`), the allocation's next attempt reads the master and the reference
+ * first, and records the create if they match.
+ *
  * @example One acquisition through a session (the allocator normally does this)
  * ```ts ignore
  * // ignored: needs a session's context on a running etcd (tests/backends/etcd/acquire.test.ts)
@@ -35,9 +44,14 @@
  *
  * @module
  */
-import type { ICompare, IRequestOp, IResponseOp } from "../../deps/etcd3.ts";
+import type { ICompare, IKeyValue, IRequestOp, IResponseOp } from "../../deps/etcd3.ts";
 import type { TxnRequest, TxnResult } from "./batch.ts";
-import type { AcquireRequest, AcquireResult, IdRange } from "../../allocator/backend.ts";
+import type {
+  AcquireRequest,
+  AcquireResult,
+  AttemptTrail,
+  IdRange,
+} from "../../allocator/backend.ts";
 import {
   ConflictError,
   CorruptEntryError,
@@ -56,6 +70,7 @@ import {
   type ByteRange,
   kvsAt,
   ladderOutcome,
+  type MasterState,
   modIs,
   MutexGuard,
   prefixRange,
@@ -71,14 +86,6 @@ import { MAX_ACQUIRE_ROUNDS } from "./limits.ts";
 import { logSplit, newestMaster, referencedIds } from "./split.ts";
 
 const log = idallocLogger("etcd", "acquire");
-
-/**
- * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
- * that cannot be any key (empty, or not UTF-8): it names nobody, so it may be repaired.
- */
-export type MasterState =
-  | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
-  | null;
 
 /** What the next round of an acquisition does (see {@linkcode plan}). */
 export type Plan =
@@ -269,6 +276,7 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
   };
   const mutexes = mutexGuards(ctx, key);
   let leaseRetries = 1;
+  if (req.trail?.unconfirmed) await recognizeCreate(ctx, req, req.trail);
 
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     signal.throwIfAborted();
@@ -283,23 +291,90 @@ export async function acquire(ctx: EtcdContext, req: AcquireRequest): Promise<Ac
     const guards = mutexes(p.id);
     const txn = writeTxn(layout, k, key, p, put(refKey, String(p.id), lease), guards);
     let res: TxnResult;
+    const creates = p.kind === "new" || p.kind === "recreate";
+    if (creates && req.trail) req.trail.unconfirmed = { id: p.id };
     try {
       if (req.roundTrips) req.roundTrips.count++;
       res = await ctx.txns.run("acquire", txn, signal);
     } catch (err) {
       if (err instanceof LeaseNotFound && leaseRetries-- > 0) {
+        // Refused whole: nothing landed.
+        if (req.trail) req.trail.unconfirmed = undefined;
         ctx.leases.lost(lease, "etcd refused a write with it (lease not found)");
         round--;
         continue;
       }
       throw err;
     }
-    const done = settle(k, layout, key, p, guards, res);
+    if (req.trail) req.trail.unconfirmed = undefined;
+    const done = (creates ? ownResentCreate(key, p.id, refKey, res) : undefined) ??
+      settle(k, layout, key, p, guards, res);
+    if (done?.created && req.trail) req.trail.created = done.id;
     if (done !== undefined) return done;
   }
   throw new ConflictError(
     `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} transactions (store changing under us)`,
   );
+}
+
+/**
+ * Whether the create of `trail.unconfirmed` (whose answer was lost) landed: the master names the
+ * key and was created by the transaction that last put this node's reference (see the module
+ * doc). Records it in `trail.created`; clears `unconfirmed` either way.
+ */
+async function recognizeCreate(
+  ctx: EtcdContext,
+  req: AcquireRequest,
+  trail: AttemptTrail,
+): Promise<void> {
+  const { client, layout } = ctx;
+  const { id } = trail.unconfirmed!;
+  if (req.roundTrips) req.roundTrips.count++;
+  const res = await client.call(
+    "read own create",
+    req.signal,
+    (o) =>
+      client.raw.kv.txn({
+        success: [read(layout.masterKey(id)), read(layout.refKey(req.key, ctx.node))],
+      }, o),
+  );
+  trail.unconfirmed = undefined;
+  const [master] = kvsAt(res.responses, 0);
+  const [ref] = kvsAt(res.responses, 1);
+  if (createdWith(master, ref, req.key)) trail.created = id;
+}
+
+/**
+ * Whether `master` names `key` and was created by the transaction that last put `ref`, this
+ * node's reference (see the module doc).
+ */
+function createdWith(
+  master: IKeyValue | undefined,
+  ref: IKeyValue | undefined,
+  key: string,
+): boolean {
+  if (master === undefined || ref === undefined) return false;
+  return String(master.create_revision) === String(ref.mod_revision) &&
+    strictText(master.value) === key;
+}
+
+/**
+ * A create (`new`, `recreate`) of `id` refused because the client resent it after its first send
+ * landed (the answer was lost with the connection): the failure branch's read shows the master
+ * created together with this node's reference `refKey`. The first send did all this round asked,
+ * so the key is this call's creation.
+ */
+function ownResentCreate(
+  key: string,
+  id: number,
+  refKey: string,
+  res: TxnResult,
+): AcquireResult | undefined {
+  if (res.succeeded) return undefined;
+  const [master] = kvsAt(res.responses, 1);
+  const ref = kvsAt(res.responses, 0).find((kv) => strictText(kv.key) === refKey);
+  if (!createdWith(master, ref, key)) return undefined;
+  return { id, created: true, version: String(master!.mod_revision) };
 }
 
 /**

@@ -29,8 +29,8 @@ import { type IdallocError, InvalidKeyError, StoreUnavailableError } from "../..
 import { EtcdAdmin } from "./admin.ts";
 import { EtcdClient, ResponseTooLarge } from "./client.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
+import { certificateProblem } from "../shared/tls.ts";
 import {
-  certificateProblem,
   connectionFailureOf,
   endpointWords,
   resetFailure,

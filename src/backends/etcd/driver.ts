@@ -32,7 +32,7 @@ async function readPem(flag: string, path: string | undefined): Promise<string |
     });
   }
   if (flag !== "--key") {
-    const { certificateProblem } = await import("./failure.ts");
+    const { certificateProblem } = await import("../shared/tls.ts");
     const { StoreTlsError } = await import("./errors.ts");
     const problem = certificateProblem(text);
     if (problem !== undefined) {
@@ -127,6 +127,7 @@ export const ETCD_FAILURES: Readonly<Record<string, DriverFailure>> = {
 /** The etcd backend, as idalloc's tools know it. */
 export const etcdDriver: BackendDriver<EtcdStoreDescription> = {
   kind: "etcd",
+  folder: new URL("./", import.meta.url).href,
   title: "etcd",
   scheme: "etcd://",
   syntax: "etcd://host:port[,host:port…]",

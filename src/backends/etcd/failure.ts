@@ -15,7 +15,6 @@
  *
  * @module
  */
-import { X509Certificate } from "node:crypto";
 import type { IdallocError } from "../../errors.ts";
 import type { PlainProbeVerdict } from "./probe.ts";
 import {
@@ -24,8 +23,8 @@ import {
   StoreConnectionRefusedError,
   StoreHostNotFoundError,
   StoreTlsError,
-  type TlsProblem,
 } from "./errors.ts";
+import { tlsProblemOf } from "../shared/tls.ts";
 import { errorMessage } from "../../errors.ts";
 
 /**
@@ -78,44 +77,6 @@ export function summarize(err: unknown): string {
     .replace(/\s*Resolution note:.*$/s, "")
     .replace(/^etcdserver: /, "")
     .trim();
-}
-
-/** What went wrong with TLS, from the TLS stack's message (Node's and rustls' words). */
-export function tlsProblemOf(err: unknown): TlsProblem {
-  const text = errorMessage(err);
-  if (/servername.*must not be an IP address/i.test(text)) return "ip-server-name";
-  if (/ALTNAME_INVALID|does not match certificate's altnames|NotValidForName/i.test(text)) {
-    return "name-mismatch";
-  }
-  if (/BadCertificate|CertificateRequired|certificate required|UnknownCA.*alert/i.test(text)) {
-    return "client-certificate";
-  }
-  if (/wrong version number|InvalidContentType|disconnected before secure TLS/i.test(text)) {
-    return "not-tls";
-  }
-  if (/unable to verify|self.signed|local issuer|UnknownIssuer|certificate/i.test(text)) {
-    return "untrusted";
-  }
-  return "handshake";
-}
-
-/**
- * Why `pem` is not a usable PEM certificate (chain), or `undefined` when every block parses. The
- * TLS stack would only say "unable to verify the first certificate" about such a file, the same
- * words as for a CA that did not sign the server's certificate.
- */
-export function certificateProblem(pem: string): string | undefined {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g);
-  if (blocks === null) return "it holds no -----BEGIN CERTIFICATE----- block";
-  for (const [i, block] of blocks.entries()) {
-    try {
-      new X509Certificate(block);
-    } catch (err) {
-      const which = blocks.length > 1 ? `certificate ${i + 1} of ${blocks.length}` : "it";
-      return `${which} does not parse (${errorMessage(err)})`;
-    }
-  }
-  return undefined;
 }
 
 /** The host name grpc-js failed to resolve (`… for target dns:HOST:PORT`), if it says. */

@@ -24,7 +24,9 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { ConflictError, ReadOnlyError } from "../../errors.ts";
+import { ConflictError } from "../../errors.ts";
+import { closeSession, writableLease } from "../shared/session_gate.ts";
+import { newerOrderedVersion } from "../shared/versions.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { idallocLogger } from "../../log.ts";
 import { acquire, idOfReferences } from "./acquire.ts";
@@ -185,7 +187,7 @@ export class EtcdSession implements BackendSession {
 
   #assertWritable(operation: string): void {
     this.#assertOpen();
-    if (this.#readOnly) throw new ReadOnlyError(operation);
+    writableLease(this.#group, this.#readOnly ? undefined : this.#ctx.leases, operation);
   }
 
   /** See {@linkcode BackendSession.acquire}. */
@@ -267,6 +269,11 @@ export class EtcdSession implements BackendSession {
     return await gcDelete(this.#ctx, candidate, this.#signal(signal));
   }
 
+  /** See {@linkcode BackendSession.newerVersion}: mod revisions are ordered. */
+  newerVersion(a: string, b: string): boolean {
+    return newerOrderedVersion(a, b);
+  }
+
   /** See {@linkcode BackendSession.claimValidUntil}: the earliest local deadline of a lease. */
   claimValidUntil(): number {
     if (this.#readOnly) return Infinity;
@@ -328,10 +335,11 @@ export class EtcdSession implements BackendSession {
 
   /** See {@linkcode BackendSession.close}. Idempotent. */
   close(): Promise<void> {
-    return this.#group.close(
-      () => this.#ctx.leases.close(),
-      () => this.#wiring.onClose(this),
-    );
+    // The lease manager revokes on its own the leases that carry no reference.
+    return closeSession(this.#group, {
+      lease: this.#ctx.leases,
+      after: () => this.#wiring.onClose(this),
+    });
   }
 
   /** Same as {@linkcode EtcdSession.close}. */

@@ -24,8 +24,7 @@
  * @module
  */
 import { idallocLogger } from "../../log.ts";
-import type { MasterState } from "./acquire.ts";
-import type { RefSnapshot } from "./txn.ts";
+import type { MasterState, RefSnapshot } from "./txn.ts";
 
 const log = idallocLogger("etcd", "split");
 

@@ -35,6 +35,14 @@ import type {
 import { bytes } from "./client.ts";
 import { parseId, prefixEnd, prefixMatchesKey } from "./layout.ts";
 
+/**
+ * A master as last read: absent (`null`) or its value and mod revision. `corrupt` marks a value
+ * that cannot be any key (empty, or not UTF-8): it names nobody, so it may be repaired.
+ */
+export type MasterState =
+  | { readonly value: string; readonly mod: string; readonly corrupt: boolean }
+  | null;
+
 /** A key range `[start, end)` in bytes. */
 export interface ByteRange {
   readonly key: Buffer;

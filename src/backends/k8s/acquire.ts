@@ -33,6 +33,14 @@
  * confirmed by another touch of the claim, or removed again (`claim.ts` has the argument: no
  * idalloc node ever gives a key a second identity itself).
  *
+ * **A create whose answer was lost** (the connection broke, the request timed out): the next
+ * attempt of the allocation (`AttemptTrail.unconfirmed`) reads the identity and the key's claim
+ * first. The identity is this call's creation when it carries the key and this node's reference
+ * under the epoch the create wrote, and the claim is still at the resource version this node's
+ * own write gave it just before the create (compared for equality only): every idalloc create
+ * follows its node's own write of the claim, so no other idalloc node created it since, and
+ * Cilium's agents write no idalloc references.
+ *
  * Every step is planned by a plain function of what was read ({@linkcode firstStep},
  * {@linkcode afterClaimRead}, {@linkcode afterIdentityRead}), tested on plain data; the loop
  * applies them, bounded by `MAX_ACQUIRE_ROUNDS` writes. An ID is answered only from a write that
@@ -40,7 +48,7 @@
  *
  * @module
  */
-import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
+import type { AcquireRequest, AcquireResult, AttemptTrail } from "../../allocator/backend.ts";
 import { ConflictError, CorruptEntryError, InvalidIdError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { pickCandidate, usable } from "../shared/candidates.ts";
@@ -51,6 +59,7 @@ import {
   isStatus,
   type KubeClient,
   type KubeObject,
+  rvOf,
   unlessRefused,
 } from "./kube.ts";
 import {
@@ -239,7 +248,8 @@ class AcquireRun {
 
   async run(): Promise<AcquireResult> {
     const { lease, informer } = this.#parts;
-    const { key, signal, range } = this.#req;
+    const { key, signal, range, trail } = this.#req;
+    if (trail?.unconfirmed) await this.#recognizeCreate(trail);
     let step: Next = firstStep(key, informer.index.answer(key), range);
     for (let writes = 0; writes < MAX_ACQUIRE_ROUNDS;) {
       signal.throwIfAborted();
@@ -386,20 +396,47 @@ class AcquireRun {
 
   async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
     const { ctx, lease } = this.#parts;
-    const { key, signal } = this.#req;
+    const { key, signal, trail } = this.#req;
+    if (trail) trail.unconfirmed = { id: step.id, mark: createMark(epoch, step.claimRv) };
     const made = await createMaster(this.#client, ctx, { id: step.id, key, epoch }, signal);
+    if (trail) trail.unconfirmed = undefined;
     // Taken: read what holds the ID.
     if (made === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    // Recorded before the confirmation: when it fails with an error, the identity stays, and the
+    // allocation's next attempt joins this call's creation.
+    if (trail) trail.created = step.id;
     // Slow (a stall, a loaded server): the claim may have moved meanwhile (`claim.ts`).
     if (performance.now() - this.#since > confirmAfterMs(lease.ttlMs)) {
       if (!await confirmClaim(this.#client, ctx, key, step.id, step.claimRv, signal)) {
         await retract(this.#client, ctx, made, key, signal);
+        if (trail) trail.created = undefined;
         this.#exclude.add(step.id);
         return { kind: "readClaim" };
       }
     }
     this.#createdId = step.id;
     return this.#written(step.id, made, epoch, step.claimRv);
+  }
+
+  /**
+   * Whether the create of `trail.unconfirmed` (whose answer was lost) landed (see the module
+   * doc). Records it in `trail.created`; clears `unconfirmed` either way.
+   */
+  async #recognizeCreate(trail: AttemptTrail): Promise<void> {
+    const { ctx, informer } = this.#parts;
+    const { id, mark } = trail.unconfirmed!;
+    const signal = this.#req.signal;
+    const obj = await this.#client.get(ctx.identities, String(id), { signal });
+    const claim = obj === undefined
+      ? undefined
+      : await this.#client.get(LEASES, this.#claim, { namespace: ctx.namespace, signal });
+    trail.unconfirmed = undefined;
+    if (obj === undefined || claim === undefined) return;
+    informer.observe(obj);
+    const read = readIdentity(obj);
+    if (!read.ok || read.record.key !== this.#req.key) return;
+    const epoch = read.record.refs.get(ctx.node);
+    if (epoch !== undefined && createMark(epoch, rvOf(claim)) === mark) trail.created = id;
   }
 
   async #readIdentity(step: Extract<AcquireStep, { kind: "readIdentity" }>): Promise<Next> {
@@ -435,8 +472,9 @@ class AcquireRun {
   }
 }
 
-function rvOf(obj: KubeObject): string {
-  return String(obj.metadata.resourceVersion ?? "");
+/** What a create of an identity leaves to recognise it by: its reference's epoch, the claim's version. */
+function createMark(epoch: string, claimRv: string): string {
+  return JSON.stringify([epoch, claimRv]);
 }
 
 /**

@@ -45,7 +45,7 @@ import {
   StoreTlsError,
   StoreUnavailableError,
 } from "../../errors.ts";
-import { certificateProblem } from "../etcd/failure.ts";
+import { certificateProblem } from "../shared/tls.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
 import { createTransport, type HttpResponse, type HttpTransport } from "./http.ts";
 import {

@@ -74,6 +74,7 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
 /** The Kubernetes backend, as idalloc's tools know it. */
 export const k8sDriver: BackendDriver<K8sStoreDescription> = {
   kind: "k8s",
+  folder: new URL("./", import.meta.url).href,
   title: "Kubernetes",
   scheme: "k8s:",
   syntax: `k8s:<kubeconfig> or k8s:${IN_CLUSTER}`,

@@ -25,7 +25,7 @@ import { idallocLogger } from "../../log.ts";
 import { patchOrUndefined } from "./acquire.ts";
 import { confirmAfterMs, confirmClaim, retract, touchClaim } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
-import { type KubeObject, unlessRefused } from "./kube.ts";
+import { rvOf, unlessRefused } from "./kube.ts";
 import {
   answerOf,
   claimName,
@@ -257,8 +257,4 @@ async function writeClaim(
     404,
   );
   return written === undefined ? undefined : rvOf(written);
-}
-
-function rvOf(obj: KubeObject): string {
-  return String(obj.metadata.resourceVersion ?? "");
 }

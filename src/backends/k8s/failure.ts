@@ -42,7 +42,7 @@ import {
 } from "../../errors.ts";
 // The TLS stacks' words (rustls', OpenSSL's) are the same for every backend; etcd's reading of
 // them is reused rather than repeated.
-import { tlsProblemOf } from "../etcd/failure.ts";
+import { tlsProblemOf } from "../shared/tls.ts";
 import {
   KubeApiError,
   type KubeStatus,

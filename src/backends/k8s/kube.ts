@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { KubeClient } from "./client.ts";
+import type { KubeClient, KubeObject } from "./client.ts";
 import type { KubeApiError } from "./errors.ts";
 
 export type {
@@ -16,6 +16,14 @@ export type {
   KubeResourceDescriptor as KubeResource,
   KubeWatchEvent,
 } from "./client.ts";
+
+/**
+ * The resource version of `obj` (`""` when it has none). Opaque: the API allows comparing two
+ * only for equality, never for order.
+ */
+export function rvOf(obj: KubeObject): string {
+  return String(obj.metadata?.resourceVersion ?? "");
+}
 
 /**
  * Whether `err` is an API status ({@linkcode KubeApiError}, told by its stable name) with `code`

@@ -38,7 +38,7 @@
 import { createHash } from "node:crypto";
 import { Labels, labelsCodec } from "../../identity/labels.ts";
 import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
-import type { KubeObject } from "./kube.ts";
+import { type KubeObject, rvOf } from "./kube.ts";
 
 /** Cilium's GC mark (`identitybackend.HeartBeatAnnotation`). */
 export const HEARTBEAT_ANNOTATION = "io.cilium.heartbeat";
@@ -323,7 +323,7 @@ export type IdentityRead =
 export function readIdentity(obj: KubeObject): IdentityRead {
   const meta = obj.metadata ?? {};
   const name = String(meta.name ?? "");
-  const rv = String(meta.resourceVersion ?? "");
+  const rv = rvOf(obj);
   const annotations = meta.annotations ?? {};
   const marks = {
     referenced: Object.keys(annotations).some((a) => a.startsWith(REF_PREFIX)),
@@ -438,7 +438,7 @@ export function readNodeLease(obj: KubeObject): NodeLeaseRecord | undefined {
     ...(renew !== undefined && typeof seconds === "number" && seconds > 0
       ? { expiresAt: renew + seconds * 1000 }
       : {}),
-    rv: String(obj.metadata.resourceVersion ?? ""),
+    rv: rvOf(obj),
   };
 }
 
@@ -494,7 +494,7 @@ export function readClaim(obj: KubeObject): ClaimRecord | undefined {
     name: String(obj.metadata.name ?? ""),
     key,
     id,
-    rv: String(obj.metadata.resourceVersion ?? ""),
+    rv: rvOf(obj),
     ...(writtenAt === undefined ? {} : { writtenAt }),
   };
 }

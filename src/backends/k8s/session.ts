@@ -26,7 +26,8 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { errorMessage, ReadOnlyError } from "../../errors.ts";
+import { errorMessage } from "../../errors.ts";
+import { closeSession, writableLease } from "../shared/session_gate.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { acquire, patchOrUndefined } from "./acquire.ts";
 import type { K8sContext } from "./context.ts";
@@ -270,10 +271,11 @@ export class K8sSession implements BackendSession {
    * references. Idempotent.
    */
   close(): Promise<void> {
-    return this.#group.close(
-      () => this.#lease?.close(this.#referenced.size === 0),
-      () => this.#onClose(this),
-    );
+    return closeSession(this.#group, {
+      lease: this.#lease,
+      release: this.#referenced.size === 0,
+      after: () => this.#onClose(this),
+    });
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -285,8 +287,6 @@ export class K8sSession implements BackendSession {
   }
 
   #writable(operation: string): LeaseKeeper {
-    this.#open();
-    if (this.#lease === undefined) throw new ReadOnlyError(operation);
-    return this.#lease;
+    return writableLease(this.#group, this.#lease, operation);
   }
 }

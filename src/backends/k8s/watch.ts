@@ -12,8 +12,9 @@
  * answers Cilium's answer for a key (the oldest identity of it). Objects that are no identity
  * idalloc can read (a name that is not a decimal ID, labels that do not decode) are logged and
  * left out, never fatal. The session's own writes enter the index at once
- * ({@linkcode IdentityInformer.observe}); the watch's echo of them then changes nothing. A version
- * never replaces a newer one (resource versions of one resource are etcd revisions: ordered).
+ * ({@linkcode IdentityInformer.observe}); the watch's echo of them then changes nothing.
+ * Resource versions are compared only for equality, as the API allows: the order of an
+ * identity's versions is the watch's own order (`own_writes.ts`).
  *
  * The telemetry counts each list by its reason (`idalloc.watch.relists`: `initial`, `expired`)
  * and each failed list or watch that is tried again (`idalloc.watch.reconnects`); a watch the
@@ -30,7 +31,7 @@ import { abortable, sleep } from "../../abort.ts";
 import { errorMessage } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeObject } from "./kube.ts";
+import { isStatus, type KubeObject, rvOf } from "./kube.ts";
 import { answerOf, type IdentityRecord, idOfName, readIdentity } from "./layout.ts";
 import {
   WATCH_IDLE_MS,
@@ -38,6 +39,7 @@ import {
   WATCH_RETRY_MIN_MS,
   WATCH_TIMEOUT_SECONDS,
 } from "./limits.ts";
+import { OwnWrites } from "./own_writes.ts";
 import { listAll } from "./paging.ts";
 
 const log = idallocLogger("k8s", "watch");
@@ -49,12 +51,6 @@ type Change = Exclude<BackendEvent, { type: "synced" }>;
  * watch cache), `expired` (after `410 Gone`: a consistent list from etcd).
  */
 type RelistReason = "initial" | "expired";
-
-/** Whether resource version `a` is newer than `b` (numeric when both are; else: different). */
-export function newer(a: string, b: string): boolean {
-  if (/^\d+$/.test(a) && /^\d+$/.test(b)) return BigInt(a) > BigInt(b);
-  return a !== b;
-}
 
 /** What the informer tells its session. */
 export interface InformerHooks {
@@ -137,6 +133,8 @@ export class IdentityInformer {
   readonly #damaged = new Map<string, string>();
   #isSynced = false;
   #resourceVersion = "";
+  /** This session's writes the watch has not delivered yet (the order without comparing versions). */
+  readonly #own = new OwnWrites(WATCH_IDLE_MS);
   /** Set once the loop ends (the session closed). */
   readonly done: Promise<void>;
 
@@ -187,11 +185,14 @@ export class IdentityInformer {
   }
 
   /**
-   * Applies an identity object the session itself just wrote (create or patch), unless the index
-   * already holds a newer version. Subscribers see it as the watch would show it.
+   * Applies an identity object the session itself just wrote (create or patch) or read, unless
+   * the watch delivered that version already (the index may hold a later one; `own_writes.ts`).
+   * Subscribers see it as the watch would show it.
    */
   observe(obj: KubeObject): void {
     if (!this.#isSynced) return;
+    const id = idOfName(obj.metadata?.name);
+    if (id !== undefined && !this.#own.wrote(id, rvOf(obj), this.index.get(id)?.rv)) return;
     this.#apply(obj, Date.now());
   }
 
@@ -255,21 +256,26 @@ export class IdentityInformer {
   async #list(from: "cached" | "consistent"): Promise<void> {
     const { client, identities } = this.#ctx;
     const signal = this.#signal;
+    const mark = this.#own.listing();
     const list = from === "cached"
       ? await client.list(identities, { resourceVersion: "0", signal })
       : await listAll(client, identities, { signal });
     this.#hooks.onSuccess();
-    const seen = new Set<number>();
+    // This session's writes answered while the list was under way may be missing from it, or be
+    // older than what it shows: there is no telling by their versions. They stay in the index and
+    // are read again below.
+    const during = this.#own.listed(mark);
+    const listed = new Map<number, string>();
     for (const obj of list.items) {
-      const id = this.#apply(obj, undefined);
-      if (id !== undefined) seen.add(id);
+      const id = this.#delivered(obj, undefined);
+      if (id !== undefined) listed.set(id, rvOf(obj));
     }
-    // What the index holds from before this snapshot and the snapshot lacks is gone; what is newer
-    // than the snapshot (this session's own writes since) stays: the watch from it will tell.
+    // What the index holds from before this snapshot and the snapshot lacks is gone.
     for (const r of [...this.index.records()]) {
-      if (!seen.has(r.id) && !newer(r.rv, list.resourceVersion)) this.#remove(r.id, undefined);
+      if (!listed.has(r.id) && !this.#own.holds(r.id)) this.#remove(r.id, undefined);
     }
     this.#resourceVersion = list.resourceVersion;
+    for (const id of during) await this.#reread(id, listed.get(id));
     if (!this.#isSynced) {
       this.#isSynced = true;
       for (const queue of this.#subscribers) this.#replay(queue);
@@ -295,22 +301,45 @@ export class IdentityInformer {
       const at = Date.now();
       if (event.type === "DELETED") {
         const id = idOfName(event.object.metadata.name);
-        const known = id === undefined ? undefined : this.index.get(id);
-        // A delete older than what the index holds (a re-creation seen first) changes nothing.
-        if (known !== undefined && (rv === undefined || !newer(known.rv, rv))) {
-          this.#remove(known.id, at);
-        }
+        // A delete that comes before a write of this session the index holds (a re-creation seen
+        // first) changes nothing.
+        if (id !== undefined && this.#own.delivered(id, rv)) this.#remove(id, at);
         this.#damaged.delete(String(event.object.metadata.name ?? ""));
       } else if (event.type === "ADDED" || event.type === "MODIFIED") {
-        this.#apply(event.object, at);
+        this.#delivered(event.object, at);
       }
       if (typeof rv === "string" && rv !== "") this.#resourceVersion = rv;
     }
   }
 
   /**
-   * Applies one object: the record when it is an identity and newer than the index's, a removal
-   * when an ID the index holds became unreadable. Returns the ID it accounts for (damaged
+   * Applies an object the watch or a list delivered, unless the index holds a write of this
+   * session that comes after it. Returns the ID it accounts for (see `#apply`).
+   */
+  #delivered(obj: KubeObject, at: number | undefined): number | undefined {
+    const id = idOfName(obj.metadata?.name);
+    if (id !== undefined && !this.#own.delivered(id, rvOf(obj))) return id;
+    return this.#apply(obj, at);
+  }
+
+  /**
+   * Reads identity `id` again after a re-list that could not place this session's write of it
+   * (see `#list`; `listedRv`: its version in the list). The read comes after the write, so it
+   * shows it or a later version; one the list does not show yet, the watch from the list
+   * delivers later, and its events before it are held back.
+   */
+  async #reread(id: number, listedRv: string | undefined): Promise<void> {
+    const { client, identities } = this.#ctx;
+    const obj = await client.get(identities, String(id), { signal: this.#signal });
+    this.#own.settled(id);
+    if (obj === undefined) return this.#remove(id, Date.now());
+    if (rvOf(obj) !== listedRv) this.#own.wrote(id, rvOf(obj), undefined);
+    this.#apply(obj, Date.now());
+  }
+
+  /**
+   * Applies one object: the record when it is an identity at another version than the index's, a
+   * removal when an ID the index holds became unreadable. Returns the ID it accounts for (damaged
    * objects count as seen: their ID is not "vanished", it is unreadable).
    */
   #apply(obj: KubeObject, at: number | undefined): number | undefined {
@@ -332,7 +361,7 @@ export class IdentityInformer {
     this.#damaged.delete(String(obj.metadata.name));
     const { record } = read;
     const known = this.index.get(record.id);
-    if (known !== undefined && !newer(record.rv, known.rv)) return record.id;
+    if (known !== undefined && record.rv === known.rv) return record.id;
     this.index.set(record);
     this.#emit({
       type: "upsert",

@@ -20,9 +20,16 @@
  * References that disagree, or name an ID out of range or one whose master belongs to another
  * key, end the call with a typed non-retryable error.
  *
+ * **A create whose answer was lost** (`AttemptTrail.unconfirmed`, set by an earlier attempt of the
+ * same allocation): one commit writes the master, the key index and this node's reference, so
+ * they share one versionstamp. The next attempt reads the three first; a master of the key whose
+ * versionstamp is this node's reference's was written by that commit, so the key is reported
+ * created. No other commit writes this node's reference of the key and a master together while
+ * the allocation holds the key's lock.
+ *
  * @module
  */
-import type { AcquireRequest, AcquireResult } from "../../allocator/backend.ts";
+import type { AcquireRequest, AcquireResult, AttemptTrail } from "../../allocator/backend.ts";
 import { ConflictError, CorruptEntryError, InvalidIdError, SplitKeyError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { pickCandidate, usable } from "../shared/candidates.ts";
@@ -70,6 +77,7 @@ export async function acquire(
 ): Promise<AcquireResult> {
   const { key, signal } = req;
   const { layout, settings } = ctx;
+  if (req.trail?.unconfirmed) await recognizeCreate(ctx, stats, req, req.trail);
   const exclude = new Set<number>();
   // A hint that cannot be a versionstamp (say, from another backend's cache) is ignored: the
   // store would reject the check outright instead of failing it. So is one outside the range.
@@ -112,10 +120,16 @@ export async function acquire(
       ],
       changes: writesPair ? [{ id, key }] : [],
     };
+    const creates = plan.kind === "new" || (plan.kind === "repair" && plan.master === null);
+    if (creates && req.trail) req.trail.unconfirmed = { id };
     const res = await batcher.commit(commitPlan, signal);
+    if (req.trail) req.trail.unconfirmed = undefined;
     chargeShared(stats, "commits");
     if (res.ok) {
-      if (plan.kind === "new" || (plan.kind === "repair" && plan.master === null)) created = true;
+      if (creates) {
+        created = true;
+        if (req.trail) req.trail.created = id;
+      }
       const version: string = plan.kind === "existing" ? plan.version : res.versionstamp;
       if (lease.id === leaseId) return { id, created, version };
       // The lease was replaced while the commit was in flight: the reference just written names a
@@ -132,6 +146,30 @@ export async function acquire(
   throw new ConflictError(
     `could not acquire key '${key}' in ${MAX_ACQUIRE_ROUNDS} rounds: the store kept changing`,
   );
+}
+
+/**
+ * Whether the create of `trail.unconfirmed` (whose answer was lost) landed: the master of the
+ * key carries the versionstamp of this node's reference (see the module doc). Records it in
+ * `trail.created`; clears `unconfirmed` either way.
+ */
+async function recognizeCreate(
+  ctx: KvContext,
+  stats: KvStats,
+  req: AcquireRequest,
+  trail: AttemptTrail,
+): Promise<void> {
+  const { id } = trail.unconfirmed!;
+  const { layout, settings } = ctx;
+  const [master, ref] = await getMany(
+    ctx,
+    stats,
+    [layout.id(id), layout.ref(req.key, settings.node)],
+    req.signal,
+  );
+  trail.unconfirmed = undefined;
+  if (master.versionstamp === null || master.versionstamp !== ref.versionstamp) return;
+  if (decode.master(master as Deno.KvEntry<unknown>)?.key === req.key) trail.created = id;
 }
 
 /**

@@ -226,6 +226,7 @@ export const KV_DAMAGE_KINDS: Readonly<Record<string, string>> = {
 /** The Deno KV backend, as idalloc's tools know it. */
 export const kvDriver: BackendDriver<KvStoreDescription> = {
   kind: "deno-kv",
+  folder: new URL("./", import.meta.url).href,
   title: "Deno KV",
   scheme: "kv:",
   syntax: "kv:<file> (or kv:<KV Connect URL>)",

@@ -17,7 +17,9 @@ import type {
   SessionOptions,
   SessionStatus,
 } from "../../allocator/backend.ts";
-import { errorMessage, InvalidOptionsError, ReadOnlyError } from "../../errors.ts";
+import { errorMessage, InvalidOptionsError } from "../../errors.ts";
+import { closeSession, writableLease } from "../shared/session_gate.ts";
+import { newerOrderedVersion } from "../shared/versions.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import { CommitBatcher } from "./batch.ts";
@@ -182,6 +184,11 @@ export class DenoKvSession implements BackendSession {
     return await gcDelete(this.#ctx, this.stats, candidate, signal);
   }
 
+  /** See {@linkcode BackendSession.newerVersion}: versionstamps are ordered. */
+  newerVersion(a: string, b: string): boolean {
+    return newerOrderedVersion(a, b);
+  }
+
   claimValidUntil(): number {
     return this.#lease ? this.#lease.claimValidUntil : Infinity;
   }
@@ -213,7 +220,7 @@ export class DenoKvSession implements BackendSession {
    */
   close(): Promise<void> {
     // The lease's renewals are not the group's tasks: stop them, and wait for one in flight.
-    return this.#group.close(() => this.#lease?.close(this.#referenced.size === 0));
+    return closeSession(this.#group, { lease: this.#lease, release: this.#referenced.size === 0 });
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -225,8 +232,6 @@ export class DenoKvSession implements BackendSession {
   }
 
   #writable(operation: string): LeaseKeeper {
-    this.#open();
-    if (this.#lease === undefined) throw new ReadOnlyError(operation);
-    return this.#lease;
+    return writableLease(this.#group, this.#lease, operation);
   }
 }

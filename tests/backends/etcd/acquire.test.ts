@@ -11,6 +11,8 @@ import {
   SplitKeyError,
 } from "../../../src/errors.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/etcd/mod.ts";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { CuttingProxy } from "../../_support/cutting_proxy.ts";
 import { b } from "../../../src/backends/etcd/testing/fixture.ts";
 import {
   deadline,
@@ -20,6 +22,7 @@ import {
   openSession,
   picker,
   requestsDuring,
+  storeView,
   twoNodes,
   withLease,
 } from "./_helpers.ts";
@@ -357,4 +360,24 @@ etcdTest("an aborted signal rejects with its own reason, before or during the ca
     signal: during.signal,
   });
   await assert.rejects(p, (e) => e === during.signal.reason);
+});
+
+etcdTest("a create whose answer was lost with its connection is reported new once", async () => {
+  await using ns = await namespace();
+  const etcd = new URL(ns.endpoints[0]);
+  await using proxy = new CuttingProxy({ hostname: etcd.hostname, port: Number(etcd.port) });
+  const backend = await ns.backend("a", { endpoints: [proxy.endpoint] });
+  await using a = await Allocator.open(backend, { max: 1000 });
+  await a.waitForInitialSync();
+  // The first request naming the key is the create; etcd applies it, its answer never comes.
+  const cut = proxy.arm("app=lost;");
+  const { result: first, requests } = await requestsDuring(backend, () => a.allocate("app=lost;"));
+  await cut;
+  assert.ok(requests >= 2, `the create was sent again after the cut (${requests} sends)`);
+  assert.deepEqual(first, { id: first.id, isNew: true, firstUse: true });
+  assert.deepEqual((await storeView(ns)).masters, new Map([[first.id, "app=lost;"]]));
+
+  // Nobody else reports it new.
+  await using c = await Allocator.open(await ns.backend("c"), { max: 1000 });
+  assert.deepEqual(await c.allocate("app=lost;"), { id: first.id, isNew: false, firstUse: true });
 });

@@ -1,11 +1,38 @@
 // The identity-create step (src/backends/k8s/master.ts), the one place an idalloc node creates an
 // identity, on the real API server: the object carries the key and this node's reference; a second
 // create under the same ID answers "taken" (no throw) and changes nothing. (A key the server's
-// validation refuses: session.test.ts, through acquire.)
+// validation refuses: session.test.ts, through acquire.) A create that landed but whose answer
+// was lost is reported new once, by the allocation's retry.
 import assert from "node:assert/strict";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
+import type { KubeClient } from "../../../src/backends/k8s/client.ts";
 import { readIdentity } from "../../../src/backends/k8s/layout.ts";
 import { createMaster, type MasterTarget } from "../../../src/backends/k8s/master.ts";
+import { StoreUnavailableError } from "../../../src/errors.ts";
 import { deadline, fixture, k8sTest } from "./_helpers.ts";
+
+/**
+ * `client`, whose next `lose.count` identity creates reach the API server and are applied, and
+ * then fail as a broken connection would: the answer is lost.
+ */
+function losingCreates(client: KubeClient, lose: { count: number }): KubeClient {
+  return new Proxy(client, {
+    get(target, prop) {
+      if (prop === "create") {
+        return async (...args: Parameters<KubeClient["create"]>) => {
+          const made = await target.create(...args);
+          if (args[0].plural === "ciliumidentities" && lose.count-- > 0) {
+            throw new StoreUnavailableError("connection reset by peer (the answer is lost)");
+          }
+          return made;
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
 
 k8sTest(
   "createMaster creates the identity with the reference; a taken ID answers undefined",
@@ -35,3 +62,27 @@ k8sTest(
     assert.equal(still.record.key, key, "the first create stays");
   },
 );
+
+k8sTest("a create whose answer was lost is reported new once, by the retry", async () => {
+  await using fx = await fixture();
+  const lose = { count: 0 };
+  await using backend = await K8sBackend.connect(fx.options("a"), {
+    client: losingCreates(fx.client, lose),
+  });
+  await using a = await Allocator.open(backend, { min: 256, max: 65535, leaseTtlMs: 3_000 });
+  await a.waitForInitialSync();
+  lose.count = 1;
+  const first = await a.allocate("k8s:app=lost;");
+  assert.equal(lose.count, 0, "the create's answer was lost");
+  assert.deepEqual(first, { id: first.id, isNew: true, firstUse: true });
+  const records = await fx.records();
+  assert.deepEqual(records.map((r) => [r.id, r.key]), [[first.id, "k8s:app=lost;"]]);
+
+  // Nobody else reports it new.
+  const b = await fx.allocator("b");
+  assert.deepEqual(await b.allocate("k8s:app=lost;"), {
+    id: first.id,
+    isNew: false,
+    firstUse: true,
+  });
+});

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { rawClient } from "../../../src/backends/etcd/testing/fixture.ts";
 import { startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
 import { collect, deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
-import { IdentityIndex, newer } from "../../../src/backends/k8s/watch.ts";
+import { IdentityIndex } from "../../../src/backends/k8s/watch.ts";
+import { OwnWrites } from "../../../src/backends/k8s/own_writes.ts";
 import type { IdentityRecord } from "../../../src/backends/k8s/layout.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import { countedClient, type KubeClient } from "../../../src/backends/k8s/kube.ts";
@@ -37,11 +38,40 @@ Deno.test("the index keeps key → identities and answers the oldest", () => {
   assert.equal(index.size, 2);
 });
 
-Deno.test("resource versions compare as numbers when they are", () => {
-  assert.equal(newer("10", "9"), true);
-  assert.equal(newer("9", "10"), false);
-  assert.equal(newer("9", "9"), false);
-  assert.equal(newer("a", "b"), true, "opaque versions: any other version is taken as newer");
+Deno.test("own writes: versions are placed by the watch's order, compared only for equality", () => {
+  let now = 0;
+  const own = new OwnWrites(1_000, () => now);
+  // Versions that do not sort as numbers: nothing here may order them.
+  assert.equal(own.delivered(7, "b"), true, "no write of this session: the watch's event applies");
+  assert.equal(own.wrote(7, "b", "b"), false, "the index holds that version already");
+  assert.equal(own.wrote(7, "q", "b"), true, "this session's patch, answered at q");
+  assert.equal(own.holds(7), true);
+  assert.equal(own.delivered(7, "z"), false, "an event before the write in the stream: held back");
+  assert.equal(own.delivered(7, undefined), false, "a delete before a re-creation: held back");
+  assert.equal(own.delivered(8, "a"), true, "other identities are not held back");
+  assert.equal(own.delivered(7, "q"), true, "the write's echo: in step again");
+  assert.equal(own.delivered(7, "c"), true);
+  assert.equal(own.wrote(7, "q", "c"), false, "a late answer the watch overtook is stale");
+
+  // A write the watch never delivers holds its identity back only until it expires.
+  assert.equal(own.wrote(9, "m", undefined), true);
+  now = 999;
+  assert.equal(own.delivered(9, "n"), false);
+  now = 1_001;
+  assert.equal(own.delivered(9, "o"), true);
+  assert.equal(own.holds(9), false);
+});
+
+Deno.test("own writes: a re-list decides writes answered before it, not those during it", () => {
+  const own = new OwnWrites();
+  own.wrote(1, "x", undefined);
+  const mark = own.listing();
+  own.wrote(2, "y", undefined);
+  assert.deepEqual(own.listed(mark), [2], "written while the list was under way");
+  assert.equal(own.holds(1), false, "the consistent list reflects a write answered before it");
+  assert.equal(own.delivered(2, "w"), false, "the list's version of 2 cannot be placed");
+  own.settled(2);
+  assert.equal(own.delivered(2, "w"), true);
 });
 
 // On a real API server of its own (the test restarts it).

@@ -98,7 +98,7 @@ export class TestStore implements AsyncDisposable {
   async hookedSession(
     node: string,
     setup: SessionSetup = {},
-  ): Promise<{ session: DenoKvSession; hook: { before?: () => Promise<void> } }> {
+  ): Promise<{ session: DenoKvSession; hook: CommitHook }> {
     const { leaseTtlMs = 60_000, readOnly = false, onLeaseReplaced = () => {}, ...options } = setup;
     const { kv, hook } = hooked(await this.handle());
     const backend = new DenoKvBackend(kv, { prefix: KV_FIXTURE_PREFIX, node, ...options });
@@ -184,13 +184,22 @@ export function held(key: string, id: number): HeldKey {
   return { key, id };
 }
 
+/** What {@linkcode hooked} runs around the next commit. */
+export interface CommitHook {
+  /** Runs before the next commit is sent. */
+  before?: () => Promise<void>;
+  /** Runs after the next commit landed, with its answer; what it throws is what the caller gets. */
+  after?: (res: Deno.KvCommitResult | Deno.KvCommitError) => void;
+}
+
 /**
  * A real Kv whose next commit first runs `hook.before` (fault injection at the commit point: another
- * node writes just before the commit is sent; the store itself is real). The hook is cleared before
- * it runs, so it may set the hook for the commit after.
+ * node writes just before the commit is sent; the store itself is real), and then `hook.after`
+ * (an answer lost after the commit landed). Each hook is cleared before it runs, so it may set the
+ * hook for the commit after.
  */
-export function hooked(kv: Deno.Kv): { kv: Deno.Kv; hook: { before?: () => Promise<void> } } {
-  const hook: { before?: () => Promise<void> } = {};
+export function hooked(kv: Deno.Kv): { kv: Deno.Kv; hook: CommitHook } {
+  const hook: CommitHook = {};
   const proxy = new Proxy(kv, {
     get(target, prop) {
       if (prop === "atomic") {
@@ -201,7 +210,11 @@ export function hooked(kv: Deno.Kv): { kv: Deno.Kv; hook: { before?: () => Promi
             const before = hook.before;
             hook.before = undefined;
             await before?.();
-            return await commit();
+            const res = await commit();
+            const after = hook.after;
+            hook.after = undefined;
+            after?.(res);
+            return res;
           };
           return op;
         };

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { ClosedError, PoolExhaustedError, ReadOnlyError } from "../../../src/errors.ts";
 import type { KvStats } from "../../../src/backends/kv/client.ts";
-import { KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
+import { Allocator } from "../../../src/allocator/allocator.ts";
+import { DenoKvBackend } from "../../../src/backends/kv/mod.ts";
+import { hooked, KV_FIXTURE_PREFIX, never, request, TestStore } from "./_helpers.ts";
 
 const P = KV_FIXTURE_PREFIX;
 
@@ -217,4 +219,29 @@ Deno.test("kv acquire: a hint that is not a versionstamp is ignored", async () =
   await a.acquire(request("k1", { first: 5 }));
   const res = await a.acquire(request("k1", { hint: { id: 5, version: "42" } }));
   assert.deepEqual({ id: res.id, created: res.created }, { id: 5, created: false });
+});
+
+Deno.test("kv allocate: a create whose answer was lost is reported new once, by the retry", async () => {
+  await using store = await TestStore.create();
+  const { kv, hook } = hooked(await store.handle());
+  const backend = new DenoKvBackend(kv, { prefix: P, node: "a", pollIntervalMs: 20 });
+  // No background commit (lease renewal, sync) between arming the hook and the allocation's.
+  const options = { max: 1000, leaseTtlMs: 600_000, syncIntervalMs: 600_000 };
+  await using a = await Allocator.open(backend, options);
+  await a.waitForInitialSync();
+  let landed = false;
+  hook.after = (res) => {
+    landed = res.ok;
+    throw new TypeError("connection reset by peer (the commit's answer is lost)");
+  };
+  const first = await a.allocate("web");
+  assert.equal(landed, true, "the create landed in the store");
+  assert.deepEqual(await store.fixture.masters(), new Map([[first.id, "web"]]));
+  assert.deepEqual(first, { id: first.id, isNew: true, firstUse: true });
+
+  // Nobody else reports it new: not another node, nor this one again after a release.
+  await using b = await Allocator.open(await store.backend("b"), { max: 1000 });
+  assert.deepEqual(await b.allocate("web"), { id: first.id, isNew: false, firstUse: true });
+  await a.release("web");
+  assert.deepEqual(await a.allocate("web"), { id: first.id, isNew: false, firstUse: true });
 });

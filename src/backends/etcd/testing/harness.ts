@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { BackendHarness } from "../../../testing/harness.ts";
+import type { BackendHarness } from "../../../testing/harness_contract.ts";
 import { etcdBench } from "./bench.ts";
 import { etcdUnavailable, findEtcd, startEtcd } from "./cluster.ts";
 import { etcdFactory } from "./fixture.ts";

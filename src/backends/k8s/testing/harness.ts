@@ -2,11 +2,11 @@
  * The Kubernetes backend's development harness: its fixture for the shared test suites (a private
  * kube-apiserver per test process, a fresh CRD group and namespace per fixture), its nemesis hooks
  * (`./nemesis.ts`: API-server and etcd faults, 410), its bench opener and a private API server for
- * the examples, loaded by kind through `src/testing/harness.ts`. Not published.
+ * the examples, loaded by kind through `src/testing/harness.ts`, which finds it in this folder by the driver. Not published.
  *
  * @module
  */
-import type { BackendHarness } from "../../../testing/harness.ts";
+import type { BackendHarness } from "../../../testing/harness_contract.ts";
 import { k8sBench } from "./bench.ts";
 import { findKubeApiserver, kubeApiserverUnavailable, startKubeApiServer } from "./cluster.ts";
 import { k8sFactory } from "./fixture.ts";

@@ -1,10 +1,10 @@
 /**
  * Deno KV's development harness: its fixture for the shared test suites, its nemesis hooks and
- * its bench opener, loaded by kind through `src/testing/harness.ts`. Not published.
+ * its bench opener, loaded by kind through `src/testing/harness.ts`, which finds it in this folder by the driver. Not published.
  *
  * @module
  */
-import type { BackendHarness } from "../../../testing/harness.ts";
+import type { BackendHarness } from "../../../testing/harness_contract.ts";
 import { kvBench } from "./bench.ts";
 import { kvFactory } from "./fixture.ts";
 import { kvNemesis } from "./nemesis.ts";
