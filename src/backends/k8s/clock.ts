@@ -57,6 +57,8 @@ export class ClockSkewError extends IdallocError {
   readonly offsetMs: number;
 
   /**
+   * Creates the error.
+   *
    * @param node the node
    * @param offsetMs the measured offset
    * @param boundMs the largest offset allowed

@@ -14,7 +14,10 @@
  * import { foreignNamespace, LEASE_NAMESPACE_ANNOTATION } from "./coordination.ts";
  *
  * const obj = (ns?: string) => ({
- *   metadata: { name: "7", annotations: ns === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: ns } },
+ *   metadata: {
+ *     name: "7",
+ *     annotations: ns === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: ns } as Record<string, string>,
+ *   },
  * });
  * assert.equal(foreignNamespace([obj(), obj("idalloc-system")], "idalloc-system"), undefined);
  * assert.deepEqual(foreignNamespace([obj("ops")], "idalloc-system"), { name: "7", namespace: "ops" });
@@ -48,6 +51,8 @@ export class CoordinationNamespaceError extends IdallocError {
   readonly recorded: string;
 
   /**
+   * Creates the error.
+   *
    * @param namespace the caller's namespace
    * @param recorded the namespace the store records
    * @param identity the identity that records it (for the message)
@@ -71,6 +76,8 @@ export class NamespaceNotFoundError extends IdallocError {
   readonly namespace: string;
 
   /**
+   * Creates the error.
+   *
    * @param namespace the namespace
    * @param options the `cause` (the API server's 404)
    */
