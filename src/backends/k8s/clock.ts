@@ -1,6 +1,7 @@
 /**
  * This process's clock against the API server's. Every write of the node's Lease answers with the
- * server's time of that write (the `time` of the object's `managedFields` entry it updated, and
+ * server's time of that write (the `time` of the object's `managedFields` entry it updated — each
+ * write alternates {@linkcode STAMP_ANNOTATIONS} so that the server stamps it — and
  * `creationTimestamp` on create; whole seconds), so each write bounds the offset `server − local`:
  * the server wrote at some instant between sending and receiving, within the second it names.
  * {@linkcode ServerClock} keeps the bounds of the last few writes and uses, as the offset, the
@@ -33,6 +34,13 @@
  */
 import { IdallocError } from "../../errors.ts";
 import type { KubeObject } from "./kube.ts";
+
+/**
+ * Two annotations a node Lease's writes alternate between. The API server stamps a write's time
+ * into `managedFields` only when the writer's set of fields changes, not when only values do (a
+ * renewal's `renewTime`): adding one and removing the other makes every write change that set.
+ */
+export const STAMP_ANNOTATIONS = ["idalloc.io/stamp-a", "idalloc.io/stamp-b"] as const;
 
 /** How many recent writes bound the offset (older ones may predate a clock step). */
 const SAMPLES = 5;

@@ -1,5 +1,5 @@
 /**
- * The node's `Lease` (`coordination.k8s.io/v1`, `idalloc-node-<node>` in the backend's
+ * The node's `Lease` (`coordination.k8s.io/v1`, `idalloc-node-<node>` in the coordination
  * namespace): `spec.holderIdentity` = the node, `renewTime` + `leaseDurationSeconds` = its end,
  * annotation `idalloc.io/epoch` = a random value per grant. References carry the epoch; they are
  * live while the Lease is live and carries it (`liveness.ts`).
@@ -19,6 +19,13 @@
  *   fail with a retryable `ConflictError` (its `cause` a `NodeInUseError`): unlike at open, where
  *   `NodeInUseError` tells the caller to stop, this heals by itself.
  *
+ * - **Clock.** Every write answers with the server's time of it: the keeper measures this node's
+ *   clock against the server's (`clock.ts`), writes the Lease's times on the server's clock,
+ *   warns when the offset passes `maxClockSkewMs`, and refuses to open
+ *   (`ClockSkewError`) past what the key claims allow.
+ * - **Namespace.** A create in a coordination namespace that does not exist is
+ *   `NamespaceNotFoundError` (not a Lease "that kept changing").
+ *
  * The decisions are plain functions ({@linkcode planOpen}, {@linkcode classifyRefusal}), tested on
  * plain data; {@linkcode LeaseKeeper} applies them.
  *
@@ -29,7 +36,13 @@ import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { claimUntil, leaseStale, RenewalSchedule } from "../shared/renewal.ts";
 import type { K8sContext } from "./context.ts";
-import { clockSkewBound, ClockSkewError, describeOffset, serverTimeOf } from "./clock.ts";
+import {
+  clockSkewBound,
+  ClockSkewError,
+  describeOffset,
+  serverTimeOf,
+  STAMP_ANNOTATIONS,
+} from "./clock.ts";
 import { namespaceMissing } from "./coordination.ts";
 import { type KubeObject, unlessRefused } from "./kube.ts";
 import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
@@ -121,6 +134,8 @@ export class LeaseKeeper {
   #claimUntil = 0;
   #lost: { epoch?: string; expiresAt?: number } | undefined;
   #replacements = 0;
+  /** Writes so far (which stamp annotation the next one sets). */
+  #writes = 0;
   /** The offset last warned about (0: none). */
   #skewWarned = 0;
   /** The last renewal failure, while the last attempt failed. */
@@ -188,6 +203,8 @@ export class LeaseKeeper {
       if (await this.#write(newEpoch(), plan.kind === "take" ? plan.rv : undefined, signal)) {
         // Refused before the node writes anything else; closing the session deletes the Lease.
         this.#checkSkew();
+        // The first write measured a skew: its times go on the server's clock at once.
+        if (this.#ctx.clock.offset !== 0) await this.#write(this.#epoch, this.#rv, signal, true);
         this.#schedule.start();
         return;
       }
@@ -327,13 +344,22 @@ export class LeaseKeeper {
     const serverNow = now + clock.offset;
     const acquired = renewal ? this.#acquired : serverNow;
     const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, serverNow, acquired);
+    // So that the server stamps this write's time (`clock.ts`).
+    const [stamp, unstamp] = this.#writes++ % 2 === 0
+      ? STAMP_ANNOTATIONS
+      : [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]];
+    obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
+    const patch = guardedMergePatch(obj, rv ?? "") as {
+      metadata: { annotations: Record<string, string | null> };
+    };
+    patch.metadata.annotations[unstamp] = null;
     const written = await unlessRefused(
       // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
       rv === undefined
         ? client.create(LEASES, obj, { namespace, signal }).catch((err) => {
           throw namespaceMissing(err, namespace) ?? err;
         })
-        : client.patch(LEASES, nodeLeaseName(node), guardedMergePatch(obj, rv), {
+        : client.patch(LEASES, nodeLeaseName(node), patch, {
           type: "merge",
           namespace,
           signal,

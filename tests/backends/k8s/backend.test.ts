@@ -1,6 +1,7 @@
 // Connecting as users do, on a real API server: from a kubeconfig (the coordination namespace is
-// the option's, idalloc-system by default, never the context's) and through the driver (`--store k8s:<kubeconfig>`); the named errors for a user
-// without rights, a reader's writable session, and an identity resource that is not installed.
+// the option's, idalloc-system by default, never the context's) and through the driver
+// (`--store k8s:<kubeconfig>`); the named errors for a user without rights, a reader's writable
+// session, and an identity resource that is not installed.
 import assert from "node:assert/strict";
 import { Allocator } from "../../../src/allocator/allocator.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
