@@ -105,8 +105,10 @@ export class K8sSession implements BackendSession {
   }
 
   /**
-   * Opens a session: starts the informer and, unless read-only, takes the node's Lease
-   * (`NodeInUseError` when another process holds it live, unless `restart`).
+   * Opens a session: starts the informer and, unless read-only, checks the rights on the Leases
+   * (`StoreAccessDeniedError` naming the rule) and takes the node's Lease (`NodeInUseError` when
+   * another process holds it live, unless `restart`; `NamespaceNotFoundError`; `ClockSkewError`).
+   * A read-only session reads and writes no Lease.
    */
   static async open(
     ctx: K8sContext,
@@ -203,7 +205,8 @@ export class K8sSession implements BackendSession {
    * Cilium's answer for `key` among the identities the store shows carrying it: those the index
    * knows of and the one the key's claim names, each read (in parallel) to confirm it. An
    * identity that a Cilium node created a moment ago and the watch has not shown yet is not
-   * seen (Cilium's own `Get` reads the same watch cache).
+   * seen (Cilium's own `Get` reads the same watch cache). A read-only session reads no claim (its
+   * user may have no right on Leases): it answers from the informer's list once synced.
    */
   async get(key: string, signal: AbortSignal): Promise<number | undefined> {
     this.#open();
