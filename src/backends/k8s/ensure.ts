@@ -15,7 +15,9 @@
  *   this node's reference (`master: recreated`);
  * - N carries another key (or cannot be read otherwise), an older identity of K exists, the claim
  *   names another ID, or N was taken while re-creating it → `conflict` (nothing written; the
- *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`).
+ *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`). When N
+ *   now carries a key this session holds no reference to (relabelled under it), this node's
+ *   reference is removed from N first, guarded by the version read.
  *
  * @module
  */
