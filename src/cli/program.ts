@@ -16,6 +16,7 @@ import {
 } from "./args.ts";
 import { completionScript, SHELLS } from "./completion.ts";
 import { errorLine } from "./exit.ts";
+import { defaultNodeName } from "./node_name.ts";
 import { BACKENDS, storeSyntax } from "../backends/registry.ts";
 import type { BackendDriver, StoreOption } from "../backends/driver.ts";
 import { longFlag } from "../backends/driver_options.ts";
@@ -90,7 +91,7 @@ function defaultNode(): string {
   }
   // The PID points an operator at the process; the random part keeps two runs inside one process
   // (main() called in-process) from sharing a node name, and so a lease.
-  return `cli-${host.replaceAll("/", "-")}-${Deno.pid}-${crypto.randomUUID().slice(0, 4)}`;
+  return defaultNodeName(host, Deno.pid, crypto.randomUUID().slice(0, 4));
 }
 
 /** Adds `option` to `program`'s help group `group`. */

@@ -319,7 +319,7 @@ class AcquireRun {
 
   async #join(step: Extract<AcquireStep, { kind: "join" }>, epoch: string): Promise<Next> {
     const { ctx } = this.#parts;
-    const ops = joinPatch(this.#req.key, ctx.node, epoch, step.annotated);
+    const ops = joinPatch(this.#req.key, ctx.node, epoch, step.annotated, ctx.namespace);
     const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
     if (written === undefined) {
       return {
@@ -333,7 +333,7 @@ class AcquireRun {
 
   async #repair(step: Extract<AcquireStep, { kind: "repair" }>, epoch: string): Promise<Next> {
     const { ctx } = this.#parts;
-    const ops = repairPatch(this.#req.key, step.rv, ctx.node, epoch, step.annotated);
+    const ops = repairPatch(this.#req.key, step.rv, ctx.node, epoch, step.annotated, ctx.namespace);
     const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
     // Changed since it was read: read it again.
     if (written === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };

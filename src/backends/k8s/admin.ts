@@ -10,6 +10,7 @@ import type { BackendAdmin, NodeLease, StoredReference } from "../../allocator/a
 import { LiveEntryError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
+import { checkRecords } from "./coordination.ts";
 import { isStatus } from "./kube.ts";
 import { type IdentityRecord, readIdentity } from "./layout.ts";
 import { leaseLive, readNodeLeases, refLive } from "./liveness.ts";
@@ -65,7 +66,12 @@ export class K8sAdmin implements BackendAdmin {
     const { client, identities, namespace } = this.#ctx;
     const [ids, leases] = await Promise.all([
       client.list(identities, { limit: 1, signal }),
-      client.list(LEASES, { namespace, labelSelector: NODE_SELECTOR, limit: 1, signal }),
+      // A read-only user may read no Lease: then the identities alone tell.
+      client.list(LEASES, { namespace, labelSelector: NODE_SELECTOR, limit: 1, signal })
+        .catch((err) => {
+          if (err instanceof Error && err.name === "StoreAccessDeniedError") return { items: [] };
+          throw err;
+        }),
     ]);
     return ids.items.length > 0 || leases.items.length > 0;
   }
@@ -91,6 +97,7 @@ export class K8sAdmin implements BackendAdmin {
   async *references(signal: AbortSignal): AsyncGenerator<StoredReference> {
     // Identities first: every reference listed then predates the Lease it is judged by.
     const records = await readIdentities(this.#ctx, signal);
+    checkRecords(records, this.#ctx.namespace);
     const leases = await readNodeLeases(this.#ctx, signal);
     const now = this.#ctx.settings.now();
     const skew = this.#ctx.settings.maxClockSkewMs;
@@ -111,8 +118,10 @@ export class K8sAdmin implements BackendAdmin {
     const { client, identities, settings } = this.#ctx;
     let existed = false;
     for (let round = 0; round < DELETE_ROUNDS; round++) {
-      const records = (await readIdentities(this.#ctx, signal))
-        .filter((r) => r.key === key && r.refs.has(node));
+      const all = await readIdentities(this.#ctx, signal);
+      // Judged by the wrong namespace's Leases, a live node would look dead.
+      checkRecords(all, this.#ctx.namespace);
+      const records = all.filter((r) => r.key === key && r.refs.has(node));
       if (records.length === 0) return existed;
       const lease = (await readNodeLeases(this.#ctx, signal)).get(node);
       if (leaseLive(lease, settings.now(), settings.maxClockSkewMs)) {

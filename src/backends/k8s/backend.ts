@@ -25,6 +25,7 @@ import type {
 import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidKeyError } from "../../errors.ts";
 import { K8sAdmin } from "./admin.ts";
+import { ServerClock } from "./clock.ts";
 import type { K8sContext } from "./context.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { createKubeClient, type KubeClient } from "./client.ts";
@@ -34,7 +35,6 @@ import {
   endpointResource,
   identityResource,
   type K8sBackendOptions,
-  LEASES,
   resolveK8sOptions,
   resourceName,
 } from "./options.ts";
@@ -85,8 +85,8 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
   /**
    * Validates `options` (throws `InvalidOptionsError`), connects to the API server of the
    * kubeconfig (or the in-cluster configuration) and checks within `connectTimeoutMs` that it is
-   * Kubernetes, that the identity resource is installed, and that the user may read it and the
-   * Leases. Failures come as the client's classes: `StoreConnectionRefusedError`,
+   * Kubernetes, that the identity resource is installed, and that the user may read it (a
+   * writable session checks the Leases when it opens). Failures come as the client's classes: `StoreConnectionRefusedError`,
    * `StoreHostNotFoundError`, `StoreTlsError`, `StoreUnavailableError` (no answer),
    * `StoreAccessDeniedError` (401, or 403 naming the RBAC rule to add),
    * `ResourceNotInstalledError`, `NotKubernetesApiError`.
@@ -120,19 +120,21 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       telemetry,
       settings,
       node: settings.node,
-      namespace: settings.namespace ?? (client.namespace || "default"),
+      // The store's, never the context's or the pod's (`coordination.ts`).
+      namespace: settings.namespace,
+      clock: new ServerClock(settings.now),
       identities: { ...identityResource(settings), kind },
       identityKind: { apiVersion: `${group}/${version}`, kind },
       resourceName: resourceName(settings),
       ...(endpoints === undefined ? {} : { endpoints }),
     };
     try {
-      // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it
-      // and the Leases. Write rights are told by the first write's answer (403 names the rule):
-      // a read-only run needs none. So are the endpoints' (only GC lists them).
+      // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it.
+      // The Leases are checked when a writable session opens (`session.ts`): a read-only run
+      // (`list`, `get`, `watch`) needs no right on them. Write rights are told by the first
+      // write's answer (403 names the rule); so are the endpoints' (only GC lists them).
       await client.probe([
         { resource: ctx.identities, verbs: ["get", "list", "watch"] },
-        { resource: LEASES, verbs: ["get", "list"], namespace: ctx.namespace },
       ], { timeoutMs: settings.connectTimeoutMs, ...(signal === undefined ? {} : { signal }) });
     } catch (err) {
       if (owns) await client.close();
@@ -146,7 +148,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     return this.#ctx.client.server;
   }
 
-  /** The namespace of the node Leases and key claims. */
+  /** The coordination namespace: of the node Leases and key claims (`coordination.ts`). */
   get namespace(): string {
     return this.#ctx.namespace;
   }

@@ -5,6 +5,7 @@
  * @module
  */
 import type { StoreTelemetry } from "../../telemetry/store.ts";
+import type { ServerClock } from "./clock.ts";
 import type { KubeClient, KubeResource } from "./kube.ts";
 import type { K8sSettings } from "./options.ts";
 
@@ -16,8 +17,10 @@ export interface K8sContext {
   readonly settings: K8sSettings;
   /** This node's name. */
   readonly node: string;
-  /** The namespace of the node Leases and key claims. */
+  /** The coordination namespace: of the node Leases and key claims (`coordination.ts`). */
   readonly namespace: string;
+  /** This process's clock against the API server's (`clock.ts`), measured by Lease writes. */
+  readonly clock: ServerClock;
   /** The identity resource. */
   readonly identities: KubeResource;
   /** `apiVersion` and `kind` of identity objects. */

@@ -64,6 +64,10 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
     hint: () =>
       "check the kubeconfig's certificate-authority (-data) and client certificate for this server",
   },
+  // Each names the namespace(s) and the fix in its message.
+  NamespaceNotFoundError: { kind: "usage" },
+  CoordinationNamespaceError: { kind: "usage" },
+  ClockSkewError: { kind: "usage" },
   StoreHostNotFoundError: { kind: "unavailable" },
   StoreConnectionRefusedError: {
     kind: "unavailable",

@@ -15,7 +15,9 @@
  *   this node's reference (`master: recreated`);
  * - N carries another key (or cannot be read otherwise), an older identity of K exists, the claim
  *   names another ID, or N was taken while re-creating it → `conflict` (nothing written; the
- *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`).
+ *   allocator re-acquires K, which joins Cilium's answer, and announces `reassigned`). When N
+ *   now carries a key this session holds no reference to (relabelled under it), this node's
+ *   reference is removed from N first, guarded by the version read.
  *
  * @module
  */
@@ -40,7 +42,7 @@ import type { LeaseKeeper } from "./lease.ts";
 import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { createMaster } from "./master.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
@@ -104,6 +106,11 @@ export interface EnsureParts {
   readonly ctx: K8sContext;
   readonly lease: LeaseKeeper;
   readonly informer: IdentityInformer;
+  /**
+   * The keys the session may hold a reference to: a reference of this node on an identity that
+   * now carries a key not among them is left over from a relabelled identity, and removed.
+   */
+  readonly referenced?: ReadonlySet<string>;
 }
 
 /** Runs `ensure` for `held` (see the module doc). */
@@ -144,9 +151,10 @@ async function ensureOne(
         return { ...held, master: "ok", reference: "ok" };
       case "conflict":
         log.warning("cannot ensure {key} → {id}: {why}", { ...held, why: plan.why });
+        if (read?.ok) await leaveRelabelled(parts, read.record, signal);
         return { ...held, master: "conflict", reference: "skipped" };
       case "reference": {
-        const ops = joinPatch(held.key, ctx.node, epoch, plan.annotated);
+        const ops = joinPatch(held.key, ctx.node, epoch, plan.annotated, ctx.namespace);
         const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
         if (written === undefined) continue;
         informer.observe(written);
@@ -170,6 +178,46 @@ async function ensureOne(
 }
 
 /**
+ * Removes this node's reference from `record` when it carries a key this session does not hold
+ * (it was relabelled under the node: the reference was to the old key, which the allocator now
+ * re-acquires elsewhere), so that it does not keep a foreign key in use and show this node as its
+ * holder. Guarded by the version read: a write since (this node joining that key after all)
+ * keeps it; a failure leaves it to GC's sweep once the node is gone.
+ */
+async function leaveRelabelled(
+  parts: EnsureParts,
+  record: IdentityRecord,
+  signal: AbortSignal,
+): Promise<void> {
+  const { ctx, informer, referenced } = parts;
+  if (referenced === undefined || referenced.has(record.key) || !record.refs.has(ctx.node)) return;
+  const ops = [
+    { op: "test" as const, path: "/metadata/resourceVersion", value: record.rv },
+    ...releasePatch(record.key, ctx.node),
+  ];
+  try {
+    const written = await unlessRefused(
+      ctx.client.patch(ctx.identities, String(record.id), ops, { type: "json", signal }),
+      409,
+      404,
+      422,
+    );
+    if (written === undefined) return;
+    informer.observe(written);
+    log.info("removed this node's reference from identity {id}, relabelled to {key}", {
+      id: record.id,
+      key: record.key,
+    });
+  } catch (err) {
+    if (signal.aborted) throw err;
+    log.warning("could not remove this node's reference from relabelled identity {id}: {err}", {
+      id: record.id,
+      err,
+    });
+  }
+}
+
+/**
  * Repairs identity `held.id` (at `at.rv`), whose labels do not decode, when the key's claim names
  * it or is absent. `again`: it changed meanwhile.
  */
@@ -186,7 +234,7 @@ async function repair(
     log.warning("cannot repair {key} → {id}: its claim names another ID", { ...held });
     return "conflict";
   }
-  const ops = repairPatch(held.key, at.rv, ctx.node, at.epoch, at.annotated);
+  const ops = repairPatch(held.key, at.rv, ctx.node, at.epoch, at.annotated, ctx.namespace);
   const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
   if (written === undefined) return "again";
   informer.observe(written);

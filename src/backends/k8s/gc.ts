@@ -27,6 +27,7 @@ import type { GcSkip } from "../../allocator/damage.ts";
 import { idallocLogger } from "../../log.ts";
 import { claimNames, claimQuiet } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
+import { checkCoordination } from "./coordination.ts";
 import { ResourceNotInstalledError } from "./errors.ts";
 import { countedClient, isStatus, type KubeObject, type Tally, unlessRefused } from "./kube.ts";
 import {
@@ -40,6 +41,7 @@ import {
 } from "./layout.ts";
 import { readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
+import { sweepLeases } from "./lease_gc.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
 import {
@@ -148,6 +150,7 @@ export async function* gcList(
   tally?: Tally,
 ): AsyncGenerator<GcCandidate> {
   const snap = await readGcSnapshot(ctx, signal, tally);
+  checkCoordination(snap.items, ctx.namespace);
   const { now, maxClockSkewMs } = ctx.settings;
   const holders = new Map<number, string | null>();
   const dead = new Map<number, Map<string, string>>();
@@ -204,6 +207,7 @@ async function sweep(
     const claims = await listClaims(client, ctx, signal);
     const stale = removableClaims(claims, pass.holders, pass.range, pass.snap.listedAt, ctx);
     await sweepClaims(client, ctx, stale, signal);
+    await sweepLeases(client, ctx, pass.snap.leases, signal);
   } catch (err) {
     if (signal.aborted) throw err;
     log.warning("GC's sweep of dead references and stale claims failed: {err}", { err });

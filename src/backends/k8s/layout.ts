@@ -12,9 +12,10 @@
  *   metadata.annotations
  *     ref.idalloc.io/<node>          <epoch>: node's reference, live while its Lease has that epoch
  *     io.cilium.heartbeat            Cilium's GC mark (RFC 3339 time): unused since then
- * Lease idalloc-node-<node>          in the backend's namespace: the node's liveness
+ *     idalloc.io/lease-namespace     the coordination namespace of its references' Leases
+ * Lease idalloc-node-<node>          in the coordination namespace: the node's liveness
  *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
- * Lease idalloc-key-<hash>           in the backend's namespace: the key claim
+ * Lease idalloc-key-<hash>           in the coordination namespace: the key claim
  *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it;
  *   spec.renewTime = its last write (writer's clock), annotation idalloc.io/touch = a nonce that
  *   a re-creation from the claim changes (`claim.ts`)
@@ -37,6 +38,8 @@
  */
 import { createHash } from "node:crypto";
 import { Labels, labelsCodec } from "../../identity/labels.ts";
+import { SERVER_TIME_RESOLUTION_MS, serverRenewTimeOf } from "./clock.ts";
+import { recordedNamespace } from "./coordination.ts";
 import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
 import { type KubeObject, rvOf } from "./kube.ts";
 
@@ -286,6 +289,8 @@ export interface IdentityRecord {
   readonly mark?: string;
   /** Whether the object has any annotation (JSON patches must create the map otherwise). */
   readonly annotated: boolean;
+  /** The coordination namespace it records (`coordination.ts`), if any. */
+  readonly leaseNamespace?: string;
 }
 
 /** Why an object cannot be read as an identity. */
@@ -354,6 +359,7 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     } else refs.set(node, value);
   }
   const mark = annotations[HEARTBEAT_ANNOTATION];
+  const leaseNamespace = recordedNamespace(obj);
   const record: IdentityRecord = {
     id,
     key,
@@ -362,6 +368,7 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     refs,
     ...(typeof mark === "string" ? { mark } : {}),
     annotated: marks.annotated,
+    ...(leaseNamespace === undefined ? {} : { leaseNamespace }),
   };
   return { ok: true, record, badRefs };
 }
@@ -417,7 +424,12 @@ export interface NodeLeaseRecord {
   readonly node: string;
   /** The epoch annotation (`undefined` when missing or empty). */
   readonly epoch?: string;
-  /** `renewTime + leaseDurationSeconds` in ms, `undefined` when either is missing. */
+  /**
+   * When it lapses, in ms on the server's clock: `renewTime + leaseDurationSeconds`, or, when
+   * later, the server's own time of the last renewal (whole seconds, so plus one) plus the
+   * duration — a holder whose clock is slow writes an early `renewTime` (`clock.ts`).
+   * `undefined` when the duration or both times are missing.
+   */
   readonly expiresAt?: number;
   /** Its resource version. */
   readonly rv: string;
@@ -431,12 +443,16 @@ export function readNodeLease(obj: KubeObject): NodeLeaseRecord | undefined {
   const renew = parseTime(spec.renewTime);
   const seconds = spec.leaseDurationSeconds;
   const epoch = obj.metadata.annotations?.[EPOCH_ANNOTATION];
+  const server = serverRenewTimeOf(obj);
+  const renewed = server === undefined
+    ? renew
+    : Math.max(renew ?? -Infinity, server + SERVER_TIME_RESOLUTION_MS);
   return {
     name: String(obj.metadata.name ?? ""),
     node,
     ...(typeof epoch === "string" && epoch !== "" ? { epoch } : {}),
-    ...(renew !== undefined && typeof seconds === "number" && seconds > 0
-      ? { expiresAt: renew + seconds * 1000 }
+    ...(renewed !== undefined && typeof seconds === "number" && seconds > 0
+      ? { expiresAt: renewed + seconds * 1000 }
       : {}),
     rv: rvOf(obj),
   };

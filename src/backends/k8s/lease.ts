@@ -1,5 +1,5 @@
 /**
- * The node's `Lease` (`coordination.k8s.io/v1`, `idalloc-node-<node>` in the backend's
+ * The node's `Lease` (`coordination.k8s.io/v1`, `idalloc-node-<node>` in the coordination
  * namespace): `spec.holderIdentity` = the node, `renewTime` + `leaseDurationSeconds` = its end,
  * annotation `idalloc.io/epoch` = a random value per grant. References carry the epoch; they are
  * live while the Lease is live and carries it (`liveness.ts`).
@@ -19,6 +19,13 @@
  *   fail with a retryable `ConflictError` (its `cause` a `NodeInUseError`): unlike at open, where
  *   `NodeInUseError` tells the caller to stop, this heals by itself.
  *
+ * - **Clock.** Every write answers with the server's time of it: the keeper measures this node's
+ *   clock against the server's (`clock.ts`), writes the Lease's times on the server's clock,
+ *   warns when the offset passes `maxClockSkewMs`, and refuses to open
+ *   (`ClockSkewError`) past what the key claims allow.
+ * - **Namespace.** A create in a coordination namespace that does not exist is
+ *   `NamespaceNotFoundError` (not a Lease "that kept changing").
+ *
  * The decisions are plain functions ({@linkcode planOpen}, {@linkcode classifyRefusal}), tested on
  * plain data; {@linkcode LeaseKeeper} applies them.
  *
@@ -29,10 +36,18 @@ import { ConflictError, errorMessage, NodeInUseError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { claimUntil, leaseStale, RenewalSchedule } from "../shared/renewal.ts";
 import type { K8sContext } from "./context.ts";
-import { unlessRefused } from "./kube.ts";
+import {
+  clockSkewBound,
+  ClockSkewError,
+  describeOffset,
+  serverTimeOf,
+  STAMP_ANNOTATIONS,
+} from "./clock.ts";
+import { namespaceMissing } from "./coordination.ts";
+import { type KubeObject, unlessRefused } from "./kube.ts";
 import { nodeLeaseName, nodeLeaseObject, type NodeLeaseRecord, readNodeLease } from "./layout.ts";
 import { EPOCH_CHARS } from "./limits.ts";
-import { leaseLive } from "./liveness.ts";
+import { leaseLive, onLocalClock } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch } from "./patch.ts";
 
@@ -119,6 +134,10 @@ export class LeaseKeeper {
   #claimUntil = 0;
   #lost: { epoch?: string; expiresAt?: number } | undefined;
   #replacements = 0;
+  /** Writes so far (which stamp annotation the next one sets). */
+  #writes = 0;
+  /** The offset last warned about (0: none). */
+  #skewWarned = 0;
   /** The last renewal failure, while the last attempt failed. */
   lastError: string | undefined;
 
@@ -182,6 +201,10 @@ export class LeaseKeeper {
       const plan = planOpen(existing, settings.now(), settings.maxClockSkewMs, restart);
       if (plan.kind === "inUse") throw new NodeInUseError(this.#ctx.node, plan.expiresAt);
       if (await this.#write(newEpoch(), plan.kind === "take" ? plan.rv : undefined, signal)) {
+        // Refused before the node writes anything else; closing the session deletes the Lease.
+        this.#checkSkew();
+        // The first write measured a skew: its times go on the server's clock at once.
+        if (this.#ctx.clock.offset !== 0) await this.#write(this.#epoch, this.#rv, signal, true);
         this.#schedule.start();
         return;
       }
@@ -315,15 +338,28 @@ export class LeaseKeeper {
     signal: AbortSignal,
     renewal = false,
   ): Promise<boolean> {
-    const { client, namespace, node } = this.#ctx;
+    const { client, namespace, node, clock } = this.#ctx;
     const now = this.#now();
-    const acquired = renewal ? this.#acquired : now;
-    const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, now, acquired);
+    // The Lease's times are on the server's clock, as this node best knows it (`clock.ts`).
+    const serverNow = now + clock.offset;
+    const acquired = renewal ? this.#acquired : serverNow;
+    const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, serverNow, acquired);
+    // So that the server stamps this write's time (`clock.ts`).
+    const [stamp, unstamp] = this.#writes++ % 2 === 0
+      ? STAMP_ANNOTATIONS
+      : [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]];
+    obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
+    const patch = guardedMergePatch(obj, rv ?? "") as {
+      metadata: { annotations: Record<string, string | null> };
+    };
+    patch.metadata.annotations[unstamp] = null;
     const written = await unlessRefused(
       // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
       rv === undefined
-        ? client.create(LEASES, obj, { namespace, signal })
-        : client.patch(LEASES, nodeLeaseName(node), guardedMergePatch(obj, rv), {
+        ? client.create(LEASES, obj, { namespace, signal }).catch((err) => {
+          throw namespaceMissing(err, namespace) ?? err;
+        })
+        : client.patch(LEASES, nodeLeaseName(node), patch, {
           type: "merge",
           namespace,
           signal,
@@ -332,6 +368,7 @@ export class LeaseKeeper {
       404,
     );
     if (written === undefined) return false;
+    this.#measure(written, now);
     this.#epoch = epoch;
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
@@ -340,6 +377,35 @@ export class LeaseKeeper {
     this.#lost = undefined;
     this.lastError = undefined;
     return true;
+  }
+
+  /**
+   * Measures the clock against the server's time of the write that returned `written`, sent at
+   * `sentAt`; warns when the offset passes the skew margin (again only once it changed by more).
+   */
+  #measure(written: KubeObject, sentAt: number): void {
+    const serverTime = serverTimeOf(written);
+    if (serverTime === undefined) return;
+    const offset = this.#ctx.clock.sample(serverTime, sentAt, this.#now());
+    const skew = this.#skew();
+    if (Math.abs(offset) <= skew) {
+      this.#skewWarned = 0;
+      return;
+    }
+    if (Math.abs(offset - this.#skewWarned) <= skew) return;
+    this.#skewWarned = offset;
+    log.warning(
+      "the clock of node {node} is {offset} the API server's, more than maxClockSkewMs " +
+        "({skew} ms): its Lease times are corrected, but set this machine's clock (NTP)",
+      { node: this.#ctx.node, offset: describeOffset(offset), skew },
+    );
+  }
+
+  /** Throws {@linkcode ClockSkewError} when the measured offset is past {@linkcode clockSkewBound}. */
+  #checkSkew(): void {
+    const offset = this.#ctx.clock.offset;
+    const bound = clockSkewBound(this.#ctx.settings, this.#ttlMs);
+    if (Math.abs(offset) > bound) throw new ClockSkewError(this.#ctx.node, offset, bound);
   }
 
   #markLost(refusal: Extract<Refusal, { kind: "lost" }>): void {
@@ -361,7 +427,7 @@ export class LeaseKeeper {
     // A Lease under the name whose holder is not this node (hand-made): read as lapsed.
     const lease = readNodeLease(obj);
     return lease?.node === node
-      ? lease
+      ? onLocalClock(lease, this.#ctx.clock.offset)
       : { name: nodeLeaseName(node), node, rv: String(obj.metadata.resourceVersion ?? "") };
   }
 

@@ -1,10 +1,15 @@
 /**
- * Whether a node and its references are live, judged from the node's `Lease` on wall clocks, as
- * Deno KV's leases are: a Lease is live until `renewTime + leaseDurationSeconds` plus the
- * clock-skew margin (its `renewTime` is its holder's clock, which may lag the observer's), and a
- * reference is live while its node's Lease is live **and** carries the reference's epoch. A node
- * never renews a lease its own clock says is within the margin of its end: it takes a new epoch,
- * so references of the old epoch are dead for every observer at once.
+ * Whether a node and its references are live, judged from the node's `Lease` as Deno KV's leases
+ * are: a Lease is live until its end plus the clock-skew margin, and a reference is live while its
+ * node's Lease is live **and** carries the reference's epoch. A node never renews a lease its own
+ * clock says is within the margin of its end: it takes a new epoch, so references of the old
+ * epoch are dead for every observer at once.
+ *
+ * A Lease's end is on the server's clock (`clock.ts`): its holder writes `renewTime` corrected by
+ * the offset its writes measured, and the server's own time of the last renewal counts too (the
+ * later of the two), so a holder whose clock is slow is never judged lapsed while it renews. The
+ * judge reads the end on its own clock, corrected by the offset its own writes measured
+ * ({@linkcode onLocalClock}; none measured: its clock as it is, within the margin).
  *
  * @example
  * ```ts
@@ -45,7 +50,7 @@ export function refLive(
 }
 
 /**
- * Every node Lease in the namespace, by node. A Lease whose name is not its holder's own (copied
+ * Every node Lease in the namespace, by node, its end on this process's clock. A Lease whose name is not its holder's own (copied
  * or hand-made) never speaks for the node.
  */
 export async function readNodeLeases(
@@ -61,7 +66,19 @@ export async function readNodeLeases(
   const out = new Map<string, NodeLeaseRecord>();
   for (const obj of items) {
     const lease = readNodeLease(obj);
-    if (lease !== undefined && lease.name === nodeLeaseName(lease.node)) out.set(lease.node, lease);
+    if (lease !== undefined && lease.name === nodeLeaseName(lease.node)) {
+      out.set(lease.node, onLocalClock(lease, ctx.clock.offset));
+    }
   }
   return out;
+}
+
+/**
+ * `lease` with its end moved from the server's clock to this process's (`offset`: server − local),
+ * so that judges compare it with their own `now`.
+ */
+export function onLocalClock(lease: NodeLeaseRecord, offset: number): NodeLeaseRecord {
+  return lease.expiresAt === undefined || offset === 0
+    ? lease
+    : { ...lease, expiresAt: lease.expiresAt - offset };
 }

@@ -28,11 +28,15 @@
  */
 import { errorMessage, InvalidKeyError } from "../../errors.ts";
 import type { K8sContext } from "./context.ts";
+import { LEASE_NAMESPACE_ANNOTATION } from "./coordination.ts";
 import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
 import { identityObject, refAnnotation } from "./layout.ts";
 
 /** What {@linkcode createMaster} needs of the backend's context. */
-export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "node">;
+export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "node"> & {
+  /** The coordination namespace, recorded on the identity (`coordination.ts`). */
+  readonly namespace?: string;
+};
 
 /** The identity to create: `id` for `key`, carrying this node's reference under `epoch`. */
 export interface NewMaster {
@@ -58,6 +62,7 @@ export async function createMaster(
 ): Promise<KubeObject | undefined> {
   const obj = identityObject(target.identityKind, master.id, master.key, {
     [refAnnotation(target.node)]: master.epoch,
+    ...(target.namespace === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: target.namespace }),
   });
   try {
     return await client.create(target.identities, obj, { signal });

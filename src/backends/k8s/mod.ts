@@ -40,6 +40,13 @@ export type {
 } from "./options.ts";
 export { MAX_KEY_BYTES, MAX_NODES_PER_IDENTITY } from "./limits.ts";
 export { NodeInUseError } from "../../errors.ts";
+// The coordination namespace (`namespace` option) and the clock check of a writable session.
+export {
+  CoordinationNamespaceError,
+  DEFAULT_NAMESPACE,
+  NamespaceNotFoundError,
+} from "./coordination.ts";
+export { ClockSkewError } from "./clock.ts";
 // The base classes of the errors above, so that this entrypoint's docs are complete.
 export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 // The API client, for callers that bring their own (K8sConnectOptions.client).

@@ -19,6 +19,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { SameShape, SettingsOf } from "../../option_shape.ts";
 import { parseOptions } from "../../validate.ts";
+import { DEFAULT_NAMESPACE } from "./coordination.ts";
 import { DNS_LABEL, isNodeName, isSubdomain } from "./layout.ts";
 import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "./limits.ts";
 
@@ -53,8 +54,11 @@ export interface K8sBackendOptions {
    */
   readonly node: string;
   /**
-   * The namespace of the node Leases and key claims. @default {the in-cluster namespace, else the
-   * kubeconfig context's, else "default"}
+   * The coordination namespace: where the node Leases and key claims of this identity store live.
+   * Every idalloc node and tool of one store must use the same one; it does not depend on the
+   * kubeconfig context or the pod, and the identities idalloc references record it, so a caller
+   * configured with another is refused (`CoordinationNamespaceError`). It must exist
+   * (`NamespaceNotFoundError` otherwise). @default {"idalloc-system"}
    */
   readonly namespace?: string;
   /** The identity resource. @default {Cilium's `ciliumidentities.cilium.io/v2`} */
@@ -101,7 +105,7 @@ const schema = z.object({
     "must be a Kubernetes annotation name part: at most 63 characters of [A-Za-z0-9-_.], " +
       "starting and ending with a letter or digit",
   ),
-  namespace: dnsLabel.optional(),
+  namespace: dnsLabel.default(DEFAULT_NAMESPACE),
   resource: z.object({
     group: subdomain.default("cilium.io"),
     version: dnsLabel.default("v2"),

@@ -31,6 +31,7 @@
  *
  * @module
  */
+import { LEASE_NAMESPACE_ANNOTATION } from "./coordination.ts";
 import {
   HEARTBEAT_ANNOTATION,
   pointer,
@@ -55,7 +56,8 @@ export function testKey(key: string): JsonPatchOp {
 
 /**
  * `node`'s reference with `epoch` added to an identity that carries `key`, and Cilium's GC mark
- * removed (Cilium's `AcquireReference`), in one write. `annotated`: whether the object has
+ * removed (Cilium's `AcquireReference`), in one write; with `namespace`, the coordination
+ * namespace recorded on it too (`coordination.ts`). `annotated`: whether the object has
  * annotations as last read (a wrong guess fails the patch, and the caller reads again).
  */
 export function joinPatch(
@@ -63,17 +65,24 @@ export function joinPatch(
   node: string,
   epoch: string,
   annotated: boolean,
+  namespace?: string,
 ): JsonPatchOp[] {
+  const recorded = namespace === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: namespace };
   if (!annotated) {
     return [
       testKey(key),
       { op: "test", path: ANNOTATIONS, value: null },
-      { op: "add", path: ANNOTATIONS, value: { [refAnnotation(node)]: epoch } },
+      { op: "add", path: ANNOTATIONS, value: { [refAnnotation(node)]: epoch, ...recorded } },
     ];
   }
   return [
     testKey(key),
     { op: "add", path: pointer("metadata", "annotations", refAnnotation(node)), value: epoch },
+    ...Object.entries(recorded).map(([name, value]): JsonPatchOp => ({
+      op: "add",
+      path: pointer("metadata", "annotations", name),
+      value,
+    })),
     // Whether or not the mark is there: `add` then `remove` always succeeds.
     { op: "add", path: HEARTBEAT, value: "" },
     { op: "remove", path: HEARTBEAT },
@@ -91,6 +100,7 @@ export function repairPatch(
   node: string,
   epoch: string,
   annotated: boolean,
+  namespace?: string,
 ): JsonPatchOp[] {
   const map = securityLabelsOf(key);
   return [
@@ -98,7 +108,7 @@ export function repairPatch(
     // `add` of an existing member replaces it.
     { op: "add", path: pointer("security-labels"), value: map },
     { op: "add", path: pointer("metadata", "labels"), value: sanitizedLabels(map) },
-    ...joinPatch(key, node, epoch, annotated).slice(1),
+    ...joinPatch(key, node, epoch, annotated, namespace).slice(1),
   ];
 }
 

@@ -31,15 +31,26 @@ import { closeSession, writableLease } from "../shared/session_gate.ts";
 import { TaskGroup } from "../../task_group.ts";
 import { acquire, patchOrUndefined } from "./acquire.ts";
 import type { K8sContext } from "./context.ts";
+import { CoordinationNamespaceError } from "./coordination.ts";
 import { ensure } from "./ensure.ts";
 import { gcDelete, gcList, gcMark } from "./gc.ts";
 import { MarkKeeper } from "./heartbeat.ts";
 import type { KubeObject } from "./kube.ts";
-import { answerOf, claimName, keyProblem, readClaim, readIdentity } from "./layout.ts";
+import {
+  answerOf,
+  claimName,
+  type IdentityRecord,
+  keyProblem,
+  readClaim,
+  readIdentity,
+} from "./layout.ts";
 import { LeaseKeeper } from "./lease.ts";
 import { checkLeaseTtl, LEASES } from "./options.ts";
 import { releasePatch } from "./patch.ts";
 import { IdentityInformer } from "./watch.ts";
+
+/** What a writable session does with Leases (its node's, the key claims): probed at open. */
+const LEASE_VERBS = ["get", "list", "create", "patch", "delete"] as const;
 
 /** The Kubernetes implementation of {@linkcode BackendSession}. */
 export class K8sSession implements BackendSession {
@@ -53,6 +64,8 @@ export class K8sSession implements BackendSession {
   /** Keys this session may hold a reference to (acquired or ensured, and not released since). */
   readonly #referenced = new Set<string>();
   #watchError: string | undefined;
+  /** An identity seen recording another coordination namespace (`coordination.ts`). */
+  #foreign: number | undefined;
 
   private constructor(
     ctx: K8sContext,
@@ -82,14 +95,21 @@ export class K8sSession implements BackendSession {
     this.#informer = new IdentityInformer(ctx, {
       onError: (err) => void (this.#watchError = `watch failed: ${errorMessage(err)}`),
       onSuccess: () => void (this.#watchError = undefined),
-      onRecord: (record) => this.#marks?.check(record),
+      onRecord: (record) => {
+        if (record.leaseNamespace !== undefined && record.leaseNamespace !== ctx.namespace) {
+          this.#foreign ??= record.id;
+        }
+        this.#marks?.check(record);
+      },
     }, signal);
     this.#group.spawn(this.#informer.done);
   }
 
   /**
-   * Opens a session: starts the informer and, unless read-only, takes the node's Lease
-   * (`NodeInUseError` when another process holds it live, unless `restart`).
+   * Opens a session: starts the informer and, unless read-only, checks the rights on the Leases
+   * (`StoreAccessDeniedError` naming the rule) and takes the node's Lease (`NodeInUseError` when
+   * another process holds it live, unless `restart`; `NamespaceNotFoundError`; `ClockSkewError`).
+   * A read-only session reads and writes no Lease.
    */
   static async open(
     ctx: K8sContext,
@@ -100,6 +120,13 @@ export class K8sSession implements BackendSession {
     const session = new K8sSession(ctx, options, onClose);
     if (session.#lease !== undefined) {
       try {
+        // A read-only session needs no right on the Leases; a writable one names them all at once.
+        await ctx.client.probe([
+          { resource: LEASES, verbs: LEASE_VERBS, namespace: ctx.namespace },
+        ], {
+          timeoutMs: ctx.settings.connectTimeoutMs,
+          ...(options.signal === undefined ? {} : { signal: options.signal }),
+        });
         await session.#lease.start(
           options.restart === true,
           session.#group.bound(options.signal),
@@ -129,6 +156,7 @@ export class K8sSession implements BackendSession {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const lease = this.#writable("acquire");
+    await this.#coordinated(request.signal);
     // Before the call: a failed acquire may still have written its reference.
     this.#referenced.add(request.key);
     return await acquire(
@@ -165,9 +193,10 @@ export class K8sSession implements BackendSession {
 
   async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
     const lease = this.#writable("ensure");
+    await this.#coordinated(signal);
     for (const { key } of held) this.#referenced.add(key);
     return await ensure(
-      { ctx: this.#ctx, lease, informer: this.#informer },
+      { ctx: this.#ctx, lease, informer: this.#informer, referenced: this.#referenced },
       held,
       this.#group.bound(signal),
     );
@@ -177,7 +206,8 @@ export class K8sSession implements BackendSession {
    * Cilium's answer for `key` among the identities the store shows carrying it: those the index
    * knows of and the one the key's claim names, each read (in parallel) to confirm it. An
    * identity that a Cilium node created a moment ago and the watch has not shown yet is not
-   * seen (Cilium's own `Get` reads the same watch cache).
+   * seen (Cilium's own `Get` reads the same watch cache). A read-only session reads no claim (its
+   * user may have no right on Leases): it answers from the informer's list once synced.
    */
   async get(key: string, signal: AbortSignal): Promise<number | undefined> {
     this.#open();
@@ -185,9 +215,14 @@ export class K8sSession implements BackendSession {
     const bound = this.#group.bound(signal);
     const { client, identities, namespace, resourceName } = this.#ctx;
     const read = (id: number) => client.get(identities, String(id), { signal: bound });
+    // A read-only session reads no Lease (its user may have no right to): it waits for the
+    // informer's list instead of asking the key's claim for an identity not shown yet.
+    if (this.#readOnly) await this.#informer.waitSynced(bound);
     const known = this.#informer.index.ofKey(key).map((r) => r.id);
     const [claimObj, ...objs] = await Promise.all([
-      client.get(LEASES, claimName(resourceName, key), { namespace, signal: bound }),
+      this.#readOnly
+        ? undefined
+        : client.get(LEASES, claimName(resourceName, key), { namespace, signal: bound }),
       ...known.map(read),
     ]);
     const claim = claimObj === undefined ? undefined : readClaim(claimObj);
@@ -284,6 +319,28 @@ export class K8sSession implements BackendSession {
 
   #open(): void {
     this.#group.throwIfClosed();
+  }
+
+  /**
+   * Waits for the informer's list, then throws {@linkcode CoordinationNamespaceError} if an
+   * identity records another coordination namespace than this node's (and still does).
+   */
+  async #coordinated(signal: AbortSignal | undefined): Promise<void> {
+    await this.#informer.waitSynced(this.#group.bound(signal));
+    if (this.#foreign === undefined) return;
+    const { index } = this.#informer;
+    const foreign = (r: IdentityRecord | undefined): r is IdentityRecord =>
+      r?.leaseNamespace !== undefined && r.leaseNamespace !== this.#ctx.namespace;
+    let record = index.get(this.#foreign);
+    // Relabelled or gone since: look once for another before letting the node write.
+    if (!foreign(record)) record = [...index.records()].find(foreign);
+    this.#foreign = record?.id;
+    if (record === undefined) return;
+    throw new CoordinationNamespaceError(
+      this.#ctx.namespace,
+      record.leaseNamespace!,
+      String(record.id),
+    );
   }
 
   #writable(operation: string): LeaseKeeper {

@@ -2,7 +2,7 @@
  * A Kubernetes store as idalloc's tools name it: `--store k8s:<kubeconfig file>` (`k8s:` alone:
  * `$KUBECONFIG`, else `~/.kube/config`) or `k8s:in-cluster` (the pod's service account),
  * `--prefix` as the identity resource `<plural>.<group>/<version>`, and the backend's own options:
- * `--context`, `--namespace` (of the node Leases and key claims), `--kind`, `--heartbeat-timeout`
+ * `--context`, `--namespace` (the coordination namespace, of the node Leases and key claims), `--kind`, `--heartbeat-timeout`
  * and `--clock-skew` (shared with Deno KV, which also judges leases by the nodes' clocks). {@linkcode describeK8sStore} turns them into a
  * {@linkcode K8sStoreDescription}, which `./driver.ts` opens. Nothing here loads the client.
  *
@@ -30,6 +30,7 @@ import { z } from "../../deps/zod.ts";
 import { InvalidOptionsError } from "../../errors.ts";
 import type { StoreContext, StoreOption } from "../driver.ts";
 import { durationFlag, formatDuration, validateFlags } from "../driver_options.ts";
+import { DEFAULT_NAMESPACE } from "./coordination.ts";
 import { DNS_LABEL, isSubdomain } from "./layout.ts";
 import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "./limits.ts";
 
@@ -53,7 +54,7 @@ export interface K8sStoreDescription {
   readonly inCluster: boolean;
   /** The kubeconfig context; its current one when absent. */
   readonly context?: string;
-  /** The namespace of node Leases and claims; the configuration's when absent. */
+  /** The coordination namespace (of node Leases and claims); the backend's default when absent. */
   readonly namespace?: string;
   /** The identity resource. */
   readonly resource: {
@@ -97,7 +98,10 @@ export const K8S_OPTIONS: readonly StoreOption[] = [
   { flags: "--context <name>", description: "kubeconfig context (default: its current one)" },
   {
     flags: "--namespace <name>",
-    description: "namespace of the node Leases and key claims (default: the context's)",
+    description:
+      "coordination namespace: of the node Leases and key claims, the same for every node and " +
+      "tool of the store (never the context's)",
+    default: DEFAULT_NAMESPACE,
   },
   {
     flags: "--kind <kind>",

@@ -78,6 +78,7 @@ async function main(config: ChildConfig): Promise<void> {
     node: config.node,
     kubeconfig: config.kubeconfig,
     context: config.context,
+    namespace: "default", // _cilium.ts's NAMESPACE
     maxClockSkewMs: 500,
     ...(config.heartbeatTimeoutMs ? { heartbeatTimeoutMs: config.heartbeatTimeoutMs } : {}),
   });

@@ -42,7 +42,10 @@ k8sTest(
     );
     assert.equal(await admin.deleteReference("k2;", "b", deadline()), true);
     assert.equal(await admin.deleteReference("k2;", "b", deadline()), false);
-    assert.deepEqual(Object.keys((await fx.identity(301))!.metadata.annotations ?? {}), []);
+    // The identity keeps only the record of its coordination namespace.
+    assert.deepEqual(Object.keys((await fx.identity(301))!.metadata.annotations ?? {}), [
+      "idalloc.io/lease-namespace",
+    ]);
   },
 );
 

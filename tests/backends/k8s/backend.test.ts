@@ -1,30 +1,39 @@
-// Connecting as users do, on a real API server: from a kubeconfig (its context's namespace by
-// default) and through the driver (`--store k8s:<kubeconfig>`); the named errors for a user
-// without rights, a reader's writable session, and an identity resource that is not installed.
+// Connecting as users do, on a real API server: from a kubeconfig (the coordination namespace is
+// the option's, idalloc-system by default, never the context's) and through the driver
+// (`--store k8s:<kubeconfig>`); the named errors for a user without rights, a reader's writable
+// session, and an identity resource that is not installed.
 import assert from "node:assert/strict";
 import { Allocator } from "../../../src/allocator/allocator.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import { k8sDriver } from "../../../src/backends/k8s/driver.ts";
 import { deadline, fixture, k8sTest } from "./_helpers.ts";
 
-k8sTest("connect from a kubeconfig: the context's namespace, a working allocator", async () => {
-  await using fx = await fixture();
-  const kubeconfig = await fx.cluster.kubeconfig("admin", { namespace: fx.namespace });
-  await using backend = await K8sBackend.connect({
-    node: "a",
-    kubeconfig,
-    context: "test", // the test kubeconfig's current context is another one
-    resource: { group: fx.group },
-    maxClockSkewMs: 500,
-  });
-  assert.equal(backend.namespace, fx.namespace);
-  assert.equal(backend.server, fx.cluster.server);
-  assert.throws(() => backend.checkKey(""), { name: "InvalidKeyError" });
-  await using alloc = await Allocator.open(backend, { max: 65535, leaseTtlMs: 3_000 });
-  const { id, isNew } = await alloc.allocate("k8s:app=web;");
-  assert.equal(isNew, true);
-  assert.deepEqual((await fx.identity(id))!["security-labels"], { "k8s:app": "web" });
-});
+k8sTest(
+  "connect from a kubeconfig: the option's namespace (never the context's), a working allocator",
+  async () => {
+    await using fx = await fixture();
+    const kubeconfig = await fx.cluster.kubeconfig("admin", { namespace: fx.namespace });
+    const options = {
+      node: "a",
+      kubeconfig,
+      context: "test", // the test kubeconfig's current context is another one
+      resource: { group: fx.group },
+      maxClockSkewMs: 500,
+    };
+    {
+      await using defaulted = await K8sBackend.connect(options);
+      assert.equal(defaulted.namespace, "idalloc-system", "not the context's");
+    }
+    await using backend = await K8sBackend.connect({ ...options, namespace: fx.namespace });
+    assert.equal(backend.namespace, fx.namespace);
+    assert.equal(backend.server, fx.cluster.server);
+    assert.throws(() => backend.checkKey(""), { name: "InvalidKeyError" });
+    await using alloc = await Allocator.open(backend, { max: 65535, leaseTtlMs: 3_000 });
+    const { id, isNew } = await alloc.allocate("k8s:app=web;");
+    assert.equal(isNew, true);
+    assert.deepEqual((await fx.identity(id))!["security-labels"], { "k8s:app": "web" });
+  },
+);
 
 k8sTest("the driver opens --store k8s:<kubeconfig> with --prefix and --namespace", async () => {
   await using fx = await fixture();
@@ -86,6 +95,7 @@ k8sTest(
       node: "r",
       kubeconfig,
       context: "test",
+      namespace: fx.namespace,
       resource: { group: fx.group },
       maxClockSkewMs: 500,
     });

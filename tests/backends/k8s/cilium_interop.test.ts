@@ -50,6 +50,7 @@ async function idalloc(
     node,
     kubeconfig: w.kubeconfig,
     context: "test",
+    namespace: NAMESPACE,
     maxClockSkewMs: 500,
     ...(options.heartbeatTimeoutMs ? { heartbeatTimeoutMs: options.heartbeatTimeoutMs } : {}),
   });

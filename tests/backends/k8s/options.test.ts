@@ -24,7 +24,7 @@ Deno.test("defaults: Cilium's resource, its endpoints, its heartbeat timeout", (
   });
   assert.equal(s.resource.kind, "CiliumIdentity");
   assert.equal(s.heartbeatTimeoutMs, 1_800_000);
-  assert.equal(s.namespace, undefined, "resolved from the connection");
+  assert.equal(s.namespace, "idalloc-system", "the store's, never the context's");
   const custom = resolveK8sOptions({
     node: "n",
     resource: { group: "ids.example.org" },

@@ -88,7 +88,11 @@ k8sTest(
       const [, releaseTrips] = await trips(b.tally, () => b.session.release(key, 300, deadline()));
       assert.equal(releaseTrips, 1);
       const refs = (await fx.identity(300))!.metadata.annotations!;
-      assert.deepEqual(Object.keys(refs), ["ref.idalloc.io/a"], "only b's reference went");
+      assert.deepEqual(
+        Object.keys(refs).sort(),
+        ["idalloc.io/lease-namespace", "ref.idalloc.io/a"],
+        "only b's reference went (the coordination namespace stays recorded)",
+      );
 
       // A watch: the identity as an upsert, synced, then a live change.
       const { events, stop } = collect((signal) => a.session.watch(signal));

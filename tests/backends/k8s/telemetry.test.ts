@@ -31,6 +31,7 @@ Deno.test({
     await using backend = await K8sBackend.connect({
       node: NODE,
       kubeconfig,
+      namespace: "default",
       resource: { group: identities.group },
       endpoints: false,
       maxClockSkewMs: 500,

@@ -240,6 +240,8 @@ export class K8sStoreFixture implements StoreFixture {
         `k8s:${this.kubeconfig}`,
         "--context",
         FIXTURE_CONTEXT,
+        "--namespace",
+        this.namespace,
         "--prefix",
         `ciliumidentities.${this.group}/v2`,
         "--clock-skew",

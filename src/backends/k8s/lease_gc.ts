@@ -1,0 +1,73 @@
+/**
+ * GC's collection of lapsed node Leases (a writable session's `gcList`, after a complete
+ * listing), as Deno KV's GC removes its expired lease records: a node that exited holding
+ * references leaves its Lease to lapse, and nothing else ever deletes it.
+ *
+ * Deleting a lapsed Lease changes no verdict: a reference is live only while its node's Lease is
+ * live and carries its epoch, and a lapsed epoch never lives again (a node takes a new epoch
+ * rather than renew a lease near its end), so its references stay dead and are swept or collected
+ * with their identities. A live Lease is never deleted: each delete is guarded by the resource
+ * version the Lease was judged at, so a renewal since refuses it (409), and a Lease without an
+ * epoch or an end is the doctor's (`node-lease-undecodable`), not GC's.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { lapsedLeases } from "./lease_gc.ts";
+ *
+ * const lease = (node: string, expiresAt?: number) =>
+ *   [node, { name: `idalloc-node-${node}`, node, epoch: "e1", expiresAt, rv: "1" }] as const;
+ * const leases = new Map([lease("a", 10_000), lease("b", 20_000), lease("c")]);
+ * assert.deepEqual(lapsedLeases(leases, 15_000, 1_000).map((l) => l.node), ["a"]);
+ * ```
+ *
+ * @module
+ */
+import { idallocLogger } from "../../log.ts";
+import type { K8sContext } from "./context.ts";
+import { isStatus, type KubeClient } from "./kube.ts";
+import type { NodeLeaseRecord } from "./layout.ts";
+import { leaseLive } from "./liveness.ts";
+import { LEASES } from "./options.ts";
+
+const log = idallocLogger("k8s", "gc");
+
+/** The Leases of `leases` (ends on this process's clock) that have lapsed at `now`. */
+export function lapsedLeases(
+  leases: ReadonlyMap<string, NodeLeaseRecord>,
+  now: number,
+  maxClockSkewMs: number,
+): NodeLeaseRecord[] {
+  return [...leases.values()].filter((l) =>
+    l.epoch !== undefined && l.expiresAt !== undefined && !leaseLive(l, now, maxClockSkewMs)
+  );
+}
+
+/**
+ * Deletes the node Leases of `leases` (as GC listed them) that have lapsed now, each guarded by
+ * its listed resource version; returns how many went.
+ */
+export async function sweepLeases(
+  client: KubeClient,
+  ctx: K8sContext,
+  leases: ReadonlyMap<string, NodeLeaseRecord>,
+  signal: AbortSignal,
+): Promise<number> {
+  const { now, maxClockSkewMs } = ctx.settings;
+  let removed = 0;
+  for (const lease of lapsedLeases(leases, now(), maxClockSkewMs)) {
+    try {
+      const gone = await client.delete(LEASES, lease.name, {
+        namespace: ctx.namespace,
+        resourceVersion: lease.rv,
+        signal,
+      });
+      if (gone) removed++;
+    } catch (err) {
+      // 409: renewed or replaced since it was listed.
+      if (!isStatus(err, 409)) throw err;
+    }
+  }
+  if (removed > 0) log.info("removed {removed} lapsed node Leases", { removed });
+  return removed;
+}
