@@ -32,6 +32,7 @@ import { defaultKubeconfigPath, inClusterConnection, loadKubeconfig } from "./ku
 import { keyProblem } from "./layout.ts";
 import {
   endpointResource,
+  endpointSliceResource,
   identityResource,
   type K8sBackendOptions,
   LEASES,
@@ -115,6 +116,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     // Every round trip timed, as on the other backends (`./telemetry.ts`).
     client = timedClient(client, telemetry);
     const endpoints = endpointResource(settings);
+    const endpointSlices = endpointSliceResource(settings);
     const ctx: K8sContext = {
       client,
       telemetry,
@@ -125,6 +127,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       identityKind: { apiVersion: `${group}/${version}`, kind },
       resourceName: resourceName(settings),
       ...(endpoints === undefined ? {} : { endpoints }),
+      ...(endpointSlices === undefined ? {} : { endpointSlices }),
     };
     try {
       // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it

@@ -1,40 +1,81 @@
-// GC's judgement on plain data: an identity is in use while a reference on it is live (its node's
-// Lease live and carrying its epoch) or a CiliumEndpoint names it; the candidate carries the
-// resource version and the time of a GC mark, whoever wrote it. On the real API server: GC marks
-// with Cilium's annotation and deletes guarded by the version, never what a live node references
-// or an endpoint names; an acquire between mark and delete saves the identity; a lapsed node's
-// identities are collected. (Passes run back to back here: GC allocators have no grace.)
+// GC's judgement on plain data (`users.ts`): an identity is in use while a reference on it is
+// live (its node's Lease live and carrying its epoch), a CiliumEndpoint or a CiliumEndpointSlice
+// names it, or it was written (created, changed, marked) less than Cilium's heartbeat timeout
+// ago; the candidate carries the resource version and the time of a GC mark, whoever wrote it.
+// On the real API server: GC marks with Cilium's annotation and deletes guarded by the version,
+// never what a live node references or an endpoint or slice names, nor what was written within
+// the heartbeat timeout (a short one here: the default is Cilium's 30 min); an acquire between
+// mark and delete saves the identity; a lapsed node's identities are collected.
 import assert from "node:assert/strict";
-import { candidateOf, endpointIds, inUse } from "../../../src/backends/k8s/gc.ts";
+import { candidateOf } from "../../../src/backends/k8s/gc.ts";
 import { claimName, nodeLeaseName, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "../../../src/backends/k8s/limits.ts";
 import { sweepPatch } from "../../../src/backends/k8s/patch.ts";
-import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { LEASES, resolveK8sOptions } from "../../../src/backends/k8s/options.ts";
+import { endpointUsers, inUse, recentUntil, usedBy } from "../../../src/backends/k8s/users.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const SKEW = 1_000;
+const settings = { maxClockSkewMs: SKEW, heartbeatTimeoutMs: 60_000 };
 const leases = new Map([
   ["live", { name: "idalloc-node-live", node: "live", epoch: "e1", expiresAt: 50_000, rv: "1" }],
   ["dead", { name: "idalloc-node-dead", node: "dead", epoch: "e1", expiresAt: 5_000, rv: "1" }],
 ]);
 
-Deno.test("in use: a live reference of the Lease's epoch, or an endpoint naming the ID", () => {
-  const at = 10_000;
-  const rec = (refs: [string, string][]) => ({ id: 300, refs: new Map(refs) });
-  assert.equal(inUse(rec([["live", "e1"]]), leases, new Set(), at, SKEW), true);
-  assert.equal(inUse(rec([["live", "e0"]]), leases, new Set(), at, SKEW), false, "old epoch");
-  assert.equal(inUse(rec([["dead", "e1"]]), leases, new Set(), at, SKEW), false, "lapsed");
-  assert.equal(inUse(rec([["gone", "e1"]]), leases, new Set(), at, SKEW), false, "no Lease");
-  assert.equal(inUse(rec([]), leases, new Set([300]), at, SKEW), true, "an endpoint names it");
+Deno.test("in use: a live reference of the Lease's epoch, an endpoint or slice naming the ID, a recent write", () => {
+  const now = 10_000_000;
+  const use = (users = new Map<number, string[]>()) => ({ leases, users, now, settings });
+  const at = { ...use(), now: 10_000 };
+  const rec = (refs: [string, string][], written = 0) => ({
+    id: 300,
+    refs: new Map(refs),
+    written,
+  });
+  assert.equal(inUse(rec([["live", "e1"]]), at), true);
+  assert.equal(inUse(rec([["live", "e0"]]), { ...at, now: 100_000 }), false, "old epoch");
+  assert.equal(inUse(rec([["dead", "e1"]]), { ...at, now: 100_000 }), false, "lapsed");
+  assert.equal(inUse(rec([["gone", "e1"]]), use()), false, "no Lease");
+  assert.equal(inUse(rec([]), use(new Map([[300, ["CiliumEndpoint a/b"]]]))), true, "named");
+  // Written (created, changed) or marked less than the heartbeat timeout (plus the skew margin,
+  // and a second for the server's timestamps) ago: an agent may be about to name it.
+  const until = now - settings.heartbeatTimeoutMs - SKEW - 1_000;
+  assert.equal(inUse(rec([], until), use()), false);
+  assert.equal(inUse(rec([], until + 1), use()), true, "written recently");
+  const marked = { ...rec([]), mark: new Date(now - 60_000 - SKEW + 1).toISOString() };
+  assert.equal(recentUntil(marked, settings), now + 1);
+  assert.deepEqual(usedBy(marked, use()), [
+    `written recently (in use until ${new Date(now).toISOString().replace(".000", "")})`,
+  ]);
+  assert.equal(inUse({ ...marked, mark: new Date(now - 61_000).toISOString() }, use()), false);
 });
 
-Deno.test("endpoints name identities by status.identity.id", () => {
+Deno.test("the heartbeat timeout is Cilium operator's default unless given", () => {
+  assert.equal(CILIUM_HEARTBEAT_TIMEOUT_MS, 30 * 60_000);
+  assert.equal(resolveK8sOptions({ node: "n" }).heartbeatTimeoutMs, 30 * 60_000);
+  assert.equal(
+    resolveK8sOptions({ node: "n", heartbeatTimeoutMs: 4_000 }).heartbeatTimeoutMs,
+    4_000,
+  );
+});
+
+Deno.test("endpoints name identities by status.identity.id, slices by endpoints[].id", () => {
   assert.deepEqual(
-    endpointIds([
-      { metadata: { name: "a" }, status: { identity: { id: 300 } } },
-      { metadata: { name: "b" }, status: { identity: { id: "301" } } },
-      { metadata: { name: "c" } },
+    endpointUsers(
+      [
+        { metadata: { name: "a", namespace: "ns" }, status: { identity: { id: 300 } } },
+        { metadata: { name: "b", namespace: "ns" }, status: { identity: { id: "301" } } },
+        { metadata: { name: "c", namespace: "ns" } },
+      ],
+      [
+        { metadata: { name: "ces-1" }, endpoints: [{ id: 300 }, { id: 302 }, { id: 302 }] },
+        { metadata: { name: "ces-2" }, endpoints: [{ name: "x" }, null, { id: -1 }] },
+        { metadata: { name: "ces-3" } },
+      ],
+    ),
+    new Map([
+      [300, ["CiliumEndpoint ns/a", "CiliumEndpointSlice ces-1"]],
+      [302, ["CiliumEndpointSlice ces-1"]],
     ]),
-    new Set([300]),
   );
 });
 
@@ -43,11 +84,14 @@ Deno.test("a candidate carries the resource version and the mark's time", () => 
     metadata: {
       name: "300",
       resourceVersion: "42",
+      creationTimestamp: "2025-12-31T00:00:00Z",
+      managedFields: [{ manager: "a", time: "2025-12-31T10:00:00Z" }, { manager: "b" }],
       annotations: { "io.cilium.heartbeat": "2026-01-01T00:00:00.123456789Z" },
     },
     "security-labels": { "idalloc:key": "k" },
   });
   assert.ok(read.ok);
+  assert.equal(read.record.written, Date.parse("2025-12-31T10:00:00Z"), "the newest write");
   assert.deepEqual(candidateOf(read.record, false), {
     id: 300,
     key: "k",

@@ -40,7 +40,7 @@ import {
 } from "../../etcd/testing/cluster.ts";
 import { createKubeClient, type KubeClient, type KubeResourceDescriptor } from "../client.ts";
 import type { KubeConnection } from "../kubeconfig.ts";
-import { type CrdManifest, endpointCrd, identityCrd } from "./crds.ts";
+import { type CrdManifest, endpointCrd, endpointSliceCrd, identityCrd } from "./crds.ts";
 
 /** The users every test server knows (token auth). */
 export type KubeTestUser =
@@ -90,7 +90,10 @@ export function kubeApiserverUnavailable(): string | undefined {
 
 /** Options of {@linkcode startKubeApiServer}. */
 export interface StartKubeApiServerOptions {
-  /** Install Cilium's `ciliumidentities` and `ciliumendpoints` CRDs (group `cilium.io`). @default {true} */
+  /**
+   * Install Cilium's `ciliumidentities`, `ciliumendpoints` and `ciliumendpointslices` CRDs (group
+   * `cilium.io`). @default {true}
+   */
   readonly ciliumCrds?: boolean;
   /**
    * The API server's watch cache size per resource (`--default-watch-cache-size`): a watch from
@@ -457,6 +460,7 @@ export async function startKubeApiServer(
       if (options.ciliumCrds !== false) {
         await handle.installCrd(identityCrd());
         await handle.installCrd(endpointCrd());
+        await handle.installCrd(endpointSliceCrd());
       }
       await handle.grant("reader", [{
         apiGroups: ["cilium.io"],
