@@ -103,34 +103,86 @@ Deno.test("a candidate carries the resource version and the mark's time", () => 
   assert.equal(candidateOf(unparseable, false).markedAt, undefined);
 });
 
-// On the real API server.
+// On the real API server. GC allocators have no grace of their own (`gcGraceMs: 0`); the store's
+// rule keeps what was written within the heartbeat timeout, a short one here.
+
+/** A heartbeat timeout the fixture's 3 s leases allow (renewal within a third of it). */
+const QUICK = { heartbeatTimeoutMs: 4_000 };
+
+/** Until what was written (or marked) now is no longer recent under {@linkcode QUICK}. */
+function pastHeartbeat(): Promise<void> {
+  // The timeout, the server's one-second timestamps, the fixture's 500 ms skew margin, and slack.
+  return new Promise((resolve) => setTimeout(resolve, QUICK.heartbeatTimeoutMs + 2_000));
+}
+
+const marked = (
+  fx: {
+    identity(
+      id: number,
+    ): Promise<{ metadata: { annotations?: Record<string, string> } } | undefined>;
+  },
+  id: number,
+) => fx.identity(id).then((o) => o?.metadata.annotations?.["io.cilium.heartbeat"] !== undefined);
 
 k8sTest(
-  "GC marks, then deletes guarded by the version: never what a live node references or a CiliumEndpoint names",
+  "GC marks, then deletes guarded by the version: never what a live node references, a CiliumEndpoint or a CiliumEndpointSlice names",
   async () => {
     await using fx = await fixture();
-    const a = await fx.allocator("a");
-    const b = await fx.allocator("b");
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
+    const a = await fx.allocator("a", {}, QUICK);
+    const b = await fx.allocator("b", {}, QUICK);
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
     const held = await a.allocate("held;");
     const named = await b.allocate("named;");
     await b.release("named;");
     await fx.endpoint("pod-1", named.id);
+    const sliced = await b.allocate("sliced;");
+    await b.release("sliced;");
+    await fx.endpointSlice("ces-1", [sliced.id]);
     const free = await b.allocate("free;");
     await b.release("free;");
-    const marked = (id: number) =>
-      fx.identity(id).then((o) => o?.metadata.annotations?.["io.cilium.heartbeat"] !== undefined);
+    const ids = [held.id, named.id, sliced.id, free.id];
 
+    await pastHeartbeat();
     const first = await gc.runGc();
     assert.deepEqual([first.deleted, first.marked], [0, 1]);
-    assert.deepEqual(await Promise.all([marked(held.id), marked(named.id), marked(free.id)]), [
+    assert.deepEqual(await Promise.all(ids.map((id) => marked(fx, id))), [
+      false,
       false,
       false,
       true,
     ]);
-    const second = await gc.runGc();
-    assert.deepEqual(second.deletedIds, [free.id]);
-    assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [held.id, named.id].sort());
+    assert.deepEqual((await gc.runGc()).deletedIds, [], "marked less than the timeout ago");
+    await pastHeartbeat();
+    assert.deepEqual((await gc.runGc()).deletedIds, [free.id]);
+    assert.deepEqual((await fx.records()).map((r) => r.id).sort(), ids.slice(0, 3).sort());
+  },
+);
+
+k8sTest(
+  "an identity a Cilium agent just made, with no endpoint yet: kept for Cilium's 30 min by default, collected a heartbeat timeout after its mark with a short one",
+  async () => {
+    await using fx = await fixture();
+    // As a Cilium agent allocates: the identity first, its CiliumEndpoint later.
+    await fx.createIdentity(300, { "k8s:app": "web" });
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
+    for (let pass = 0; pass < 2; pass++) {
+      assert.deepEqual(await gc.runGc(), {
+        alive: 1,
+        deleted: 0,
+        marked: 0,
+        deletedIds: [],
+        skipped: 0,
+      });
+    }
+    assert.equal(await marked(fx, 300), false, "not even marked: it is in use");
+
+    const quick = await fx.allocator("quick-gc", { gcGraceMs: 0 }, QUICK);
+    assert.equal((await quick.runGc()).marked, 0, "written less than the timeout ago");
+    await pastHeartbeat();
+    assert.equal((await quick.runGc()).marked, 1);
+    assert.deepEqual((await quick.runGc()).deletedIds, [], "marked less than the timeout ago");
+    await pastHeartbeat();
+    assert.deepEqual((await quick.runGc()).deletedIds, [300]);
   },
 );
 
@@ -139,9 +191,8 @@ k8sTest(
   async () => {
     await using fx = await fixture();
     // Claims are quiet 2.5 s after their last write (half the heartbeat timeout, plus the skew).
-    const quick = { heartbeatTimeoutMs: 4_000 };
-    const a = await fx.allocator("a", {}, quick);
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, quick);
+    const a = await fx.allocator("a", {}, QUICK);
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
     const claimOf = (key: string) =>
       fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, key), {
         namespace: fx.namespace,
@@ -149,20 +200,22 @@ k8sTest(
       });
     const young = await a.allocate("young;");
     await a.release("young;");
-    await gc.runGc();
-    assert.deepEqual((await gc.runGc()).deletedIds, [young.id]);
+    const old = await a.allocate("old;");
+    await a.release("old;");
+    await pastHeartbeat();
+    assert.equal((await gc.runGc()).marked, 2);
+    await pastHeartbeat();
+    // A node re-creating young's identity from its claim would have written the claim just now.
+    await fx.client.patch(LEASES, claimName(`ciliumidentities.${fx.group}`, "young;"), {
+      spec: { renewTime: new Date().toISOString().replace("Z", "000Z") },
+    }, { type: "merge", namespace: fx.namespace, signal: deadline() });
+    assert.deepEqual([...(await gc.runGc()).deletedIds].sort(), [young.id, old.id].sort());
+    assert.equal(await claimOf("old;"), undefined, "the key's claim went with its identity");
     assert.ok(await claimOf("young;"), "a claim written moments ago may be a node re-creating");
     await eventually(async () => {
       await gc.runGc();
       return await claimOf("young;") === undefined;
     }, "a later pass removes it once quiet");
-
-    const old = await a.allocate("old;");
-    await a.release("old;");
-    await gc.runGc();
-    await new Promise((resolve) => setTimeout(resolve, 2_600)); // until its claim is quiet
-    assert.deepEqual((await gc.runGc()).deletedIds, [old.id]);
-    assert.equal(await claimOf("old;"), undefined, "the key's claim went with its identity");
   },
 );
 
@@ -170,29 +223,34 @@ k8sTest(
   "an acquire between the mark and the delete keeps the identity; after its release it is marked anew and collected",
   async () => {
     await using fx = await fixture();
-    const a = await fx.allocator("a");
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
+    const a = await fx.allocator("a", {}, QUICK);
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
     const { id } = await a.allocate("k;");
     await a.release("k;");
+    await pastHeartbeat();
     assert.equal((await gc.runGc()).marked, 1);
     assert.equal((await a.allocate("k;")).id, id, "joined: the mark is removed in the same write");
-    assert.equal((await fx.identity(id))!.metadata.annotations?.["io.cilium.heartbeat"], undefined);
+    assert.equal(await marked(fx, id), false);
+    await pastHeartbeat();
     assert.deepEqual((await gc.runGc()).deletedIds, []);
     await a.release("k;");
+    await pastHeartbeat();
     assert.equal((await gc.runGc()).marked, 1);
+    await pastHeartbeat();
     assert.deepEqual((await gc.runGc()).deletedIds, [id]);
   },
 );
 
 k8sTest("a guarded delete is refused when the identity changed after it was listed", async () => {
   await using fx = await fixture();
-  const s = await fx.session("a");
+  const s = await fx.session("a", QUICK);
   const { id } = await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
   await s.release("k;", id, deadline());
+  await pastHeartbeat();
   const candidates = [];
   for await (const c of s.gcList({ min: 1, max: 65535 }, deadline())) candidates.push(c);
   assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[300, false]]);
-  const other = await fx.session("b");
+  const other = await fx.session("b", QUICK);
   await other.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
   assert.equal(await s.gcDelete(candidates[0], deadline()), false);
   assert.ok(await fx.identity(300));
@@ -213,8 +271,8 @@ k8sTest(
   "a writable GC listing sweeps the dead references of identities in use, each only while it still has its dead epoch",
   async () => {
     await using fx = await fixture();
-    const a = await fx.session("a");
-    const b = await fx.session("b");
+    const a = await fx.session("a", QUICK);
+    const b = await fx.session("b", QUICK);
     const shared = await a.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
     await b.acquire({ key: "k;", pickCandidate: () => 301, signal: deadline() }); // joins 300
     const alone = await b.acquire({ key: "j;", pickCandidate: () => 302, signal: deadline() });
@@ -227,8 +285,9 @@ k8sTest(
     const refs = async (id: number) =>
       Object.keys((await fx.identity(id))!.metadata.annotations!)
         .filter((k) => k.startsWith("ref.")).sort();
+    await pastHeartbeat();
 
-    const reader = await (await fx.backend("reader")).openSession({
+    const reader = await (await fx.backend("reader", QUICK)).openSession({
       leaseTtlMs: 3_000,
       readOnly: true,
       onLeaseReplaced: () => {},
@@ -236,7 +295,7 @@ k8sTest(
     for await (const _ of reader.gcList({ min: 1, max: 65535 }, deadline()));
     assert.deepEqual(await refs(shared.id), ["ref.idalloc.io/a", "ref.idalloc.io/b"], "read-only");
 
-    const gc = await fx.session("gc");
+    const gc = await fx.session("gc", QUICK);
     const listed = [];
     for await (const c of gc.gcList({ min: 1, max: 65535 }, deadline())) listed.push(c);
     assert.deepEqual(listed.map((c) => [c.id, c.inUse]), [[300, true], [302, false]]);
@@ -258,10 +317,10 @@ k8sTest(
 
 k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
   await using fx = await fixture();
-  const dead = await fx.session("dead");
+  const dead = await fx.session("dead", QUICK);
   const { id } = await dead.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
   await dead.close(); // no release: the reference stays, its Lease lapses
-  const gc = await fx.session("gc");
+  const gc = await fx.session("gc", QUICK);
   const unused = async () => {
     for await (const c of gc.gcList({ min: 1, max: 65535 }, deadline())) {
       if (c.id === id) return !c.inUse;
@@ -274,18 +333,22 @@ k8sTest("a node whose Lease lapsed: its identities are collected", async () => {
     deadline(),
   );
   assert.ok(version);
+  const listed = (await first(gc.gcList({ min: id, max: id }, deadline())))!;
+  assert.deepEqual([listed.version, listed.inUse], [version, true], "marked just now");
+  await pastHeartbeat();
   const marked = (await first(gc.gcList({ min: id, max: id }, deadline())))!;
   assert.equal(marked.version, version);
-  assert.ok(marked.markedAt !== undefined);
+  assert.ok(marked.markedAt !== undefined && !marked.inUse);
   assert.equal(await gc.gcDelete(marked, deadline()), true);
   assert.equal(await fx.identity(id), undefined);
 });
 
 k8sTest("without an endpoint resource installed GC counts no endpoints", async () => {
   await using fx = await fixture();
-  const s = await fx.session("a", { endpoints: { plural: "nosuchendpoints" } });
+  const s = await fx.session("a", { ...QUICK, endpoints: { plural: "nosuchendpoints" } });
   await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
   await s.release("k;", 300, deadline());
+  await pastHeartbeat();
   const candidates = [];
   for await (const c of s.gcList({ min: 1, max: 65535 }, deadline())) candidates.push(c);
   assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[300, false]]);
