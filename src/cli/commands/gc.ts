@@ -8,6 +8,11 @@
  * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
  * `--node` whose lease is live is refused (exit 4): the run would take that node's lease.
  *
+ * On a Kubernetes store the store keeps Cilium operator's rule too (`--heartbeat-timeout`, 30 min
+ * by default): an identity a `CiliumEndpoint` or `CiliumEndpointSlice` names, or written or marked
+ * less than the heartbeat timeout ago, is in use. One run then marks what is unused, and a later
+ * run (or `--every`) deletes it once marked that long; the run says so.
+ *
  * @module
  */
 import { Allocator } from "../../allocator/allocator.ts";
@@ -60,6 +65,16 @@ function passGapMs(ctx: RunContext, options: GcCommandOptions): number {
   return ms;
 }
 
+/**
+ * The store's heartbeat timeout, on a store that keeps Cilium operator's rule (Kubernetes: its
+ * description carries `heartbeatTimeoutMs`); `undefined` elsewhere.
+ */
+function heartbeatTimeoutOf(ctx: RunContext): number | undefined {
+  const ms = (ctx.options.backend.description as { heartbeatTimeoutMs?: unknown })
+    .heartbeatTimeoutMs;
+  return typeof ms === "number" ? ms : undefined;
+}
+
 /** How often the "pass running" progress line is refreshed. */
 const TICK_MS = 1_000;
 
@@ -97,6 +112,14 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
           ? `: two passes ${formatDuration(gapMs)} apart`
           : `: one pass every ${formatDuration(gapMs)} until Ctrl-C`),
     );
+    const heartbeatMs = heartbeatTimeoutOf(ctx);
+    if (heartbeatMs !== undefined && heartbeatMs > gapMs) {
+      output.err.line(
+        `note: as Cilium's operator, an identity an endpoint names, or written or marked less ` +
+          `than ${formatDuration(heartbeatMs)} (--heartbeat-timeout) ago, stays; what this run ` +
+          "marks is deleted by a run at least that much later (or use --every)",
+      );
+    }
   }
   const progress = ctx.progress();
   let total = 0;
