@@ -90,7 +90,8 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
    * Leases. Failures come as the client's classes: `StoreConnectionRefusedError`,
    * `StoreHostNotFoundError`, `StoreTlsError`, `StoreUnavailableError` (no answer),
    * `StoreAccessDeniedError` (401, or 403 naming the RBAC rule to add),
-   * `ResourceNotInstalledError`, `NotKubernetesApiError`.
+   * `ResourceNotInstalledError`, `NotIdentityResourceError` (the resource is served but namespaced
+   * or of another kind), `NotKubernetesApiError`.
    */
   static async connect(
     options: K8sBackendOptions,
@@ -134,7 +135,9 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       // and the Leases. Write rights are told by the first write's answer (403 names the rule):
       // a read-only run needs none. So are the endpoints' (only GC lists them).
       await client.probe([
-        { resource: ctx.identities, verbs: ["get", "list", "watch"] },
+        // The kind too: a served resource of other objects (Leases, a namespaced CRD) is refused
+        // here, in one line, rather than read as an empty store or written to in vain.
+        { resource: ctx.identities, verbs: ["get", "list", "watch"], kind },
         { resource: LEASES, verbs: ["get", "list"], namespace: ctx.namespace },
       ], { timeoutMs: settings.connectTimeoutMs, ...(signal === undefined ? {} : { signal }) });
     } catch (err) {

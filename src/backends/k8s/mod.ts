@@ -57,6 +57,7 @@ export {
   type KubeStatus,
   type KubeStatusDetails,
   type KubeStatusReason,
+  NotIdentityResourceError,
   NotKubernetesApiError,
   ResourceNotInstalledError,
 } from "./errors.ts";

@@ -7,7 +7,7 @@
  * through etcd's wrapper (a watchdog kills them if the test process dies) and stopped by PID.
  *
  * The binary is `$KUBE_APISERVER`, else `~/.cache/idalloc-kube-apiserver/bin/kube-apiserver` (what
- * `../shared/kube-apiserver/build.sh` builds). Without it the tests skip loudly
+ * the repository's `.ci/kube-apiserver.sh` builds). Without it the tests skip loudly
  * ({@linkcode kubeApiserverUnavailable}), unless `CI` is set: then they fail.
  *
  * Isolation: {@linkcode KubeTestCluster.installIdentityCrd} installs a copy of Cilium's
@@ -77,7 +77,8 @@ export function kubeApiserverUnavailable(): string | undefined {
   if (findKubeApiserver() !== undefined) return undefined;
   if (process.env.CI) return undefined;
   const why = "kube-apiserver is not built (no $KUBE_APISERVER, no " +
-    "~/.cache/idalloc-kube-apiserver/bin/kube-apiserver; run ../shared/kube-apiserver/build.sh)";
+    "~/.cache/idalloc-kube-apiserver/bin/kube-apiserver; build it with " +
+    "'bash .ci/kube-apiserver.sh' in the repository)";
   if (!warned) {
     warned = true;
     const bar = "!".repeat(100);
@@ -439,7 +440,8 @@ export async function startKubeApiServer(
   const binary = findKubeApiserver();
   if (binary === undefined) {
     throw new Error(
-      "kube-apiserver is not built: set $KUBE_APISERVER or run ../shared/kube-apiserver/build.sh",
+      "kube-apiserver is not built: set $KUBE_APISERVER or build it with " +
+        "'bash .ci/kube-apiserver.sh' in the repository",
     );
   }
   const started = performance.now();
