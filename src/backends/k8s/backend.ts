@@ -147,6 +147,14 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     return new K8sBackend(ctx, owns);
   }
 
+  /**
+   * The backend's API client, with the backend's credentials (for reading or removing what it
+   * wrote, as `examples/k8s` does). Closed with the backend when the backend made it.
+   */
+  get client(): KubeClient {
+    return this.#ctx.client;
+  }
+
   /** The API server's URL. */
   get server(): string {
     return this.#ctx.client.server;
