@@ -155,6 +155,14 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     return this.#ctx.client;
   }
 
+  /**
+   * This store's default GC grace: Cilium operator's heartbeat timeout (`heartbeatTimeoutMs`), so
+   * that idalloc's GC keeps a new or freshly marked identity as long as Cilium's operator does.
+   */
+  get defaultGcGraceMs(): number {
+    return this.#ctx.settings.heartbeatTimeoutMs;
+  }
+
   /** The API server's URL. */
   get server(): string {
     return this.#ctx.client.server;

@@ -5,8 +5,8 @@
  * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the node Leases,
  *   then the `CiliumEndpoint`s of all namespaces and the `CiliumEndpointSlice`s. An identity is in
  *   use by `users.ts`'s rule: a live reference on it (`liveness.ts`), an endpoint or slice naming
- *   it, or a write (creation, change, mark) less than Cilium's heartbeat timeout ago, so that
- *   GC's grace on this store is at least Cilium operator's. The order matters: a reference
+ *   it, or a creation or mark less than the grace ago (the allocator's `gcGraceMs`, by default
+ *   Cilium's heartbeat timeout on this store: `K8sBackend.defaultGcGraceMs`). The order matters: a reference
  *   written after the Lease list would be judged by an older Lease; listed first, every reference
  *   predates the Lease it is judged by, and epochs are never revived.
  * - **Version** = the identity's resource version. Every acquire (a patch on the identity itself),
@@ -14,8 +14,8 @@
  * - **Mark** ({@linkcode gcMark}): Cilium's own `io.cilium.heartbeat` annotation (RFC 3339 time),
  *   written under the listed version; Cilium's agents and idalloc's nodes remove it when they use
  *   the identity. The candidate's `markedAt` is the mark's time, whoever wrote it (a previous
- *   process, Cilium's operator), so the grace counts from it; the mark is a write, so the
- *   identity stays in use for a heartbeat timeout after it (as Cilium's operator keeps it).
+ *   process, Cilium's operator), so the grace counts from it (and the listing reports the
+ *   identity in use until then).
  * - **Delete** ({@linkcode gcDelete}): `DELETE` with `preconditions.resourceVersion`; then the
  *   key's claim, if it still names the ID and is quiet (guarded by its own version; a claim a
  *   node wrote recently may be that node re-creating the identity, see `claim.ts`: a later
@@ -98,12 +98,14 @@ export async function* gcList(
   ctx: K8sContext,
   range: { min: number; max: number },
   signal: AbortSignal,
-  options: GcListOptions & { readonly sweep?: boolean } = {},
+  options: GcListOptions & { readonly sweep?: boolean; readonly graceMs?: number } = {},
   tally?: Tally,
 ): AsyncGenerator<GcCandidate> {
   const snap = await readGcSnapshot(ctx, signal, tally);
-  const { settings } = ctx;
-  const { now, maxClockSkewMs } = settings;
+  const { now, maxClockSkewMs } = ctx.settings;
+  // The grace keeps what was created or marked within it (`users.ts`): the session's, else the
+  // store's default (Cilium's heartbeat timeout).
+  const use = { maxClockSkewMs, graceMs: options.graceMs ?? ctx.settings.heartbeatTimeoutMs };
   const holders = new Map<number, string | null>();
   const dead = new Map<number, Map<string, string>>();
   for (const obj of snap.items) {
@@ -127,7 +129,7 @@ export async function* gcList(
       });
     }
     const at = now();
-    const used = inUse(record, { leases: snap.leases, users: snap.users, now: at, settings });
+    const used = inUse(record, { leases: snap.leases, users: snap.users, now: at, settings: use });
     const gone = deadReferences(record, snap.leases, at, maxClockSkewMs);
     if (used && gone.size > 0) dead.set(record.id, gone);
     yield candidateOf(record, used);

@@ -280,12 +280,6 @@ export interface IdentityRecord {
   readonly rv: string;
   /** `creationTimestamp` in ms (second resolution). */
   readonly created: number;
-  /**
-   * Its latest write the API server recorded, in ms (second resolution): the newest of
-   * `creationTimestamp` and the `time` of its `managedFields` entries (the server's clock; each
-   * writer's entry moves when that writer sets, changes or removes a field).
-   */
-  readonly written: number;
   /** idalloc references: node → epoch. */
   readonly refs: ReadonlyMap<string, string>;
   /** Cilium's GC mark, if set (its raw value). */
@@ -360,29 +354,16 @@ export function readIdentity(obj: KubeObject): IdentityRead {
     } else refs.set(node, value);
   }
   const mark = annotations[HEARTBEAT_ANNOTATION];
-  const created = parseTime(meta.creationTimestamp) ?? 0;
   const record: IdentityRecord = {
     id,
     key,
     rv,
-    created,
-    written: lastWritten(meta.managedFields, created),
+    created: parseTime(meta.creationTimestamp) ?? 0,
     refs,
     ...(typeof mark === "string" ? { mark } : {}),
     annotated: marks.annotated,
   };
   return { ok: true, record, badRefs };
-}
-
-/** The newest `time` of `managedFields` entries, or `floor` when none is newer. */
-function lastWritten(managedFields: unknown, floor: number): number {
-  if (!Array.isArray(managedFields)) return floor;
-  let newest = floor;
-  for (const entry of managedFields) {
-    const time = parseTime((entry as { time?: unknown } | null)?.time);
-    if (time !== undefined && time > newest) newest = time;
-  }
-  return newest;
 }
 
 /**

@@ -87,9 +87,9 @@ export interface K8sBackendOptions {
    * Cilium operator's `--identity-heartbeat-timeout`: how long an identity it marked unused stays
    * before it deletes it. idalloc removes the mark from the identities it holds at once and at
    * every lease renewal, so the lease's renewal (a third of its TTL) must come well within it.
-   * idalloc's own GC keeps to it too: an identity written (created, changed or marked) less than
-   * this long ago is in use, so GC's grace on this store is at least this (`gcGraceMs` adds to
-   * it, never shortens it). @default {1800000}
+   * It is also this store's default GC grace (`K8sBackend.defaultGcGraceMs`): idalloc's GC keeps
+   * an identity created or marked unused less than the grace ago, as Cilium's operator does
+   * (an allocator's explicit `gcGraceMs` overrides it). @default {1800000}
    */
   readonly heartbeatTimeoutMs?: number;
   /**

@@ -6,15 +6,14 @@
  * - a **`CiliumEndpoint`** names it (`status.identity.id`), or an entry of a
  *   **`CiliumEndpointSlice`** does (`endpoints[].id`; clusters with CES enabled, where Cilium's
  *   operator counts the slices too);
- * - it was **written less than Cilium's heartbeat timeout ago** (`heartbeatTimeoutMs`, Cilium's
- *   `--identity-heartbeat-timeout`, 30 min by default): created, changed by any writer, or marked
- *   unused (`io.cilium.heartbeat`). Cilium's operator counts an identity alive for that long after
- *   each change it sees, so that an agent that allocated one has time to write the endpoint that
- *   names it; a mark is such a change, so an identity is deleted no sooner than a heartbeat
- *   timeout after it was marked. The newest write is the newest of `creationTimestamp`, the
- *   `managedFields` times and the mark's own time, each judged with the clock-skew margin (and a
- *   second more for the API server's one-second timestamps), so idalloc is never quicker than the
- *   operator.
+ * - it was **created or marked unused** (`io.cilium.heartbeat`) **less than the grace ago**. The
+ *   grace is Cilium's heartbeat timeout by default (`heartbeatTimeoutMs`, Cilium operator's
+ *   `--identity-heartbeat-timeout`, 30 min): Cilium's operator counts a new identity alive for
+ *   that long, so that the agent that allocated it has time to write the endpoint naming it, and
+ *   deletes a marked one no sooner than that after the mark. The creation time (the API server's
+ *   clock, one-second resolution) is judged with a second and the clock-skew margin more; the
+ *   mark, like GC's own marks in the allocator, by its time. A grace of 0 (an allocator's explicit
+ *   `gcGraceMs: 0`: tests, a drain) turns this part off.
  *
  * Endpoints and slices are read with full paged lists (`paging.ts`), all namespaces for the
  * endpoints; a resource that is not installed counts as none (warned once).
@@ -28,13 +27,13 @@
  *   [{ metadata: { name: "web-1", namespace: "prod" }, status: { identity: { id: 300 } } }],
  *   [{ metadata: { name: "ces-1" }, endpoints: [{ name: "db-1", id: 301 }] }],
  * );
- * const settings = { maxClockSkewMs: 0, heartbeatTimeoutMs: 60_000 };
+ * const settings = { maxClockSkewMs: 0, graceMs: 60_000 };
  * const use = { leases: new Map(), users, now: 1_000_000, settings };
- * const old = { id: 302, refs: new Map(), written: 0 };
+ * const old = { id: 302, refs: new Map(), created: 0 };
  * assert.deepEqual(usedBy({ ...old, id: 300 }, use), ["CiliumEndpoint prod/web-1"]);
  * assert.deepEqual(usedBy({ ...old, id: 301 }, use), ["CiliumEndpointSlice ces-1"]);
  * assert.deepEqual(usedBy(old, use), []);
- * assert.equal(usedBy({ ...old, written: 950_000 }, use).length, 1, "written 50 s ago");
+ * assert.equal(usedBy({ ...old, created: 950_000 }, use).length, 1, "created 50 s ago");
  * ```
  *
  * @module
@@ -53,8 +52,8 @@ const log = idallocLogger("k8s");
 export interface UseSettings {
   /** The clock-skew margin, in ms. */
   readonly maxClockSkewMs: number;
-  /** Cilium operator's heartbeat timeout, in ms. */
-  readonly heartbeatTimeoutMs: number;
+  /** How long a creation or a mark keeps an identity in use, in ms; 0: not at all. */
+  readonly graceMs: number;
 }
 
 /** What one judgement reads: the node Leases, the Cilium users by ID, the time. */
@@ -65,7 +64,7 @@ export interface IdentityUse {
   readonly users: ReadonlyMap<number, readonly string[]>;
   /** The observer's time, in ms. */
   readonly now: number;
-  /** Skew margin and heartbeat timeout. */
+  /** Skew margin and grace. */
   readonly settings: UseSettings;
 }
 
@@ -152,25 +151,25 @@ export async function readEndpointUsers(
 }
 
 /**
- * Until when `record` counts as recently written (ms, observer's clock): its newest write (one
- * second more for the server's one-second timestamps) or its mark, whichever is newer, plus the
- * heartbeat timeout and the skew margin.
+ * Until when `record` counts as new or freshly marked (ms, observer's clock; see the module doc),
+ * or `-Infinity` with no grace.
  */
 export function recentUntil(
-  record: Pick<IdentityRecord, "written" | "mark">,
+  record: Pick<IdentityRecord, "created" | "mark">,
   settings: UseSettings,
 ): number {
+  if (settings.graceMs <= 0) return -Infinity;
   const marked = record.mark === undefined ? undefined : parseTime(record.mark);
-  const newest = Math.max(record.written + 1_000, marked ?? 0);
-  return newest + settings.heartbeatTimeoutMs + settings.maxClockSkewMs;
+  const created = record.created + 1_000 + settings.maxClockSkewMs;
+  return Math.max(created, marked ?? -Infinity) + settings.graceMs;
 }
 
 /**
  * Who keeps `record` in use (see the module doc): its live nodes, the Cilium objects naming it,
- * and `written … (heartbeat timeout)` while it counts as recently written. Empty: unused.
+ * and `new or marked recently (in use until <time>)` within the grace. Empty: unused.
  */
 export function usedBy(
-  record: Pick<IdentityRecord, "id" | "refs" | "written" | "mark">,
+  record: Pick<IdentityRecord, "id" | "refs" | "created" | "mark">,
   use: IdentityUse,
 ): string[] {
   const { leases, users, now, settings } = use;
@@ -180,13 +179,13 @@ export function usedBy(
   }
   out.push(...users.get(record.id) ?? []);
   const until = recentUntil(record, settings);
-  if (now < until) out.push(`written recently (in use until ${isoSeconds(until)})`);
+  if (now < until) out.push(`new or marked recently (in use until ${isoSeconds(until)})`);
   return out;
 }
 
 /** Whether `record` is in use (see the module doc). */
 export function inUse(
-  record: Pick<IdentityRecord, "id" | "refs" | "written" | "mark">,
+  record: Pick<IdentityRecord, "id" | "refs" | "created" | "mark">,
   use: IdentityUse,
 ): boolean {
   return usedBy(record, use).length > 0;

@@ -8,10 +8,10 @@
  * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
  * `--node` whose lease is live is refused (exit 4): the run would take that node's lease.
  *
- * On a Kubernetes store the store keeps Cilium operator's rule too (`--heartbeat-timeout`, 30 min
- * by default): an identity a `CiliumEndpoint` or `CiliumEndpointSlice` names, or written or marked
- * less than the heartbeat timeout ago, is in use. One run then marks what is unused, and a later
- * run (or `--every`) deletes it once marked that long; the run says so.
+ * A store with a grace of its own (Kubernetes: Cilium operator's `--heartbeat-timeout`, 30 min)
+ * keeps it unless `--grace` is given: an identity created or marked less than that ago stays (and
+ * one a `CiliumEndpoint` or `CiliumEndpointSlice` names, always). One run then marks what is
+ * unused, and a run at least that much later (or `--every`) deletes it; the run says so.
  *
  * @module
  */
@@ -65,16 +65,6 @@ function passGapMs(ctx: RunContext, options: GcCommandOptions): number {
   return ms;
 }
 
-/**
- * The store's heartbeat timeout, on a store that keeps Cilium operator's rule (Kubernetes: its
- * description carries `heartbeatTimeoutMs`); `undefined` elsewhere.
- */
-function heartbeatTimeoutOf(ctx: RunContext): number | undefined {
-  const ms = (ctx.options.backend.description as { heartbeatTimeoutMs?: unknown })
-    .heartbeatTimeoutMs;
-  return typeof ms === "number" ? ms : undefined;
-}
-
 /** How often the "pass running" progress line is refreshed. */
 const TICK_MS = 1_000;
 
@@ -94,9 +84,11 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
   if (refused !== undefined) return refused;
   // The operator paces the passes (two --grace apart, or one per --every): that gap is the grace
   // (the allocator's default, a lease TTL, is for passes a caller does not pace this way).
+  // A store's own grace (Kubernetes: Cilium's heartbeat timeout) holds unless --grace is given.
+  const storeGraceMs = options.graceMs === undefined ? store.backend.defaultGcGraceMs : undefined;
   await using allocator = await Allocator.open(store.backend, {
     ...allocatorOptions(ctx),
-    gcGraceMs: gapMs,
+    gcGraceMs: storeGraceMs ?? gapMs,
   }, {
     signal: ctx.signal,
   });
@@ -112,12 +104,12 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
           ? `: two passes ${formatDuration(gapMs)} apart`
           : `: one pass every ${formatDuration(gapMs)} until Ctrl-C`),
     );
-    const heartbeatMs = heartbeatTimeoutOf(ctx);
-    if (heartbeatMs !== undefined && heartbeatMs > gapMs) {
+    if (storeGraceMs !== undefined && storeGraceMs > gapMs) {
       output.err.line(
-        `note: as Cilium's operator, an identity an endpoint names, or written or marked less ` +
-          `than ${formatDuration(heartbeatMs)} (--heartbeat-timeout) ago, stays; what this run ` +
-          "marks is deleted by a run at least that much later (or use --every)",
+        `note: this store keeps an ID created or marked less than ` +
+          `${formatDuration(storeGraceMs)} ago (on Kubernetes, as Cilium's operator: ` +
+          "--heartbeat-timeout), so a run at least that much later deletes what this one marks " +
+          "(or use --every; --grace overrides it)",
       );
     }
   }

@@ -1,12 +1,13 @@
 // GC's judgement on plain data (`users.ts`): an identity is in use while a reference on it is
 // live (its node's Lease live and carrying its epoch), a CiliumEndpoint or a CiliumEndpointSlice
-// names it, or it was written (created, changed, marked) less than Cilium's heartbeat timeout
-// ago; the candidate carries the resource version and the time of a GC mark, whoever wrote it.
-// On the real API server: GC marks with Cilium's annotation and deletes guarded by the version,
-// never what a live node references or an endpoint or slice names, nor what was written within
-// the heartbeat timeout (a short one here: the default is Cilium's 30 min); an acquire between
+// names it, or it was created or marked less than the grace ago (by default on this store Cilium's
+// heartbeat timeout, 30 min); the candidate carries the resource version and the time of a GC
+// mark, whoever wrote it. On the real API server: GC marks with Cilium's annotation and deletes
+// guarded by the version, never what a live node references or an endpoint or slice names, nor
+// what was created or marked within the heartbeat timeout (a short one here); an acquire between
 // mark and delete saves the identity; a lapsed node's identities are collected.
 import assert from "node:assert/strict";
+import { resolveOptions } from "../../../src/allocator/options.ts";
 import { candidateOf } from "../../../src/backends/k8s/gc.ts";
 import { claimName, nodeLeaseName, readIdentity } from "../../../src/backends/k8s/layout.ts";
 import { CILIUM_HEARTBEAT_TIMEOUT_MS } from "../../../src/backends/k8s/limits.ts";
@@ -16,46 +17,55 @@ import { endpointUsers, inUse, recentUntil, usedBy } from "../../../src/backends
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
 
 const SKEW = 1_000;
-const settings = { maxClockSkewMs: SKEW, heartbeatTimeoutMs: 60_000 };
+const settings = { maxClockSkewMs: SKEW, graceMs: 60_000 };
 const leases = new Map([
   ["live", { name: "idalloc-node-live", node: "live", epoch: "e1", expiresAt: 50_000, rv: "1" }],
   ["dead", { name: "idalloc-node-dead", node: "dead", epoch: "e1", expiresAt: 5_000, rv: "1" }],
 ]);
 
-Deno.test("in use: a live reference of the Lease's epoch, an endpoint or slice naming the ID, a recent write", () => {
+Deno.test("in use: a live reference of the Lease's epoch, an endpoint or slice naming the ID, a creation or mark within the grace", () => {
   const now = 10_000_000;
   const use = (users = new Map<number, string[]>()) => ({ leases, users, now, settings });
   const at = { ...use(), now: 10_000 };
-  const rec = (refs: [string, string][], written = 0) => ({
+  const rec = (refs: [string, string][], created = 0) => ({
     id: 300,
     refs: new Map(refs),
-    written,
+    created,
   });
   assert.equal(inUse(rec([["live", "e1"]]), at), true);
   assert.equal(inUse(rec([["live", "e0"]]), { ...at, now: 100_000 }), false, "old epoch");
   assert.equal(inUse(rec([["dead", "e1"]]), { ...at, now: 100_000 }), false, "lapsed");
   assert.equal(inUse(rec([["gone", "e1"]]), use()), false, "no Lease");
   assert.equal(inUse(rec([]), use(new Map([[300, ["CiliumEndpoint a/b"]]]))), true, "named");
-  // Written (created, changed) or marked less than the heartbeat timeout (plus the skew margin,
-  // and a second for the server's timestamps) ago: an agent may be about to name it.
-  const until = now - settings.heartbeatTimeoutMs - SKEW - 1_000;
-  assert.equal(inUse(rec([], until), use()), false);
-  assert.equal(inUse(rec([], until + 1), use()), true, "written recently");
-  const marked = { ...rec([]), mark: new Date(now - 60_000 - SKEW + 1).toISOString() };
+  // Created less than the grace (plus the skew margin, and a second for the server's one-second
+  // timestamps) ago: an agent may be about to name it.
+  const old = now - settings.graceMs - SKEW - 1_000;
+  assert.equal(inUse(rec([], old), use()), false);
+  assert.equal(inUse(rec([], old + 1), use()), true, "created recently");
+  // Marked less than the grace ago (by the mark's own time, as the allocator counts its grace).
+  const marked = { ...rec([]), mark: new Date(now - 60_000 + 1).toISOString() };
   assert.equal(recentUntil(marked, settings), now + 1);
   assert.deepEqual(usedBy(marked, use()), [
-    `written recently (in use until ${new Date(now).toISOString().replace(".000", "")})`,
+    `new or marked recently (in use until ${new Date(now).toISOString().replace(".000", "")})`,
   ]);
-  assert.equal(inUse({ ...marked, mark: new Date(now - 61_000).toISOString() }, use()), false);
+  assert.equal(inUse({ ...marked, mark: new Date(now - 60_000).toISOString() }, use()), false);
+  // A grace of 0 (an explicit `gcGraceMs: 0`) turns this part off.
+  const none = { ...use(), settings: { maxClockSkewMs: SKEW, graceMs: 0 } };
+  assert.equal(inUse({ ...marked, created: now }, none), false);
 });
 
-Deno.test("the heartbeat timeout is Cilium operator's default unless given", () => {
+Deno.test("the store's default grace is Cilium operator's heartbeat timeout, 30 min unless given", () => {
   assert.equal(CILIUM_HEARTBEAT_TIMEOUT_MS, 30 * 60_000);
   assert.equal(resolveK8sOptions({ node: "n" }).heartbeatTimeoutMs, 30 * 60_000);
   assert.equal(
     resolveK8sOptions({ node: "n", heartbeatTimeoutMs: 4_000 }).heartbeatTimeoutMs,
     4_000,
   );
+  // The allocator's grace defaults to the store's (never below the lease TTL); given, it wins.
+  const store = { defaultGcGraceMs: CILIUM_HEARTBEAT_TIMEOUT_MS };
+  assert.equal(resolveOptions({ max: 10 }, store).gcGraceMs, 30 * 60_000);
+  assert.equal(resolveOptions({ max: 10, gcGraceMs: 0 }, store).gcGraceMs, 0);
+  assert.equal(resolveOptions({ max: 10 }).gcGraceMs, 60_000, "elsewhere: the lease TTL");
 });
 
 Deno.test("endpoints name identities by status.identity.id, slices by endpoints[].id", () => {
@@ -84,14 +94,11 @@ Deno.test("a candidate carries the resource version and the mark's time", () => 
     metadata: {
       name: "300",
       resourceVersion: "42",
-      creationTimestamp: "2025-12-31T00:00:00Z",
-      managedFields: [{ manager: "a", time: "2025-12-31T10:00:00Z" }, { manager: "b" }],
       annotations: { "io.cilium.heartbeat": "2026-01-01T00:00:00.123456789Z" },
     },
     "security-labels": { "idalloc:key": "k" },
   });
   assert.ok(read.ok);
-  assert.equal(read.record.written, Date.parse("2025-12-31T10:00:00Z"), "the newest write");
   assert.deepEqual(candidateOf(read.record, false), {
     id: 300,
     key: "k",
@@ -103,13 +110,13 @@ Deno.test("a candidate carries the resource version and the mark's time", () => 
   assert.equal(candidateOf(unparseable, false).markedAt, undefined);
 });
 
-// On the real API server. GC allocators have no grace of their own (`gcGraceMs: 0`); the store's
-// rule keeps what was written within the heartbeat timeout, a short one here.
+// On the real API server. GC allocators take the store's default grace, the heartbeat timeout (a
+// short one here): what was created or marked within it stays.
 
 /** A heartbeat timeout the fixture's 3 s leases allow (renewal within a third of it). */
 const QUICK = { heartbeatTimeoutMs: 4_000 };
 
-/** Until what was written (or marked) now is no longer recent under {@linkcode QUICK}. */
+/** Until what was created (or marked) now is no longer within {@linkcode QUICK}'s grace. */
 function pastHeartbeat(): Promise<void> {
   // The timeout, the server's one-second timestamps, the fixture's 500 ms skew margin, and slack.
   return new Promise((resolve) => setTimeout(resolve, QUICK.heartbeatTimeoutMs + 2_000));
@@ -130,7 +137,7 @@ k8sTest(
     await using fx = await fixture();
     const a = await fx.allocator("a", {}, QUICK);
     const b = await fx.allocator("b", {}, QUICK);
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
+    const gc = await fx.allocator("gc", {}, QUICK);
     const held = await a.allocate("held;");
     const named = await b.allocate("named;");
     await b.release("named;");
@@ -164,7 +171,8 @@ k8sTest(
     await using fx = await fixture();
     // As a Cilium agent allocates: the identity first, its CiliumEndpoint later.
     await fx.createIdentity(300, { "k8s:app": "web" });
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
+    const gc = await fx.allocator("gc"); // the store's default grace: Cilium's 30 min
+    assert.equal(gc.backend.defaultGcGraceMs, 30 * 60_000);
     for (let pass = 0; pass < 2; pass++) {
       assert.deepEqual(await gc.runGc(), {
         alive: 1,
@@ -176,8 +184,8 @@ k8sTest(
     }
     assert.equal(await marked(fx, 300), false, "not even marked: it is in use");
 
-    const quick = await fx.allocator("quick-gc", { gcGraceMs: 0 }, QUICK);
-    assert.equal((await quick.runGc()).marked, 0, "written less than the timeout ago");
+    const quick = await fx.allocator("quick-gc", {}, QUICK);
+    assert.equal((await quick.runGc()).marked, 0, "created less than the timeout ago");
     await pastHeartbeat();
     assert.equal((await quick.runGc()).marked, 1);
     assert.deepEqual((await quick.runGc()).deletedIds, [], "marked less than the timeout ago");
@@ -192,7 +200,7 @@ k8sTest(
     await using fx = await fixture();
     // Claims are quiet 2.5 s after their last write (half the heartbeat timeout, plus the skew).
     const a = await fx.allocator("a", {}, QUICK);
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
+    const gc = await fx.allocator("gc", {}, QUICK);
     const claimOf = (key: string) =>
       fx.client.get(LEASES, claimName(`ciliumidentities.${fx.group}`, key), {
         namespace: fx.namespace,
@@ -224,7 +232,7 @@ k8sTest(
   async () => {
     await using fx = await fixture();
     const a = await fx.allocator("a", {}, QUICK);
-    const gc = await fx.allocator("gc", { gcGraceMs: 0 }, QUICK);
+    const gc = await fx.allocator("gc", {}, QUICK);
     const { id } = await a.allocate("k;");
     await a.release("k;");
     await pastHeartbeat();
