@@ -193,7 +193,7 @@ export function doctorModel(results: DoctorModel["results"], fix: boolean): Doct
  * A holder that is not a node: on a Kubernetes store, a Cilium object naming the identity, or a
  * write within Cilium's heartbeat timeout (`src/backends/k8s/users.ts`).
  */
-const CILIUM_USER = /^(?:CiliumEndpoint |CiliumEndpointSlice |written recently )/;
+const CILIUM_USER = /^(?:CiliumEndpoint |CiliumEndpointSlice |new or marked recently )/;
 
 /** The holders of `model` split into live nodes and Cilium's users. */
 function holderKinds(holders: readonly string[]): { nodes: string[]; users: string[] } {
@@ -256,14 +256,14 @@ export function heldWarning({ count: { held }, holders }: DoctorModel): string |
 
 /**
  * Why entries that Cilium uses (and maybe live nodes) stay: an identity an endpoint names, or one
- * written within the heartbeat timeout (an agent may be about to name it), is in use by pods.
+ * created or marked within the heartbeat timeout (an agent may be about to name it), is in use by pods.
  */
 function ciliumWarning(held: number, nodes: readonly string[]): string {
   const entries = held === 1 ? "it" : "them";
   return `${plural(held, "entry is", "entries are")} in use by Cilium` +
     (nodes.length === 0 ? "" : ` or held by live nodes ${nodes.join(", ")}`) +
     ` (see HELD BY), so doctor leaves ${entries}: a CiliumEndpoint or CiliumEndpointSlice names ` +
-    "the identity, or it was written less than Cilium's heartbeat timeout ago (an agent may be " +
+    "the identity, or it was created or marked less than Cilium's heartbeat timeout ago (an agent may be " +
     "about to name it), and deleting it would take the identity from under running pods. Once " +
     "no endpoint names it and the timeout (--heartbeat-timeout) has passed, run 'idalloc doctor' " +
     "again";

@@ -3,7 +3,7 @@
 // marked held, a stale claim and a Lease without an epoch are found, another resource's claim is
 // not this store's business; a stale claim only once quiet, not one naming a damaged identity
 // (removed with it); a reference without an epoch held by its live node; an oversized key; a
-// duplicate a CiliumEndpoint or a CiliumEndpointSlice names, or written within Cilium's heartbeat
+// duplicate a CiliumEndpoint or a CiliumEndpointSlice names, or created within Cilium's heartbeat
 // timeout, is held by GC's own rule. On the real API server, through the CLI: `doctor` shows who
 // uses each duplicate, `doctor --fix` removes only the unused one.
 import assert from "node:assert/strict";
@@ -69,7 +69,7 @@ Deno.test("findings of a snapshot: held duplicates, stale claims, Leases without
   );
 });
 
-Deno.test("a duplicate an endpoint or a slice names, or written within the heartbeat timeout, is held; only the unused one is not", () => {
+Deno.test("a duplicate an endpoint or a slice names, or created within the heartbeat timeout, is held; only the unused one is not", () => {
   const recent = new Date(NOW - 60_000).toISOString();
   const findings = judgeDamage(ctx, {
     identities: [
@@ -95,7 +95,7 @@ Deno.test("a duplicate an endpoint or a slice names, or written within the heart
     ["key-duplicate", 301, ["CiliumEndpoint prod/pod-1"]],
     ["key-duplicate", 302, ["CiliumEndpointSlice ces-1"]],
     ["key-duplicate", 303, []],
-    ["key-duplicate", 304, [`written recently (in use until ${until})`]],
+    ["key-duplicate", 304, [`new or marked recently (in use until ${until})`]],
   ]);
 });
 
@@ -153,7 +153,7 @@ Deno.test("a key over the layout's limit is master-oversized", () => {
 // On the real API server, through the CLI.
 
 k8sTest(
-  "doctor shows who uses each duplicate; --fix keeps those a CiliumEndpoint or a CiliumEndpointSlice names or that were written recently, and removes the unused one",
+  "doctor shows who uses each duplicate; --fix keeps those a CiliumEndpoint or a CiliumEndpointSlice names or that were created recently, and removes the unused one",
   async () => {
     await using fx = await fixture();
     const labels = { "k8s:app": "web" };
@@ -162,7 +162,7 @@ k8sTest(
     for (const id of [301, 302, 303]) await fx.createIdentity(id, labels);
     await fx.endpoint("pod-1", 301);
     await fx.endpointSlice("ces-1", [302]);
-    // A heartbeat timeout the CLI's lease allows, passed for 301–303; 304 is written within it.
+    // A heartbeat timeout the CLI's lease allows, passed for 301–303; 304 is created within it.
     await new Promise((resolve) => setTimeout(resolve, 6_000));
     await fx.createIdentity(304, labels);
     const kubeconfig = await fx.cluster.kubeconfig("admin", { namespace: fx.namespace });
@@ -190,7 +190,7 @@ k8sTest(
       [302, ["CiliumEndpointSlice ces-1"]],
       [303, []],
     ]);
-    assert.match(findings[3].heldBy.join(), /^written recently \(in use until /);
+    assert.match(findings[3].heldBy.join(), /^new or marked recently \(in use until /);
     const human = await cli(args);
     assert.match(human.stdout, /HELD BY/);
     assert.match(
