@@ -84,13 +84,10 @@ Deno.test({
     assert.equal(await holding, 0);
     // On this store GC's grace is Cilium's heartbeat timeout: an identity created less than that
     // ago stays (a Cilium agent may be about to name it); --grace overrides it.
-    const early = await cli([...args, "--lease-ttl", "2s", "gc", "--json"]);
+    const early = await cli([...args, "--lease-ttl", "2s", "gc"]);
     assert.equal(early.code, 0, early.stderr);
-    assert.deepEqual(
-      early.stdout.trim().split("\n").map((l) => JSON.parse(l)).map((p) => [p.marked, p.deleted]),
-      [[0, []], [0, []]],
-      "created less than 30 min ago: in use",
-    );
+    assert.match(early.stdout, /^pass 1: 0 deleted, 0 unused \(marked\), \d+ remain\n/);
+    assert.match(early.stdout, /\npass 2: 0 deleted, 0 unused \(marked\)/, "created < 30 min ago");
     assert.match(early.stderr, /note: this store keeps an ID created or marked less than 30m ago/);
     // Cilium's operator rule: the first pass marks (io.cilium.heartbeat), the second deletes.
     const gc = await cli([...args, "gc", "--grace", "0s", "--force", "--json"]);
