@@ -38,6 +38,7 @@ import {
   LEASES,
   resolveK8sOptions,
   resourceName,
+  storeGraceMs,
 } from "./options.ts";
 import { K8sSession } from "./session.ts";
 import { timedClient } from "./telemetry.ts";
@@ -156,11 +157,12 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
   }
 
   /**
-   * This store's default GC grace: Cilium operator's heartbeat timeout (`heartbeatTimeoutMs`), so
-   * that idalloc's GC keeps a new or freshly marked identity as long as Cilium's operator does.
+   * This store's default GC grace: `gcGraceMs`, else Cilium operator's heartbeat timeout
+   * (`heartbeatTimeoutMs`), so that idalloc's GC keeps a new or freshly marked identity as long as
+   * Cilium's operator does.
    */
   get defaultGcGraceMs(): number {
-    return this.#ctx.settings.heartbeatTimeoutMs;
+    return storeGraceMs(this.#ctx.settings);
   }
 
   /** The API server's URL. */

@@ -21,8 +21,8 @@
  * Each finding names what holds it: for an identity (a duplicate, a damaged one), whatever keeps
  * it in use by GC's own rule (`users.ts`): its live nodes, the `CiliumEndpoint`s and
  * `CiliumEndpointSlice`s naming it (`CiliumEndpoint <namespace>/<name>`, `CiliumEndpointSlice
- * <name>`), or a creation or mark less than Cilium's heartbeat timeout ago (an agent may be about
- * to write the endpoint naming it). For a reference, its live node (for an annotation without an epoch,
+ * <name>`), or a creation or mark less than the store's grace ago (`gcGraceMs`, by default
+ * Cilium's heartbeat timeout: an agent may be about to write the endpoint naming it). For a reference, its live node (for an annotation without an epoch,
  * its node while that node's Lease is live). A held finding is refused by {@linkcode removeDamage}
  * with `LiveEntryError`: `doctor --fix` removes only the duplicates nothing uses.
  *
@@ -62,7 +62,7 @@ import {
 } from "./layout.ts";
 import { leaseLive, refLive } from "./liveness.ts";
 import { endpointUsers, readEndpoints, usedBy } from "./users.ts";
-import { LEASES } from "./options.ts";
+import { LEASES, storeGraceMs } from "./options.ts";
 import { listAll } from "./paging.ts";
 
 const log = idallocLogger("k8s", "doctor");
@@ -189,9 +189,13 @@ class Scan {
 
   /** What keeps `record` in use, by GC's rule (`users.ts`). */
   #usedBy(record: IdentityRecord): string[] {
-    const { maxClockSkewMs, heartbeatTimeoutMs: graceMs } = this.#ctx.settings;
+    const { settings } = this.#ctx;
     const use = { leases: this.#leases, users: this.#users, now: this.#now };
-    return usedBy(record, { ...use, settings: { maxClockSkewMs, graceMs } });
+    const graceMs = storeGraceMs(settings);
+    return usedBy(record, {
+      ...use,
+      settings: { maxClockSkewMs: settings.maxClockSkewMs, graceMs },
+    });
   }
 
   #quiet(claim: ClaimRecord): boolean {

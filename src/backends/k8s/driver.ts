@@ -25,6 +25,7 @@ async function open(d: K8sStoreDescription, options: DriverOpenOptions): Promise
     resource: d.resource,
     maxClockSkewMs: d.maxClockSkewMs,
     heartbeatTimeoutMs: d.heartbeatTimeoutMs,
+    ...(d.gcGraceMs === undefined ? {} : { gcGraceMs: d.gcGraceMs }),
     connectTimeoutMs: d.connectTimeoutMs,
     requestTimeoutMs: d.requestTimeoutMs,
   }, { signal: options.interrupt ?? options.signal });

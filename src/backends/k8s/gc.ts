@@ -41,7 +41,7 @@ import {
   rfc3339Nano,
 } from "./layout.ts";
 import { readNodeLeases } from "./liveness.ts";
-import { LEASES } from "./options.ts";
+import { LEASES, storeGraceMs } from "./options.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
 import {
@@ -105,7 +105,7 @@ export async function* gcList(
   const { now, maxClockSkewMs } = ctx.settings;
   // The grace keeps what was created or marked within it (`users.ts`): the session's, else the
   // store's default (Cilium's heartbeat timeout).
-  const use = { maxClockSkewMs, graceMs: options.graceMs ?? ctx.settings.heartbeatTimeoutMs };
+  const use = { maxClockSkewMs, graceMs: options.graceMs ?? storeGraceMs(ctx.settings) };
   const holders = new Map<number, string | null>();
   const dead = new Map<number, Map<string, string>>();
   for (const obj of snap.items) {

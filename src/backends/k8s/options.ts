@@ -87,11 +87,17 @@ export interface K8sBackendOptions {
    * Cilium operator's `--identity-heartbeat-timeout`: how long an identity it marked unused stays
    * before it deletes it. idalloc removes the mark from the identities it holds at once and at
    * every lease renewal, so the lease's renewal (a third of its TTL) must come well within it.
-   * It is also this store's default GC grace (`K8sBackend.defaultGcGraceMs`): idalloc's GC keeps
-   * an identity created or marked unused less than the grace ago, as Cilium's operator does
-   * (an allocator's explicit `gcGraceMs` overrides it). @default {1800000}
+   * It is also this store's default GC grace (`gcGraceMs`): idalloc's GC keeps an identity
+   * created or marked unused less than that ago, as Cilium's operator does. @default {1800000}
    */
   readonly heartbeatTimeoutMs?: number;
+  /**
+   * How long GC and the doctor keep an identity created or marked unused less than that ago:
+   * this store's default GC grace (`K8sBackend.defaultGcGraceMs`; an allocator's own
+   * `gcGraceMs` overrides it). 0 turns that part of the rule off (where no Cilium agent creates
+   * identities, or in tests). @default {heartbeatTimeoutMs}
+   */
+  readonly gcGraceMs?: number;
   /**
    * The largest difference between two nodes' clocks, in ms. Lease expiry is judged with this
    * margin (a Lease's `renewTime` is its holder's clock), and a lease is never renewed this close
@@ -146,6 +152,7 @@ const schema = z.object({
     }).strict(),
   ]).optional(),
   heartbeatTimeoutMs: z.number().int().min(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
+  gcGraceMs: z.number().int().nonnegative().max(86_400_000).optional(),
   maxClockSkewMs: z.number().int().nonnegative().default(5_000),
   kubeconfig: z.string().min(1).optional(),
   context: z.string().min(1).optional(),
@@ -241,6 +248,11 @@ export function endpointSliceResource(settings: K8sSettings): {
     plural: s.plural ?? "ciliumendpointslices",
     namespaced: false,
   };
+}
+
+/** The store's GC grace: `gcGraceMs`, else Cilium operator's heartbeat timeout. */
+export function storeGraceMs(settings: K8sSettings): number {
+  return settings.gcGraceMs ?? settings.heartbeatTimeoutMs;
 }
 
 /** The node and claim Leases' resource (`coordination.k8s.io/v1` `leases`). */
