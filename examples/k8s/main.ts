@@ -39,6 +39,13 @@ const tag = crypto.randomUUID().slice(0, 8);
 const KEY_PREFIX = `idalloc-example-${tag}/`;
 const RUN_LABEL = "idalloc.io/example-run";
 const nodeName = (n: number) => `idalloc-example-${tag}-${n}`;
+/** Where node Leases and key claims live. */
+const LEASES = {
+  group: "coordination.k8s.io",
+  version: "v1",
+  plural: "leases",
+  namespaced: true,
+} as const;
 
 let server: PrivateServer | undefined;
 let kubeconfig: string | undefined;
@@ -150,13 +157,6 @@ function identities(backend: K8sBackend) {
   } as const;
 }
 
-const LEASES = {
-  group: "coordination.k8s.io",
-  version: "v1",
-  plural: "leases",
-  namespaced: true,
-} as const;
-
 /** Whether `obj` is an identity this run made: its key or label set carries the run's tag. */
 function ours(obj: KubeObject): boolean {
   const labels = obj["security-labels"] as Record<string, unknown> | undefined;
@@ -233,6 +233,7 @@ async function cleanUp(operator: K8sBackend): Promise<void> {
         (left.length === 0 ? "" : `; left identities other nodes use: ${left.join("; ")}`),
     );
   } catch (err) {
+    failed = true;
     console.error(`cleaning up failed: ${err instanceof Error ? err.message : err}`);
     console.log(
       `left what this run made: identities labelled ${RUN_LABEL}=${tag} or with keys ` +
