@@ -165,6 +165,11 @@ function ours(obj: KubeObject): boolean {
     (typeof key === "string" && key.startsWith(KEY_PREFIX));
 }
 
+/** Whether `key` (as a claim carries it) is one of this run's: its prefix, or its label set. */
+function ourKey(key: string): boolean {
+  return key.startsWith(KEY_PREFIX) || key.includes(`k8s:${RUN_LABEL}=${tag};`);
+}
+
 /** References on `obj` of nodes that are not this run's (they keep the identity). */
 function foreignReferences(obj: KubeObject): string[] {
   return Object.keys(obj.metadata.annotations ?? {})
@@ -218,7 +223,7 @@ async function cleanUp(operator: K8sBackend): Promise<void> {
       const key = lease.metadata.annotations?.["idalloc.io/key"];
       const holder = (lease.spec as { holderIdentity?: unknown } | undefined)?.holderIdentity;
       const role = lease.metadata.labels?.["idalloc.io/role"];
-      if (role === "claim" && typeof key === "string" && key.startsWith(KEY_PREFIX)) {
+      if (role === "claim" && typeof key === "string" && ourKey(key)) {
         if (await guardedDelete(client, LEASES, lease, namespace)) claims++;
       } else if (
         role === "node" && typeof holder === "string" &&
