@@ -83,7 +83,13 @@ if (spec.layer === "identity") {
     print({ rssMiB: samples.map((x) => Math.round(x)), heapMiB: heap });
   }
 } else {
-  await using alloc = await Allocator.open(backend, { ...range, readOnly: spec.task !== "gc" });
+  // One pass marks what is unused: no grace, so that a store's own (Kubernetes: Cilium's heartbeat
+  // timeout, which keeps the freshly seeded identities) does not turn the pass into a read.
+  await using alloc = await Allocator.open(backend, {
+    ...range,
+    readOnly: spec.task !== "gc",
+    ...(spec.task === "gc" ? { gcGraceMs: 0 } : {}),
+  });
   await alloc.waitForInitialSync();
   print({ ms: performance.now() - started, cached: alloc.status().cachedIds });
   if (spec.task === "gc") {

@@ -23,13 +23,14 @@ await using alloc = await Allocator.open(opened.backend, {
   max: config.range.max,
   leaseTtlMs: config.timings.leaseTtlMs,
   syncIntervalMs: config.timings.syncIntervalMs,
-  // Passes every 500 ms–1 s, faster than the workers' leases, with the default grace (the lease
-  // TTL, the workers' too): a revoked holder has had its lease deadline to fence itself before its
-  // ID can go to another key. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default of explicit
-  // `runGc` calls, to see what the grace prevents).
-  ...(Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
-    ? {}
-    : { gcGraceMs: Number(Deno.env.get("NEMESIS_GC_GRACE_MS")) }),
+  // Passes every 500 ms–1 s, faster than the workers' leases, with a grace of the lease TTL (the
+  // workers' too): a revoked holder has had its lease deadline to fence itself before its ID can
+  // go to another key. On every store: Kubernetes' own default (Cilium's 30 min heartbeat
+  // timeout) would keep all a run makes. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default
+  // of explicit `runGc` calls, to see what the grace prevents).
+  gcGraceMs: Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
+    ? config.timings.leaseTtlMs
+    : Number(Deno.env.get("NEMESIS_GC_GRACE_MS")),
 });
 
 const loop = (async () => {

@@ -104,13 +104,14 @@ export class Allocator<K = string> implements AsyncDisposable {
     options: AllocatorOptions<K>,
     callOptions?: CallOptions,
   ): Promise<Allocator<K>> {
-    const settings = resolveOptions(options);
+    const settings = resolveOptions(options, backend);
     // The session may report a lost lease before the allocator exists; nothing is held then.
     const opened: { allocator?: Allocator<K> } = {};
     const session = await backend.openSession({
       leaseTtlMs: settings.leaseTtlMs,
       readOnly: settings.readOnly,
       restart: settings.restart,
+      gcGraceMs: settings.gcGraceMs,
       onLeaseReplaced: () => {
         if (opened.allocator) opened.allocator.#p.recheck.leaseReplaced();
       },

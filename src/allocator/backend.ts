@@ -232,6 +232,12 @@ export interface SessionOptions {
   readonly onLeaseReplaced: () => void;
   /** Aborts opening (e.g. granting the first lease). */
   readonly signal?: AbortSignal;
+  /**
+   * The allocator's GC grace (`gcGraceMs`, resolved). A backend that judges in its GC listing how
+   * recently a master was written or marked (Kubernetes, as Cilium's operator does) keeps a
+   * master in use for that long; 0 turns that off.
+   */
+  readonly gcGraceMs?: number;
 }
 
 /** A store the allocator can run on. */
@@ -240,6 +246,11 @@ export interface Backend {
   readonly kind: string;
   /** This node's name; it never contains `/`. */
   readonly node: string;
+  /**
+   * The store's own default GC grace, when it has one: the allocator's `gcGraceMs` when its options
+   * give none, instead of the lease TTL (Kubernetes: Cilium operator's heartbeat timeout).
+   */
+  readonly defaultGcGraceMs?: number;
   /**
    * Throws {@linkcode InvalidKeyError} if `key` (encoded) cannot be stored: empty, or too large
    * for the store's key or value limits once placed in the layout. Called before any write.

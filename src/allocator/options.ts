@@ -60,8 +60,14 @@ const _documentedAsValidated: SameShape<
   Omit<z.input<typeof optionsSchema>, "codec" | "validator">
 > = true;
 
-/** Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. */
-export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettings<K> {
+/**
+ * Validates `options`; throws {@linkcode InvalidOptionsError} naming every problem. `store` is the
+ * backend: its `defaultGcGraceMs`, if any, is the grace's default.
+ */
+export function resolveOptions<K>(
+  options: AllocatorOptions<K>,
+  store: { readonly defaultGcGraceMs?: number } = {},
+): AllocatorSettings<K> {
   if (options === null || typeof options !== "object") {
     throw new InvalidOptionsError("allocator options must be an object with at least 'max'");
   }
@@ -76,7 +82,8 @@ export function resolveOptions<K>(options: AllocatorOptions<K>): AllocatorSettin
     // Passes faster than the lease — periodic, or `runGc()` in a caller's loop — would collect a
     // revoked or stalled holder's ID before it could notice; with passes a lease TTL apart the
     // grace costs nothing, since it counts from the pass that first found the ID unused.
-    gcGraceMs: o.gcGraceMs ?? o.leaseTtlMs,
+    // A store with its own default (Kubernetes: Cilium operator's heartbeat timeout) never less.
+    gcGraceMs: o.gcGraceMs ?? Math.max(o.leaseTtlMs, store.defaultGcGraceMs ?? 0),
     // zod checked the shapes; the functions themselves are the caller's, passed through untouched.
     codec: (options.codec ?? stringCodec) as KeyCodec<K>,
     validator: options.validator,

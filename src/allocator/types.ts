@@ -85,7 +85,10 @@ export interface AllocatorOptions<K = string> {
    * it to at least the longest `leaseTtlMs` of any node. With passes at least a lease TTL apart
    * it costs nothing (the time counts from the pass that first found the ID unused); explicit
    * `runGc()` calls get it too, so a loop faster than the lease is as safe as `gcIntervalMs`. Set 0
-   * where two back-to-back passes must collect at once (a test, a drain). @default {leaseTtlMs}
+   * where two back-to-back passes must collect at once (a test, a drain). On Kubernetes the grace also
+   * keeps an identity created or marked less than that long ago, as Cilium's operator does.
+   * @default {leaseTtlMs; on a store with its own default, the larger of the two (Kubernetes:
+   * Cilium operator's heartbeat timeout, 30 min)}
    */
   readonly gcGraceMs?: number;
   /** Rate limit for GC deletions. */

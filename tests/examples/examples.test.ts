@@ -229,11 +229,16 @@ Deno.test("deploy:dev: a port in use or a PORT that is no port is one line, exit
 function assertK8sRun(result: TaskResult): void {
   assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
   assert.match(result.stdout, /identities: ciliumidentities\.cilium\.io/);
-  assert.match(result.stdout, /✔ both nodes answer \d+ for app=web;/);
+  assert.match(result.stdout, /✔ both nodes answer \d+ for idalloc-example-[0-9a-f]{8}\/app=web;/);
   assert.match(result.stdout, /✔ the second node joins the same identity/);
   assert.match(
     result.stdout,
-    /security-labels: \{"k8s:app":"web","k8s:io\.kubernetes\.pod\.namespace":"prod"\}/,
+    /security-labels: \{"k8s:app":"web","k8s:idalloc\.io\/example-run":"[0-9a-f]{8}","k8s:io\.kubernetes\.pod\.namespace":"prod"\}/,
+  );
+  assert.match(result.stdout, /this run touches only what it makes: keys idalloc-example-/);
+  assert.match(
+    result.stdout,
+    /removed what this run made, and nothing else: 4 identities, 4 key claims, \d+ node Leases/,
   );
   assert.doesNotMatch(result.stdout, /✘/);
   assert.match(result.stdout, /all checks passed/);
@@ -250,17 +255,88 @@ Deno.test("k8s: two nodes and a Cilium identity on a private API server, or a po
   assertK8sRun(result);
 });
 
+/** A CiliumIdentity made as a Cilium agent makes one (no endpoint yet, no mark). */
+function foreignIdentity(id: number, app: string) {
+  return {
+    apiVersion: "cilium.io/v2",
+    kind: "CiliumIdentity",
+    metadata: { name: String(id), labels: { app } },
+    "security-labels": { "k8s:app": app, "k8s:io.kubernetes.pod.namespace": "default" },
+  };
+}
+
 Deno.test({
-  name: "k8s: the cluster of KUBECONFIG, and the run removes the identities it made",
+  name:
+    "k8s: the cluster of KUBECONFIG: the run removes what it made and leaves the cluster's own identities alone",
   ignore: kubeApiserverUnavailable() !== undefined,
   fn: async () => {
     await using cluster = await startKubeApiServer();
     const kubeconfig = await cluster.kubeconfig("admin", { namespace: "default", current: true });
-    const result = await task("k8s", [], { KUBECONFIG: kubeconfig });
-    assert.match(result.stdout, new RegExp(`using the cluster of ${kubeconfig} \\(KUBECONFIG\\)`));
-    assertK8sRun(result);
-    assert.match(result.stdout, /removed the example's 4 identities/);
     await using client = await cluster.client("admin");
-    assert.deepEqual((await client.list(identityResource())).items, []);
+    // Cilium's: one fresh (an agent allocated it, its endpoint comes next), one marked unused
+    // long ago by Cilium's operator (the operator's to delete, not the example's).
+    await client.create(identityResource(), foreignIdentity(300, "foreign"));
+    await client.create(identityResource(), {
+      ...foreignIdentity(301, "stale"),
+      metadata: {
+        name: "301",
+        annotations: { "io.cilium.heartbeat": "2020-01-01T00:00:00Z" },
+      },
+    });
+    const result = await task("k8s", [], { KUBECONFIG: kubeconfig });
+    assert.match(result.stdout, /using the cluster of KUBECONFIG/);
+    assertK8sRun(result);
+    assert.deepEqual(
+      (await client.list(identityResource())).items.map((o) => o.metadata.name).sort(),
+      ["300", "301"],
+      "the cluster's own identities are left alone",
+    );
+  },
+});
+
+Deno.test({
+  name: "k8s: SIGTERM cleans up what the run made, says so, and exits 130",
+  ignore: kubeApiserverUnavailable() !== undefined || Deno.build.os !== "linux",
+  fn: async () => {
+    await using cluster = await startKubeApiServer();
+    const kubeconfig = await cluster.kubeconfig("admin", { namespace: "default", current: true });
+    await using client = await cluster.client("admin");
+    await client.create(identityResource(), foreignIdentity(300, "foreign"));
+    // The example's own process, as `deno task k8s` starts it (its signals reach it directly).
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "examples/k8s/main.ts"],
+      cwd: ROOT,
+      env: { KUBECONFIG: kubeconfig },
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const killer = setTimeout(() => child.kill("SIGKILL"), KILL_AFTER_MS);
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let stdout = "";
+      while (!/both nodes answer/.test(stdout)) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        stdout += value;
+      }
+      child.kill("SIGTERM");
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        stdout += value;
+      }
+      const stderr = await new Response(child.stderr).text();
+      const status = await child.status;
+      assert.equal(status.code, 130, `${stdout}\n${stderr}`);
+      assert.match(stderr, /k8s: SIGTERM: stopping the node processes and cleaning up/);
+      assert.match(stdout, /removed what this run made, and nothing else: \d+ identities/);
+      assert.deepEqual(
+        (await client.list(identityResource())).items.map((o) => o.metadata.name),
+        ["300"],
+        "its identities went, the cluster's stayed",
+      );
+    } finally {
+      clearTimeout(killer);
+    }
   },
 });

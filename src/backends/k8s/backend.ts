@@ -33,10 +33,12 @@ import { defaultKubeconfigPath, inClusterConnection, loadKubeconfig } from "./ku
 import { keyProblem } from "./layout.ts";
 import {
   endpointResource,
+  endpointSliceResource,
   identityResource,
   type K8sBackendOptions,
   resolveK8sOptions,
   resourceName,
+  storeGraceMs,
 } from "./options.ts";
 import { K8sSession } from "./session.ts";
 import { timedClient } from "./telemetry.ts";
@@ -89,7 +91,8 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
    * writable session checks the Leases when it opens). Failures come as the client's classes: `StoreConnectionRefusedError`,
    * `StoreHostNotFoundError`, `StoreTlsError`, `StoreUnavailableError` (no answer),
    * `StoreAccessDeniedError` (401, or 403 naming the RBAC rule to add),
-   * `ResourceNotInstalledError`, `NotKubernetesApiError`.
+   * `ResourceNotInstalledError`, `NotIdentityResourceError` (the resource is served but namespaced
+   * or of another kind), `NotKubernetesApiError`.
    */
   static async connect(
     options: K8sBackendOptions,
@@ -115,6 +118,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     // Every round trip timed, as on the other backends (`./telemetry.ts`).
     client = timedClient(client, telemetry);
     const endpoints = endpointResource(settings);
+    const endpointSlices = endpointSliceResource(settings);
     const ctx: K8sContext = {
       client,
       telemetry,
@@ -127,6 +131,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       identityKind: { apiVersion: `${group}/${version}`, kind },
       resourceName: resourceName(settings),
       ...(endpoints === undefined ? {} : { endpoints }),
+      ...(endpointSlices === undefined ? {} : { endpointSlices }),
     };
     try {
       // Fast and in words: the server is Kubernetes, the CRD is installed, the user may read it.
@@ -134,13 +139,32 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
       // (`list`, `get`, `watch`) needs no right on them. Write rights are told by the first
       // write's answer (403 names the rule); so are the endpoints' (only GC lists them).
       await client.probe([
-        { resource: ctx.identities, verbs: ["get", "list", "watch"] },
+        // The kind too: a served resource of other objects (Leases, a namespaced CRD) is refused
+        // here, in one line, rather than read as an empty store or written to in vain.
+        { resource: ctx.identities, verbs: ["get", "list", "watch"], kind },
       ], { timeoutMs: settings.connectTimeoutMs, ...(signal === undefined ? {} : { signal }) });
     } catch (err) {
       if (owns) await client.close();
       throw err;
     }
     return new K8sBackend(ctx, owns);
+  }
+
+  /**
+   * The backend's API client, with the backend's credentials (for reading or removing what it
+   * wrote, as `examples/k8s` does). Closed with the backend when the backend made it.
+   */
+  get client(): KubeClient {
+    return this.#ctx.client;
+  }
+
+  /**
+   * This store's default GC grace: `gcGraceMs`, else Cilium operator's heartbeat timeout
+   * (`heartbeatTimeoutMs`), so that idalloc's GC keeps a new or freshly marked identity as long as
+   * Cilium's operator does.
+   */
+  get defaultGcGraceMs(): number {
+    return storeGraceMs(this.#ctx.settings);
   }
 
   /** The API server's URL. */

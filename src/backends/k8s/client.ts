@@ -828,6 +828,12 @@ class HttpKubeClient implements KubeClient {
     return await this.#json({ method: "POST", path, body, signal });
   }
 
+  /** The discovery document of `group`/`version` (for the probe's kind check); the JSON answer. */
+  async discovery(group: string, version: string, signal: AbortSignal): Promise<unknown> {
+    const path = group === "" ? `/api/${version}` : `/apis/${group}/${version}`;
+    return await this.#json({ method: "GET", path, signal });
+  }
+
   close(): Promise<void> {
     if (!this.#closed) {
       this.#closed = true;

@@ -18,8 +18,8 @@
  * @module
  */
 import { errorMessage } from "../../errors.ts";
-import { ResourceNotInstalledError } from "./errors.ts";
-import { accessDenied, type KubeResource, type KubeVerb } from "./failure.ts";
+import { NotIdentityResourceError, ResourceNotInstalledError } from "./errors.ts";
+import { accessDenied, type KubeResource, type KubeVerb, resourceName } from "./failure.ts";
 
 /** One resource the caller will use, and how. */
 export interface ProbeTarget {
@@ -33,6 +33,13 @@ export interface ProbeTarget {
   readonly allNamespaces?: boolean;
   /** Report the resource as missing instead of throwing when it is not installed. */
   readonly optional?: boolean;
+  /**
+   * The objects the resource must hold: of this kind, namespaced or not as the resource says.
+   * Checked against the API server's discovery (`/apis/<group>/<version>`, readable by every
+   * authenticated user) once the resource is known to be served; a mismatch throws
+   * `NotIdentityResourceError`. Skipped when discovery does not answer.
+   */
+  readonly kind?: string;
 }
 
 /** What the probe found. */
@@ -56,6 +63,8 @@ export interface ProbedClient {
   ): Promise<unknown>;
   /** A POST of JSON. */
   post(path: string, body: unknown, signal: AbortSignal): Promise<unknown>;
+  /** The discovery document of a group version (`APIResourceList`). */
+  discovery?(group: string, version: string, signal: AbortSignal): Promise<unknown>;
 }
 
 /** Whether the user of `client` may `verb` on `target` (a `SelfSubjectAccessReview`). */
@@ -117,6 +126,9 @@ export async function probeAccess(
       listError = err;
       if (target.verbs.includes("list")) denied.push("list");
     }
+    if (target.kind !== undefined && listError === undefined) {
+      await checkKind(client, target as ProbeTarget & { kind: string }, signal);
+    }
     const others = target.verbs.filter((verb) => verb !== "list");
     const answers = await Promise.all(
       others.map((verb) => allowed(client, target, namespace, verb, signal)),
@@ -137,6 +149,45 @@ export async function probeAccess(
     }
   }
   return { missing };
+}
+
+/** One entry of an `APIResourceList`. */
+interface DiscoveredResource {
+  readonly name?: unknown;
+  readonly namespaced?: unknown;
+  readonly kind?: unknown;
+}
+
+/**
+ * Throws `NotIdentityResourceError` when discovery shows `target`'s resource namespaced where it
+ * must not be (or the reverse), or holding objects of another kind than `target.kind`.
+ */
+async function checkKind(
+  client: ProbedClient,
+  target: ProbeTarget & { readonly kind: string },
+  signal: AbortSignal,
+): Promise<void> {
+  const { resource } = target;
+  let list: unknown;
+  try {
+    list = await client.discovery?.(resource.group, resource.version, signal);
+  } catch (err) {
+    if (signal.aborted) throw err;
+    return; // discovery is a courtesy check: the list above proved the resource is served
+  }
+  const found = (list as { resources?: readonly DiscoveredResource[] } | undefined)?.resources
+    ?.find((r) => r.name === resource.plural);
+  if (found === undefined) return;
+  const scoped = (namespaced: boolean) => namespaced ? "namespaced" : "cluster-scoped";
+  if (found.namespaced === resource.namespaced && found.kind === target.kind) return;
+  const name = `${resourceName(resource)}/${resource.version}`;
+  throw new NotIdentityResourceError(
+    `${name} on ${client.server} holds ${scoped(found.namespaced === true)} ` +
+      `${String(found.kind)} objects, not ${scoped(resource.namespaced)} ${target.kind} ` +
+      "objects: name an identity resource, Cilium's ciliumidentities.cilium.io/v2 or a CRD " +
+      "with its schema (and that CRD's kind)",
+    name,
+  );
 }
 
 /** The user a 403 named (`user "bob" may not …`), if one did. */

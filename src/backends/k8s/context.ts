@@ -34,4 +34,6 @@ export interface K8sContext {
   readonly telemetry: StoreTelemetry;
   /** The endpoint resource GC reads, if any. */
   readonly endpoints?: KubeResource;
+  /** The endpoint-slice resource GC reads, if any (cluster-scoped). */
+  readonly endpointSlices?: KubeResource;
 }

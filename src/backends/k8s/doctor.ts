@@ -18,9 +18,13 @@
  *   a claim naming a damaged identity is not stale (the identity's finding covers it);
  * - node Leases without an epoch or an end (`node-lease-undecodable`).
  *
- * Each finding names the live nodes holding it (their live references on the identity; for a
- * reference annotation without an epoch, its node while that node's Lease is live); such a
- * finding is refused by {@linkcode removeDamage} with `LiveEntryError`.
+ * Each finding names what holds it: for an identity (a duplicate, a damaged one), whatever keeps
+ * it in use by GC's own rule (`users.ts`): its live nodes, the `CiliumEndpoint`s and
+ * `CiliumEndpointSlice`s naming it (`CiliumEndpoint <namespace>/<name>`, `CiliumEndpointSlice
+ * <name>`), or a creation or mark less than the store's grace ago (`gcGraceMs`, by default
+ * Cilium's heartbeat timeout: an agent may be about to write the endpoint naming it). For a reference, its live node (for an annotation without an epoch,
+ * its node while that node's Lease is live). A held finding is refused by {@linkcode removeDamage}
+ * with `LiveEntryError`: `doctor --fix` removes only the duplicates nothing uses.
  *
  * @module
  */
@@ -57,7 +61,8 @@ import {
   REF_PREFIX,
 } from "./layout.ts";
 import { leaseLive, refLive } from "./liveness.ts";
-import { LEASES } from "./options.ts";
+import { endpointUsers, readEndpoints, usedBy } from "./users.ts";
+import { LEASES, storeGraceMs } from "./options.ts";
 import { listAll } from "./paging.ts";
 
 const log = idallocLogger("k8s", "doctor");
@@ -92,6 +97,10 @@ export interface DamageSnapshot {
   readonly identities: readonly KubeObject[];
   readonly nodeLeases: readonly KubeObject[];
   readonly claims: readonly KubeObject[];
+  /** The `CiliumEndpoint`s of all namespaces (none when absent). */
+  readonly endpoints?: readonly KubeObject[];
+  /** The `CiliumEndpointSlice`s (none when absent). */
+  readonly endpointSlices?: readonly KubeObject[];
 }
 
 /** Reads the snapshot a scan judges. */
@@ -102,7 +111,7 @@ async function readSnapshot(ctx: K8sContext, signal: AbortSignal): Promise<Damag
   const identities = (await listAll(ctx.client, ctx.identities, { signal })).items;
   const nodeLeases = (await leases(NODE_SELECTOR)).items;
   const claims = (await leases(CLAIM_SELECTOR)).items;
-  return { readAt, identities, nodeLeases, claims };
+  return { readAt, identities, nodeLeases, claims, ...await readEndpoints(ctx, signal) };
 }
 
 /** Lists the damaged entries of the store (see the module doc). Reads only. */
@@ -144,6 +153,8 @@ class Scan {
   readonly #check: RangeCheck | undefined;
   readonly #now: number;
   readonly #readAt: number;
+  /** ID → the Cilium objects naming it. */
+  readonly #users: ReadonlyMap<number, readonly string[]>;
 
   constructor(
     ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
@@ -154,6 +165,7 @@ class Scan {
     this.#check = rangeCheck(options);
     this.#now = ctx.settings.now();
     this.#readAt = snapshot.readAt ?? this.#now;
+    this.#users = endpointUsers(snapshot.endpoints ?? [], snapshot.endpointSlices ?? []);
     for (const obj of snapshot.nodeLeases) {
       const l = readNodeLease(obj);
       if (l !== undefined && l.name === nodeLeaseName(l.node)) this.#leases.set(l.node, l);
@@ -173,6 +185,17 @@ class Scan {
 
   #live(node: string, epoch: string): boolean {
     return refLive(epoch, this.#leases.get(node), this.#now, this.#ctx.settings.maxClockSkewMs);
+  }
+
+  /** What keeps `record` in use, by GC's rule (`users.ts`). */
+  #usedBy(record: IdentityRecord): string[] {
+    const { settings } = this.#ctx;
+    const use = { leases: this.#leases, users: this.#users, now: this.#now };
+    const graceMs = storeGraceMs(settings);
+    return usedBy(record, {
+      ...use,
+      settings: { maxClockSkewMs: settings.maxClockSkewMs, graceMs },
+    });
   }
 
   #quiet(claim: ClaimRecord): boolean {
@@ -218,7 +241,11 @@ class Scan {
     const rv = String(obj.metadata.resourceVersion ?? "");
     if (!read.ok) {
       const { damage } = read;
-      const holders = this.#holders(obj.metadata.annotations ?? {});
+      // Cilium's agents may use what idalloc cannot read: an endpoint naming it keeps it too.
+      const holders = [
+        ...this.#holders(obj.metadata.annotations ?? {}),
+        ...(damage.id === undefined ? [] : this.#users.get(damage.id) ?? []),
+      ];
       // Removing it removes the key's claim naming it too, when quiet (else the claim is stale).
       const claim = damage.id === undefined ? undefined : this.#claims.get(damage.id);
       const token = {
@@ -274,7 +301,7 @@ class Scan {
           { what: "identity", name: String(r.id), rv: r.rv },
           `the key also has identity ${answer.id}, Cilium's answer (the oldest)`,
           { id: r.id, key },
-          [...r.refs].filter(([node, epoch]) => this.#live(node, epoch)).map(([node]) => node),
+          this.#usedBy(r),
         ));
       }
     }

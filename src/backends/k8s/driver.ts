@@ -25,6 +25,7 @@ async function open(d: K8sStoreDescription, options: DriverOpenOptions): Promise
     resource: d.resource,
     maxClockSkewMs: d.maxClockSkewMs,
     heartbeatTimeoutMs: d.heartbeatTimeoutMs,
+    ...(d.gcGraceMs === undefined ? {} : { gcGraceMs: d.gcGraceMs }),
     connectTimeoutMs: d.connectTimeoutMs,
     requestTimeoutMs: d.requestTimeoutMs,
   }, { signal: options.interrupt ?? options.signal });
@@ -45,10 +46,14 @@ export const K8S_DAMAGE_KINDS: Readonly<Record<string, string>> = {
 
 /** The Kubernetes error classes, by name: what to do about them in the CLI's flags. */
 export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
+  // The message names the CRD to install; the hint adds the flag that names another one.
   ResourceNotInstalledError: {
     kind: "usage",
-    hint: () =>
-      "install the CRD (Cilium's ciliumidentities.yaml), or name the installed one with --prefix",
+    hint: () => "or name an installed identity resource with --prefix",
+  },
+  NotIdentityResourceError: {
+    kind: "usage",
+    hint: () => "give it as --prefix <plural>.<group>/<version> (and --kind)",
   },
   NotKubernetesApiError: {
     kind: "usage",

@@ -7,6 +7,7 @@
  * | {@linkcode KubeApiError}              | the API server answered with a `Status` (409, 410, 422…) | 429, 5xx  |
  * | {@linkcode ResourceNotInstalledError} | the resource's CRD (or API group) is not installed       | no        |
  * | {@linkcode NotKubernetesApiError}     | something answers at the server URL, but not Kubernetes  | no        |
+ * | {@linkcode NotIdentityResourceError}  | the identity resource is served, but is not one          | no        |
  *
  * The client maps 401 and 403 to `StoreAccessDeniedError` (a 403 names the verb, the resource and
  * the RBAC rule to add), and transport failures to `StoreConnectionRefusedError`,
@@ -188,5 +189,28 @@ export class NotKubernetesApiError extends IdallocError {
   constructor(message: string, options?: IdallocErrorOptions) {
     super(message, options);
     this.name = "NotKubernetesApiError";
+  }
+}
+
+/**
+ * The resource named as the identity resource is served, but its objects are not identities: it
+ * is namespaced (Cilium's identities are cluster-scoped), or its objects are of another kind (a
+ * `Lease`, a `CiliumEndpoint`), as the API server's discovery tells. The message names the
+ * resource, what it is, and Cilium's. Not retryable: the configuration names the wrong resource.
+ */
+export class NotIdentityResourceError extends IdallocError {
+  /** The resource's full name, `<plural>.<group>/<version>`. */
+  readonly resource: string;
+
+  /**
+   * Creates the error.
+   * @param message which resource, what it is, and what to name instead
+   * @param resource `<plural>.<group>/<version>`
+   * @param options the `cause`
+   */
+  constructor(message: string, resource: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "NotIdentityResourceError";
+    this.resource = resource;
   }
 }

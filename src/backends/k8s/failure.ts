@@ -128,19 +128,37 @@ export function notKubernetes(
   );
 }
 
+/** The version Cilium v1.16 serves each of its CRDs that idalloc reads as, and its CRD file. */
+const CILIUM_CRDS: Readonly<Record<string, string>> = {
+  ciliumidentities: "v2",
+  ciliumendpoints: "v2",
+  ciliumendpointslices: "v2alpha1",
+};
+
+/** How to get `res` served, in words: one clause naming the fix. */
+function installHint(res: KubeResource): string {
+  const ciliumVersion = res.group === "cilium.io" ? CILIUM_CRDS[res.plural] : undefined;
+  if (ciliumVersion !== undefined) {
+    const apply = `kubectl apply -f pkg/k8s/apis/cilium.io/client/crds/${ciliumVersion}/` +
+      `${res.plural}.yaml of Cilium's source (Cilium's operator installs it when it starts)`;
+    return ciliumVersion === res.version
+      ? `install Cilium's CRD: ${apply}`
+      : `Cilium serves ${res.plural}.cilium.io as ${ciliumVersion}, not ${res.version}: name ` +
+        `${res.plural}.cilium.io/${ciliumVersion} (its CRD: ${apply})`;
+  }
+  if (res.group === "" || res.group.endsWith(".k8s.io")) {
+    return `this API server does not serve ${res.group || "core"}/${res.version}: it is too old ` +
+      "or the API is turned off";
+  }
+  return "install its CustomResourceDefinition (kubectl apply -f <its CRD manifest>) and wait " +
+    "until it is Established";
+}
+
 function missingResource(ctx: FailureContext): ResourceNotInstalledError {
   const res = ctx.resource!;
   const name = resourceName(res);
-  const how = res.group === "cilium.io"
-    ? `install Cilium's CRD (Cilium's operator installs it at start; or kubectl apply -f ` +
-      `${res.plural}.yaml from Cilium's pkg/k8s/apis/cilium.io/client/crds/${res.version}/)`
-    : res.group === "" || res.group.endsWith(".k8s.io")
-    ? `this API server does not serve ${res.group || "core"}/${res.version}: it is too old or ` +
-      "the API is turned off"
-    : `install its CustomResourceDefinition (kubectl apply -f <its CRD manifest>) and wait ` +
-      "until it is Established";
   return new ResourceNotInstalledError(
-    `${ctx.server} (${ctx.source}) does not serve ${name}/${res.version}: ${how}`,
+    `${ctx.server} (${ctx.source}) does not serve ${name}/${res.version}: ${installHint(res)}`,
     name,
   );
 }

@@ -3,16 +3,19 @@
  * store, then delete with a resource-version precondition.
  *
  * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the node Leases,
- *   then the `CiliumEndpoint`s of all namespaces. An identity is in use when a reference on it is
- *   live (`liveness.ts`) or an endpoint names it (`status.identity.id`). The order matters: a
- *   reference written after the Lease list would be judged by an older Lease; listed first, every
- *   reference predates the Lease it is judged by, and epochs are never revived.
+ *   then the `CiliumEndpoint`s of all namespaces and the `CiliumEndpointSlice`s. An identity is in
+ *   use by `users.ts`'s rule: a live reference on it (`liveness.ts`), an endpoint or slice naming
+ *   it, or a creation or mark less than the grace ago (the allocator's `gcGraceMs`, by default
+ *   Cilium's heartbeat timeout on this store: `K8sBackend.defaultGcGraceMs`). The order matters: a reference
+ *   written after the Lease list would be judged by an older Lease; listed first, every reference
+ *   predates the Lease it is judged by, and epochs are never revived.
  * - **Version** = the identity's resource version. Every acquire (a patch on the identity itself),
  *   release, mark and unmark changes it, so one precondition on the delete covers them all.
  * - **Mark** ({@linkcode gcMark}): Cilium's own `io.cilium.heartbeat` annotation (RFC 3339 time),
  *   written under the listed version; Cilium's agents and idalloc's nodes remove it when they use
  *   the identity. The candidate's `markedAt` is the mark's time, whoever wrote it (a previous
- *   process, Cilium's operator), so the grace counts from it.
+ *   process, Cilium's operator), so the grace counts from it (and the listing reports the
+ *   identity in use until then).
  * - **Delete** ({@linkcode gcDelete}): `DELETE` with `preconditions.resourceVersion`; then the
  *   key's claim, if it still names the ID and is quiet (guarded by its own version; a claim a
  *   node wrote recently may be that node re-creating the identity, see `claim.ts`: a later
@@ -40,7 +43,7 @@ import {
   rfc3339Nano,
 } from "./layout.ts";
 import { readNodeLeases, refLive } from "./liveness.ts";
-import { LEASES } from "./options.ts";
+import { LEASES, storeGraceMs } from "./options.ts";
 import { sweepLeases } from "./lease_gc.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
@@ -51,33 +54,9 @@ import {
   sweepClaims,
   sweepReferences,
 } from "./sweep.ts";
+import { inUse, readEndpointUsers } from "./users.ts";
 
 const log = idallocLogger("k8s");
-
-/** The IDs the endpoints name (`status.identity.id`). */
-export function endpointIds(endpoints: readonly KubeObject[]): Set<number> {
-  const ids = new Set<number>();
-  for (const cep of endpoints) {
-    const id = (cep.status as { identity?: { id?: unknown } } | undefined)?.identity?.id;
-    if (typeof id === "number" && Number.isSafeInteger(id)) ids.add(id);
-  }
-  return ids;
-}
-
-/** Whether `record` is in use: a live reference on it, or an endpoint naming it. */
-export function inUse(
-  record: Pick<IdentityRecord, "id" | "refs">,
-  leases: ReadonlyMap<string, NodeLeaseRecord>,
-  endpoints: ReadonlySet<number>,
-  now: number,
-  maxClockSkewMs: number,
-): boolean {
-  if (endpoints.has(record.id)) return true;
-  for (const [node, epoch] of record.refs) {
-    if (refLive(epoch, leases.get(node), now, maxClockSkewMs)) return true;
-  }
-  return false;
-}
 
 /** The GC candidate of `record` (see the module doc). */
 export function candidateOf(record: IdentityRecord, used: boolean): GcCandidate {
@@ -91,38 +70,14 @@ export function candidateOf(record: IdentityRecord, used: boolean): GcCandidate 
   };
 }
 
-let endpointsMissingWarned = false;
-
-/** Every endpoint of all namespaces; none when the resource is not installed (warned once). */
-async function listEndpoints(
-  ctx: K8sContext,
-  signal: AbortSignal,
-  tally?: Tally,
-): Promise<KubeObject[]> {
-  if (ctx.endpoints === undefined) return [];
-  try {
-    const client = countedClient(ctx.client, tally);
-    return (await listAll(client, ctx.endpoints, { allNamespaces: true, signal })).items;
-  } catch (err) {
-    if (!(err instanceof ResourceNotInstalledError)) throw err;
-    if (!endpointsMissingWarned) {
-      endpointsMissingWarned = true;
-      log.warning(
-        "no {plural}.{group} resource: GC counts no Cilium endpoints (no Cilium runs here?)",
-        { plural: ctx.endpoints.plural, group: ctx.endpoints.group },
-      );
-    }
-    return [];
-  }
-}
-
 /** What one GC listing read, in this order (module doc). */
 interface GcSnapshot {
   /** The time (own clock) before the identities were listed. */
   readonly listedAt: number;
   readonly items: readonly KubeObject[];
   readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
-  readonly endpoints: ReadonlySet<number>;
+  /** ID → the Cilium objects naming it (`users.ts`). */
+  readonly users: ReadonlyMap<number, readonly string[]>;
 }
 
 async function readGcSnapshot(
@@ -133,8 +88,8 @@ async function readGcSnapshot(
   const listedAt = ctx.settings.now();
   const { items } = await listAll(countedClient(ctx.client, tally), ctx.identities, { signal });
   const leases = await readNodeLeases(ctx, signal, tally);
-  const endpoints = endpointIds(await listEndpoints(ctx, signal, tally));
-  return { listedAt, items, leases, endpoints };
+  const users = await readEndpointUsers(ctx, signal, tally);
+  return { listedAt, items, leases, users };
 }
 
 /**
@@ -146,12 +101,15 @@ export async function* gcList(
   ctx: K8sContext,
   range: { min: number; max: number },
   signal: AbortSignal,
-  options: GcListOptions & { readonly sweep?: boolean } = {},
+  options: GcListOptions & { readonly sweep?: boolean; readonly graceMs?: number } = {},
   tally?: Tally,
 ): AsyncGenerator<GcCandidate> {
   const snap = await readGcSnapshot(ctx, signal, tally);
   checkCoordination(snap.items, ctx.namespace);
   const { now, maxClockSkewMs } = ctx.settings;
+  // The grace keeps what was created or marked within it (`users.ts`): the session's, else the
+  // store's default (Cilium's heartbeat timeout).
+  const use = { maxClockSkewMs, graceMs: options.graceMs ?? storeGraceMs(ctx.settings) };
   const holders = new Map<number, string | null>();
   const dead = new Map<number, Map<string, string>>();
   for (const obj of snap.items) {
@@ -175,7 +133,7 @@ export async function* gcList(
       });
     }
     const at = now();
-    const used = inUse(record, snap.leases, snap.endpoints, at, maxClockSkewMs);
+    const used = inUse(record, { leases: snap.leases, users: snap.users, now: at, settings: use });
     const gone = deadReferences(record, snap.leases, at, maxClockSkewMs);
     if (used && gone.size > 0) dead.set(record.id, gone);
     yield candidateOf(record, used);

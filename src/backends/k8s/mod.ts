@@ -36,6 +36,7 @@ export { K8sBackend, type K8sConnectOptions } from "./backend.ts";
 export type {
   K8sBackendOptions,
   K8sEndpointResourceOptions,
+  K8sEndpointSliceResourceOptions,
   K8sResourceOptions,
 } from "./options.ts";
 export { MAX_KEY_BYTES, MAX_NODES_PER_IDENTITY } from "./limits.ts";
@@ -63,6 +64,7 @@ export {
   type KubeStatus,
   type KubeStatusDetails,
   type KubeStatusReason,
+  NotIdentityResourceError,
   NotKubernetesApiError,
   ResourceNotInstalledError,
 } from "./errors.ts";

@@ -45,6 +45,16 @@ export interface K8sEndpointResourceOptions {
   readonly plural?: string;
 }
 
+/** The resource of Cilium's endpoint slices (`CiliumEndpointSlice`, clusters with CES enabled). */
+export interface K8sEndpointSliceResourceOptions {
+  /** API group. @default {the identity resource's group} */
+  readonly group?: string;
+  /** API version. @default {"v2alpha1"} */
+  readonly version?: string;
+  /** Plural resource name. @default {"ciliumendpointslices"} */
+  readonly plural?: string;
+}
+
 /** Options of {@linkcode K8sBackend.connect}. */
 export interface K8sBackendOptions {
   /**
@@ -70,12 +80,28 @@ export interface K8sBackendOptions {
    */
   readonly endpoints?: K8sEndpointResourceOptions | false;
   /**
+   * The endpoint-slice resource GC and the doctor read (an identity that an entry of a
+   * `CiliumEndpointSlice` names, `endpoints[].id`, is in use, as Cilium's operator counts it with
+   * CES enabled), or `false`. A resource that is not installed counts as none.
+   * @default {`ciliumendpointslices` of the identity resource's group, `v2alpha1`; off when
+   * `endpoints` is `false`}
+   */
+  readonly endpointSlices?: K8sEndpointSliceResourceOptions | false;
+  /**
    * Cilium operator's `--identity-heartbeat-timeout`: how long an identity it marked unused stays
    * before it deletes it. idalloc removes the mark from the identities it holds at once and at
    * every lease renewal, so the lease's renewal (a third of its TTL) must come well within it.
-   * @default {1800000}
+   * It is also this store's default GC grace (`gcGraceMs`): idalloc's GC keeps an identity
+   * created or marked unused less than that ago, as Cilium's operator does. @default {1800000}
    */
   readonly heartbeatTimeoutMs?: number;
+  /**
+   * How long GC and the doctor keep an identity created or marked unused less than that ago:
+   * this store's default GC grace (`K8sBackend.defaultGcGraceMs`; an allocator's own
+   * `gcGraceMs` overrides it). 0 turns that part of the rule off (where no Cilium agent creates
+   * identities, or in tests). @default {heartbeatTimeoutMs}
+   */
+  readonly gcGraceMs?: number;
   /**
    * The largest difference between two nodes' clocks, in ms. Lease expiry is judged with this
    * margin (a Lease's `renewTime` is its holder's clock), and a lease is never renewed this close
@@ -121,7 +147,16 @@ const schema = z.object({
       plural: dnsLabel.default("ciliumendpoints"),
     }).strict(),
   ]).prefault({}),
+  endpointSlices: z.union([
+    z.literal(false),
+    z.object({
+      group: subdomain.optional(),
+      version: dnsLabel.default("v2alpha1"),
+      plural: dnsLabel.default("ciliumendpointslices"),
+    }).strict(),
+  ]).optional(),
   heartbeatTimeoutMs: z.number().int().min(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
+  gcGraceMs: z.number().int().nonnegative().max(86_400_000).optional(),
   maxClockSkewMs: z.number().int().nonnegative().default(5_000),
   kubeconfig: z.string().min(1).optional(),
   context: z.string().min(1).optional(),
@@ -196,6 +231,32 @@ export function endpointResource(settings: K8sSettings): {
     plural: e.plural,
     namespaced: true,
   };
+}
+
+/**
+ * The endpoint-slice resource of `settings` (cluster-scoped), or `undefined` when GC must not read
+ * endpoint slices (off, or not given while `endpoints` is off).
+ */
+export function endpointSliceResource(settings: K8sSettings): {
+  readonly group: string;
+  readonly version: string;
+  readonly plural: string;
+  readonly namespaced: false;
+} | undefined {
+  const given = settings.endpointSlices;
+  if (given === false || (given === undefined && settings.endpoints === false)) return undefined;
+  const s: { group?: string; version?: string; plural?: string } = given ?? {};
+  return {
+    group: s.group ?? settings.resource.group,
+    version: s.version ?? "v2alpha1",
+    plural: s.plural ?? "ciliumendpointslices",
+    namespaced: false,
+  };
+}
+
+/** The store's GC grace: `gcGraceMs`, else Cilium operator's heartbeat timeout. */
+export function storeGraceMs(settings: K8sSettings): number {
+  return settings.gcGraceMs ?? settings.heartbeatTimeoutMs;
 }
 
 /** The node and claim Leases' resource (`coordination.k8s.io/v1` `leases`). */

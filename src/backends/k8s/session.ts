@@ -56,6 +56,8 @@ const LEASE_VERBS = ["get", "list", "create", "patch", "delete"] as const;
 export class K8sSession implements BackendSession {
   readonly #ctx: K8sContext;
   readonly #readOnly: boolean;
+  /** The allocator's GC grace (`SessionOptions.gcGraceMs`), for the GC listing. */
+  readonly #gcGraceMs: number | undefined;
   readonly #group = new TaskGroup("Kubernetes session");
   readonly #informer: IdentityInformer;
   readonly #lease: LeaseKeeper | undefined;
@@ -74,6 +76,7 @@ export class K8sSession implements BackendSession {
   ) {
     this.#ctx = ctx;
     this.#readOnly = options.readOnly;
+    this.#gcGraceMs = options.gcGraceMs;
     this.#onClose = onClose;
     const signal = this.#group.signal;
     if (!options.readOnly) {
@@ -260,6 +263,7 @@ export class K8sSession implements BackendSession {
     return gcList(this.#ctx, range, this.#group.bound(signal), {
       ...options,
       sweep: !this.#readOnly,
+      ...(this.#gcGraceMs === undefined ? {} : { graceMs: this.#gcGraceMs }),
     });
   }
 

@@ -67,6 +67,8 @@ export interface K8sStoreDescription {
   readonly maxClockSkewMs: number;
   /** Cilium operator's heartbeat timeout, in ms. */
   readonly heartbeatTimeoutMs: number;
+  /** GC's and the doctor's grace for new or freshly marked identities; the timeout when absent. */
+  readonly gcGraceMs?: number;
   /** How long connecting waits for the API server, in ms. */
   readonly connectTimeoutMs: number;
   /** Upper bound of one request, in ms. */
@@ -87,6 +89,7 @@ export const k8sStoreDescription: z.ZodType<K8sStoreDescription> = z.object({
   }).strict(),
   maxClockSkewMs: z.number().int().min(0),
   heartbeatTimeoutMs: z.number().int().min(1_000),
+  gcGraceMs: z.number().int().min(0).optional(),
   connectTimeoutMs: z.number().int().positive(),
   requestTimeoutMs: z.number().int().positive(),
 }).strict().refine((d) => !(d.inCluster && d.kubeconfig !== undefined), {
@@ -113,6 +116,12 @@ export const K8S_OPTIONS: readonly StoreOption[] = [
     description: "Cilium operator's --identity-heartbeat-timeout",
     default: "30m",
   },
+  {
+    flags: "--gc-grace <duration>",
+    description:
+      "how long gc and doctor keep an identity created or marked unused less than that ago " +
+      "(0s: not at all; default: --heartbeat-timeout)",
+  },
   // Deno KV declares it too (the CLI declares a shared option once): the same flag, both stores.
   {
     flags: "--clock-skew <duration>",
@@ -128,6 +137,7 @@ const k8sValues = z.object({
     "CiliumIdentity",
   ),
   heartbeatTimeout: durationFlag(1_000).default(CILIUM_HEARTBEAT_TIMEOUT_MS),
+  gcGrace: durationFlag(0).optional(),
   clockSkew: durationFlag(0).default(5_000),
 });
 
@@ -182,6 +192,7 @@ export function describeK8sStore(
     resource: { ...resource, kind: o.kind },
     maxClockSkewMs: o.clockSkew,
     heartbeatTimeoutMs: o.heartbeatTimeout,
+    ...(o.gcGrace === undefined ? {} : { gcGraceMs: o.gcGrace }),
     // Connecting answers within 5s (at most --timeout); a request may take --timeout.
     connectTimeoutMs: Math.min(DEFAULT_CONNECT_TIMEOUT_MS, context.timeoutMs),
     requestTimeoutMs: context.timeoutMs,

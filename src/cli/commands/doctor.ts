@@ -189,10 +189,25 @@ export function doctorModel(results: DoctorModel["results"], fix: boolean): Doct
   return { fix, results, count, remaining: results.length - count.removed, holders };
 }
 
+/**
+ * A holder that is not a node: on a Kubernetes store, a Cilium object naming the identity, or a
+ * write within Cilium's heartbeat timeout (`src/backends/k8s/users.ts`).
+ */
+const CILIUM_USER = /^(?:CiliumEndpoint |CiliumEndpointSlice |new or marked recently )/;
+
+/** The holders of `model` split into live nodes and Cilium's users. */
+function holderKinds(holders: readonly string[]): { nodes: string[]; users: string[] } {
+  return {
+    nodes: holders.filter((h) => !CILIUM_USER.test(h)),
+    users: holders.filter((h) => CILIUM_USER.test(h)),
+  };
+}
+
 /** The line that ends the progress display. */
-export function doctorSummary({ results, count, fix }: DoctorModel): string {
+export function doctorSummary({ results, count, fix, holders }: DoctorModel): string {
+  const by = holderKinds(holders).users.length > 0 ? "live nodes or Cilium" : "live nodes";
   return `found ${plural(results.length, "damaged entry", "damaged entries")}` +
-    (count.held > 0 ? ` (${count.held} held by live nodes)` : "") +
+    (count.held > 0 ? ` (${count.held} held by ${by})` : "") +
     (fix ? `, removed ${count.removed}` : "");
 }
 
@@ -225,8 +240,10 @@ export function doctorTable({ results, fix, count }: DoctorModel): {
 }
 
 /** Why held entries stay and what to do about them (`undefined`: none is held). */
-export function heldWarning({ count: { held }, holders: nodes }: DoctorModel): string | undefined {
+export function heldWarning({ count: { held }, holders }: DoctorModel): string | undefined {
   if (held === 0) return undefined;
+  const { nodes, users } = holderKinds(holders);
+  if (users.length > 0) return ciliumWarning(held, nodes);
   const them = nodes.length === 1 ? "it" : "them";
   const entries = held === 1 ? "it" : "them";
   return `${plural(held, "entry is", "entries are")} held by live ` +
@@ -235,6 +252,21 @@ export function heldWarning({ count: { held }, holders: nodes }: DoctorModel): s
     `entries back anyway. Stop ${them} (references go with their lease) or let ${them} ` +
     `repair ${entries} (a node holding a key rewrites its corrupt master at its next sync), ` +
     "then run 'idalloc doctor' again";
+}
+
+/**
+ * Why entries that Cilium uses (and maybe live nodes) stay: an identity an endpoint names, or one
+ * created or marked within the heartbeat timeout (an agent may be about to name it), is in use by pods.
+ */
+function ciliumWarning(held: number, nodes: readonly string[]): string {
+  const entries = held === 1 ? "it" : "them";
+  return `${plural(held, "entry is", "entries are")} in use by Cilium` +
+    (nodes.length === 0 ? "" : ` or held by live nodes ${nodes.join(", ")}`) +
+    ` (see HELD BY), so doctor leaves ${entries}: a CiliumEndpoint or CiliumEndpointSlice names ` +
+    "the identity, or it was created or marked less than Cilium's heartbeat timeout ago (an agent may be " +
+    "about to name it), and deleting it would take the identity from under running pods. Once " +
+    "no endpoint names it and the timeout (--heartbeat-timeout) has passed, run 'idalloc doctor' " +
+    "again";
 }
 
 /** The hint to run `doctor --fix` (`undefined` with `--fix`, or when nothing could go). */

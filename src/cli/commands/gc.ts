@@ -8,6 +8,11 @@
  * Only IDs in `[--min, --max]` are considered, and only IDs no live reference names are deleted. A
  * `--node` whose lease is live is refused (exit 4): the run would take that node's lease.
  *
+ * A store with a grace of its own (Kubernetes: Cilium operator's `--heartbeat-timeout`, 30 min)
+ * keeps it unless `--grace` is given: an identity created or marked less than that ago stays (and
+ * one a `CiliumEndpoint` or `CiliumEndpointSlice` names, always). One run then marks what is
+ * unused, and a run at least that much later (or `--every`) deletes it; the run says so.
+ *
  * @module
  */
 import { Allocator } from "../../allocator/allocator.ts";
@@ -79,9 +84,11 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
   if (refused !== undefined) return refused;
   // The operator paces the passes (two --grace apart, or one per --every): that gap is the grace
   // (the allocator's default, a lease TTL, is for passes a caller does not pace this way).
+  // A store's own grace (Kubernetes: Cilium's heartbeat timeout) holds unless --grace is given.
+  const storeGraceMs = options.graceMs === undefined ? store.backend.defaultGcGraceMs : undefined;
   await using allocator = await Allocator.open(store.backend, {
     ...allocatorOptions(ctx),
-    gcGraceMs: gapMs,
+    gcGraceMs: storeGraceMs ?? gapMs,
   }, {
     signal: ctx.signal,
   });
@@ -97,6 +104,14 @@ export async function gcCommand(ctx: RunContext, options: GcCommandOptions): Pro
           ? `: two passes ${formatDuration(gapMs)} apart`
           : `: one pass every ${formatDuration(gapMs)} until Ctrl-C`),
     );
+    if (storeGraceMs !== undefined && storeGraceMs > gapMs) {
+      output.err.line(
+        `note: this store keeps an ID created or marked less than ` +
+          `${formatDuration(storeGraceMs)} ago (on Kubernetes, as Cilium's operator: ` +
+          "--heartbeat-timeout), so a run at least that much later deletes what this one marks " +
+          "(or use --every; --grace overrides it)",
+      );
+    }
   }
   const progress = ctx.progress();
   let total = 0;

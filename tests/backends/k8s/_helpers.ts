@@ -19,7 +19,7 @@ import {
   type KubeTestCluster,
   sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
-import { endpointCrd } from "../../../src/backends/k8s/testing/crds.ts";
+import { endpointCrd, endpointSliceCrd } from "../../../src/backends/k8s/testing/crds.ts";
 
 export { eventually } from "../../_support/eventually.ts";
 
@@ -105,6 +105,11 @@ export interface K8sFixture extends AsyncDisposable {
   patchIdentity(id: number, body: unknown): Promise<KubeObject>;
   /** Creates a CiliumEndpoint naming identity `id` (as a Cilium agent would). */
   endpoint(name: string, id: number): Promise<void>;
+  /**
+   * Creates a CiliumEndpointSlice whose entries name `ids` (as Cilium's operator does with CES
+   * enabled); the first call installs the fixture's CiliumEndpointSlice CRD.
+   */
+  endpointSlice(name: string, ids: readonly number[]): Promise<void>;
 }
 
 /** A fresh fixture (see the module doc) on the shared server, or on `own`. */
@@ -130,6 +135,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
     namespaced: true,
   };
   const closers: (() => Promise<void>)[] = [];
+  let slices: Promise<unknown> | undefined;
   const options = (node: string, extra: Partial<K8sBackendOptions> = {}): K8sBackendOptions => ({
     node,
     namespace,
@@ -191,6 +197,27 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
         metadata: { name },
         status: { id: 1, identity: { id, labels: [] }, state: "ready" },
       }, { namespace, signal: deadline() });
+    },
+    async endpointSlice(name, ids) {
+      slices ??= cluster.installCrd(endpointSliceCrd(group));
+      await slices;
+      const resource = {
+        group,
+        version: "v2alpha1",
+        plural: "ciliumendpointslices",
+        namespaced: false,
+      } as const;
+      await client.create(resource, {
+        apiVersion: `${group}/v2alpha1`,
+        kind: "CiliumEndpointSlice",
+        metadata: { name },
+        namespace,
+        endpoints: ids.map((id, i) => ({
+          name: `${name}-pod-${i}`,
+          id,
+          networking: { addressing: [{ ipv4: `10.0.0.${i + 1}` }], node: "192.168.0.1" },
+        })),
+      }, { signal: deadline() });
     },
     async [Symbol.asyncDispose]() {
       // Allocators first (they close their sessions), then the backends.

@@ -82,6 +82,15 @@ Deno.test({
     assert.match(refused.stderr, /is live until .*: its reference to app=web; \(ID \d+\) stays/);
     stopWeb.abort();
     assert.equal(await holding, 0);
+    // On this store GC's grace is Cilium's heartbeat timeout: an identity created less than that
+    // ago stays (a Cilium agent may be about to name it); --grace (or --gc-grace) overrides it.
+    // The shared suites' store has no grace of its own (`--gc-grace 0s`); a user's has.
+    assert.deepEqual(args.slice(-2), ["--gc-grace", "0s"]);
+    const early = await cli([...args.slice(0, -2), "--lease-ttl", "2s", "gc"]);
+    assert.equal(early.code, 0, early.stderr);
+    assert.match(early.stdout, /^pass 1: 0 deleted, 0 unused \(marked\), \d+ remain\n/);
+    assert.match(early.stdout, /\npass 2: 0 deleted, 0 unused \(marked\)/, "created < 30 min ago");
+    assert.match(early.stderr, /note: this store keeps an ID created or marked less than 30m ago/);
     // Cilium's operator rule: the first pass marks (io.cilium.heartbeat), the second deletes.
     const gc = await cli([...args, "gc", "--grace", "0s", "--force", "--json"]);
     assert.equal(gc.code, 0, gc.stderr);

@@ -2,7 +2,10 @@
 // in, findings out — a duplicate held by a live node (its reference under the Lease's epoch) is
 // marked held, a stale claim and a Lease without an epoch are found, another resource's claim is
 // not this store's business; a stale claim only once quiet, not one naming a damaged identity
-// (removed with it); a reference without an epoch held by its live node; an oversized key.
+// (removed with it); a reference without an epoch held by its live node; an oversized key; a
+// duplicate a CiliumEndpoint or a CiliumEndpointSlice names, or created within Cilium's heartbeat
+// timeout, is held by GC's own rule. On the real API server, through the CLI: `doctor` shows who
+// uses each duplicate, `doctor --fix` removes only the unused one.
 import assert from "node:assert/strict";
 import { decodeToken } from "../../../src/allocator/damage.ts";
 import { claimQuietMs } from "../../../src/backends/k8s/claim.ts";
@@ -10,6 +13,8 @@ import { judgeDamage } from "../../../src/backends/k8s/doctor.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 import { claimName, nodeLeaseObject } from "../../../src/backends/k8s/layout.ts";
 import { resolveK8sOptions } from "../../../src/backends/k8s/options.ts";
+import { cli } from "../../cli/_run.ts";
+import { fixture, k8sTest } from "./_helpers.ts";
 
 const NOW = Date.UTC(2026, 0, 1);
 const ctx = {
@@ -43,9 +48,9 @@ Deno.test("findings of a snapshot: held duplicates, stale claims, Leases without
   delete noEpoch.metadata.annotations;
   const findings = judgeDamage(ctx, {
     identities: [
-      identity(300, "k;", "2026-01-01T00:00:00Z"),
-      identity(301, "k;", "2026-01-01T00:00:01Z", { a: "e1" }),
-      identity(302, "j;", "2026-01-01T00:00:00Z", { a: "e0" }),
+      identity(300, "k;", "2025-01-01T00:00:00Z"),
+      identity(301, "k;", "2025-01-01T00:00:01Z", { a: "e1" }),
+      identity(302, "j;", "2025-01-01T00:00:00Z", { a: "e0" }),
     ],
     nodeLeases: [live, noEpoch],
     claims: [
@@ -62,6 +67,36 @@ Deno.test("findings of a snapshot: held duplicates, stale claims, Leases without
       ["node-lease-undecodable", null, []],
     ],
   );
+});
+
+Deno.test("a duplicate an endpoint or a slice names, or created within the heartbeat timeout, is held; only the unused one is not", () => {
+  const recent = new Date(NOW - 60_000).toISOString();
+  const findings = judgeDamage(ctx, {
+    identities: [
+      identity(300, "k;", "2025-01-01T00:00:00Z"),
+      identity(301, "k;", "2025-01-01T00:00:01Z"),
+      identity(302, "k;", "2025-01-01T00:00:02Z"),
+      identity(303, "k;", "2025-01-01T00:00:03Z"),
+      identity(304, "k;", recent),
+    ],
+    nodeLeases: [],
+    claims: [],
+    endpoints: [{
+      metadata: { name: "pod-1", namespace: "prod" },
+      status: { identity: { id: 301 } },
+    }],
+    endpointSlices: [{ metadata: { name: "ces-1" }, endpoints: [{ name: "pod-2", id: 302 }] }],
+  });
+  const until = new Date(Date.parse(recent) + 1_000 + 30 * 60_000).toISOString().replace(
+    ".000",
+    "",
+  );
+  assert.deepEqual(findings.map((f) => [f.kind, f.id, f.heldBy ?? []]), [
+    ["key-duplicate", 301, ["CiliumEndpoint prod/pod-1"]],
+    ["key-duplicate", 302, ["CiliumEndpointSlice ces-1"]],
+    ["key-duplicate", 303, []],
+    ["key-duplicate", 304, [`new or marked recently (in use until ${until})`]],
+  ]);
 });
 
 Deno.test("claims: a young stale one is not damage yet, one naming a damaged identity is not stale", () => {
@@ -114,3 +149,62 @@ Deno.test("a key over the layout's limit is master-oversized", () => {
   });
   assert.deepEqual(findings.map((f) => [f.kind, f.id]), [["master-oversized", 5]]);
 });
+
+// On the real API server, through the CLI.
+
+k8sTest(
+  "doctor shows who uses each duplicate; --fix keeps those a CiliumEndpoint or a CiliumEndpointSlice names or that were created recently, and removes the unused one",
+  async () => {
+    await using fx = await fixture();
+    const labels = { "k8s:app": "web" };
+    await fx.createIdentity(300, labels); // Cilium's answer, the oldest
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // creation has 1 s resolution
+    for (const id of [301, 302, 303]) await fx.createIdentity(id, labels);
+    await fx.endpoint("pod-1", 301);
+    await fx.endpointSlice("ces-1", [302]);
+    // A heartbeat timeout the CLI's lease allows, passed for 301–303; 304 is created within it.
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
+    await fx.createIdentity(304, labels);
+    const kubeconfig = await fx.cluster.kubeconfig("admin", { namespace: fx.namespace });
+    const args = [
+      "--store",
+      `k8s:${kubeconfig}`,
+      "--prefix",
+      `ciliumidentities.${fx.group}/v2`,
+      "--heartbeat-timeout",
+      "4s",
+      "--lease-ttl",
+      "3s",
+      "--clock-skew",
+      "500ms",
+      "doctor",
+    ];
+    const held = (f: { id: number; heldBy?: string[] }) => [f.id, f.heldBy ?? []];
+
+    const listed = await cli([...args, "--json"]);
+    assert.equal(listed.code, 4, listed.stderr);
+    const findings = JSON.parse(listed.stdout);
+    assert.deepEqual(findings.map((f: { kind: string }) => f.kind), Array(4).fill("key-duplicate"));
+    assert.deepEqual(findings.map(held).slice(0, 3), [
+      [301, [`CiliumEndpoint ${fx.namespace}/pod-1`]],
+      [302, ["CiliumEndpointSlice ces-1"]],
+      [303, []],
+    ]);
+    assert.match(findings[3].heldBy.join(), /^new or marked recently \(in use until /);
+    const human = await cli(args);
+    assert.match(human.stdout, /HELD BY/);
+    assert.match(
+      human.stdout,
+      new RegExp(`key-duplicate .* CiliumEndpoint ${fx.namespace}/pod-1 +`),
+    );
+    assert.match(human.stderr, /in use by Cilium/);
+
+    const fixed = await cli([...args, "--fix", "--json"]);
+    assert.equal(fixed.code, 4, fixed.stderr);
+    assert.deepEqual(
+      JSON.parse(fixed.stdout).map((f: { id: number; outcome: string }) => [f.id, f.outcome]),
+      [[301, "held"], [302, "held"], [303, "removed"], [304, "held"]],
+    );
+    assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [300, 301, 302, 304]);
+  },
+);

@@ -44,7 +44,8 @@ k8sTest(
     await eventually(() => c1.lookup(db2)?.id === b2.id, "a new remote identity arrives live");
 
     await c2.release(b2);
-    const gc = await fx2.allocator("gc2", { min: 131072, max: 196607 });
+    // A lease TTL of grace (this store's own default is Cilium's 30 min).
+    const gc = await fx2.allocator("gc2", { min: 131072, max: 196607, gcGraceMs: 3_000 });
     await eventually(async () => (await gc.runGc()).deletedIds.includes(b2.id), "collected there");
     await eventually(() => c1.lookupById(b2.id) === undefined, "and gone here");
 

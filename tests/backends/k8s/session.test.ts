@@ -321,7 +321,8 @@ k8sTest(
       const { events, stop } = collect((signal) => a.watch({ signal }));
       blocked = true;
       await eventually(() => a.status().fence.active && a.status().fence.lapses > 0, "a fenced");
-      const gc = await fx.allocator("gc");
+      // A lease TTL of grace (the default elsewhere; this store's own is Cilium's 30 min).
+      const gc = await fx.allocator("gc", { gcGraceMs: 3_000 });
       await eventually(async () => (await gc.runGc()).deletedIds.includes(id), "GC collected it");
       // The ID goes to another key (as a Cilium node would take it).
       await fx.createIdentity(id, { "k8s:app": "taker" });

@@ -64,3 +64,11 @@ Deno.test("the CLI's hints for Kubernetes failures name kubeconfig things, not e
   }
   assert.equal(k8sDriver.failures?.StoreHostNotFoundError?.kind, "unavailable");
 });
+
+Deno.test("--gc-grace: the store's grace for new or freshly marked identities, --heartbeat-timeout's by default", () => {
+  assert.equal(describeK8sStore("", {}, CONTEXT).gcGraceMs, undefined, "the heartbeat timeout");
+  assert.equal(describeK8sStore("", { gcGrace: "0s" }, CONTEXT).gcGraceMs, 0);
+  assert.equal(describeK8sStore("", { gcGrace: "10m" }, CONTEXT).gcGraceMs, 600_000);
+  assert.throws(() => describeK8sStore("", { gcGrace: "soon" }, CONTEXT), /--gc-grace/);
+  k8sDriver.description.parse(describeK8sStore("", { gcGrace: "0s" }, CONTEXT));
+});

@@ -54,7 +54,7 @@ import {
   type KubeTestServerInfo,
   parseKubeTestServerInfo,
 } from "./attach.ts";
-import { type CrdManifest, endpointCrd, identityCrd } from "./crds.ts";
+import { type CrdManifest, endpointCrd, endpointSliceCrd, identityCrd } from "./crds.ts";
 
 /** The users every test server knows (token auth). */
 export type KubeTestUser =
@@ -104,7 +104,10 @@ export function kubeApiserverUnavailable(): string | undefined {
 
 /** Options of {@linkcode startKubeApiServer}. */
 export interface StartKubeApiServerOptions {
-  /** Install Cilium's `ciliumidentities` and `ciliumendpoints` CRDs (group `cilium.io`). @default {true} */
+  /**
+   * Install Cilium's `ciliumidentities`, `ciliumendpoints` and `ciliumendpointslices` CRDs (group
+   * `cilium.io`). @default {true}
+   */
   readonly ciliumCrds?: boolean;
   /**
    * The API server's watch cache size per resource (`--default-watch-cache-size`): a watch from
@@ -475,7 +478,7 @@ export const KUBE_APISERVER_SLOTS = 2;
 
 /** Cilium's CRDs (group `cilium.io`) a server gets unless `ciliumCrds: false`. */
 function ciliumCrds(): CrdManifest[] {
-  return [identityCrd(), endpointCrd()];
+  return [identityCrd(), endpointCrd(), endpointSliceCrd()];
 }
 
 /**

@@ -1,9 +1,10 @@
 /**
  * The CustomResourceDefinitions the Kubernetes backend's tests install, as plain objects: Cilium
- * v1.16's `CiliumIdentity` (cluster-scoped, `cilium.io/v2`, `security-labels`) and
- * `CiliumEndpoint` (namespaced, `status.identity.id`), with Cilium's names, scope and the schema
+ * v1.16's `CiliumIdentity` (cluster-scoped, `cilium.io/v2`, `security-labels`), `CiliumEndpoint`
+ * (namespaced, `status.identity.id`) and `CiliumEndpointSlice` (cluster-scoped,
+ * `cilium.io/v2alpha1`, `endpoints[].id`), with Cilium's names, scope and the schema
  * of every field idalloc reads or writes, copied from Cilium's generated CRDs
- * (`pkg/k8s/apis/cilium.io/client/crds/v2/`). CI has no Cilium build, so the tests take them from
+ * (`pkg/k8s/apis/cilium.io/client/crds/v2/`, `…/v2alpha1/`). CI has no Cilium build, so the tests take them from
  * here; `tests/backends/k8s/client_cluster.test.ts` checks them against Cilium's own YAML where a
  * Cilium build left it (`~/.cache/cilium-node/crds/`). Descriptions are left out.
  *
@@ -138,4 +139,60 @@ export function endpointCrd(group: string = CILIUM_GROUP): CrdManifest {
       },
     },
   }, {});
+}
+
+/**
+ * Cilium's `CiliumEndpointSlice` CRD (`group` as for {@linkcode identityCrd}): cluster-scoped,
+ * served as `v2alpha1` (Cilium v1.16), with the slim endpoints (`endpoints[]`: `name`, the
+ * identity's `id`, `networking`, `encryption`, `named-ports`) and the slice's `namespace`, as
+ * Cilium's operator writes them with CES enabled.
+ */
+export function endpointSliceCrd(group: string = CILIUM_GROUP): CrdManifest {
+  const crd = ciliumCrd(group, "CiliumEndpointSlice", ["ces"], "Cluster", {
+    required: ["endpoints", "metadata"],
+    properties: {
+      ...objectFields,
+      namespace: { type: "string" },
+      endpoints: {
+        type: "array",
+        items: {
+          type: "object",
+          properties: {
+            name: { type: "string" },
+            id: { type: "integer", format: "int64" },
+            encryption: { type: "object", properties: { key: { type: "integer" } } },
+            "named-ports": {
+              type: "array",
+              items: {
+                type: "object",
+                properties: {
+                  name: { type: "string" },
+                  port: { type: "integer" },
+                  protocol: { type: "string" },
+                },
+              },
+            },
+            networking: {
+              type: "object",
+              required: ["addressing"],
+              properties: {
+                addressing: {
+                  type: "array",
+                  items: {
+                    type: "object",
+                    properties: { ipv4: { type: "string" }, ipv6: { type: "string" } },
+                  },
+                },
+                node: { type: "string" },
+              },
+            },
+          },
+        },
+      },
+    },
+  }, {});
+  // Cilium v1.16 serves endpoint slices as v2alpha1 only, without a status subresource.
+  const [version] = crd.spec.versions;
+  const { subresources: _none, ...served } = version;
+  return { ...crd, spec: { ...crd.spec, versions: [{ ...served, name: "v2alpha1" }] } };
 }

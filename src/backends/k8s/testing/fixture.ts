@@ -67,6 +67,14 @@ import { endpointCrd } from "./crds.ts";
 /** The kubeconfig context the fixtures' kubeconfigs name (their current context is another). */
 export const FIXTURE_CONTEXT = "test";
 
+/**
+ * The store's own GC grace in the shared suites: none. They judge GC and the doctor by the
+ * allocator's rules, the same on every store (an allocator's `gcGraceMs` still applies); this
+ * store's default, Cilium's heartbeat timeout for new or freshly marked identities, is covered by
+ * `tests/backends/k8s/gc.test.ts` and `doctor.test.ts`.
+ */
+const SHARED_SUITES_GRACE_MS = 0;
+
 /** The clock-skew margin of a fixture backend. */
 export function k8sSkewMs(options?: NodeBackendOptions): number {
   return options?.fast ? 250 : 500;
@@ -106,6 +114,7 @@ export const openFromSpec: OpenFromSpec = async (
     namespace,
     resource: { group },
     maxClockSkewMs: k8sSkewMs(options),
+    gcGraceMs: SHARED_SUITES_GRACE_MS,
   });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };
 };
@@ -221,6 +230,7 @@ export class K8sStoreFixture implements StoreFixture {
       namespace: this.namespace,
       resource: { group: this.group },
       maxClockSkewMs: skew,
+      gcGraceMs: SHARED_SUITES_GRACE_MS,
     });
     this.#backends.push(backend);
     return backend;
@@ -246,6 +256,8 @@ export class K8sStoreFixture implements StoreFixture {
         `ciliumidentities.${this.group}/v2`,
         "--clock-skew",
         "250ms",
+        "--gc-grace",
+        "0s",
       ],
     };
   }
