@@ -28,7 +28,7 @@ import { K8sAdmin } from "./admin.ts";
 import type { K8sContext } from "./context.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { createKubeClient, type KubeClient } from "./client.ts";
-import { defaultKubeconfigPath, inClusterConnection, loadKubeconfig } from "./kubeconfig.ts";
+import { inClusterConnection, loadKubeconfig } from "./kubeconfig.ts";
 import { keyProblem } from "./layout.ts";
 import {
   endpointResource,
@@ -103,7 +103,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     if (client === undefined) {
       const connection = settings.inCluster
         ? await inClusterConnection()
-        : await loadKubeconfig(settings.kubeconfig ?? defaultKubeconfigPath(), settings.context);
+        : await loadKubeconfig(settings.kubeconfig, settings.context);
       client = await createKubeClient(connection, { requestTimeoutMs: settings.requestTimeoutMs });
     }
     const { group, version, kind } = settings.resource;

@@ -47,7 +47,7 @@ import {
 } from "../../errors.ts";
 import { certificateProblem } from "../etcd/failure.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
-import { createTransport, type HttpResponse, type HttpTransport } from "./http.ts";
+import { createTransport, type HttpResponse } from "./http.ts";
 import {
   answerFailure,
   type FailureContext,
@@ -62,6 +62,23 @@ import { KubeApiError } from "./errors.ts";
 import { type AccessReport, probeAccess, type ProbeTarget } from "./client_probe.ts";
 import { TokenSource } from "./client_token.ts";
 import { WatchStream } from "./client_watch.ts";
+import { ConnectionPool, type HealthCheckOptions } from "./client_pool.ts";
+import { sleep } from "../../abort.ts";
+
+/** How many times one call waits out a `Retry-After` (client-go's default of 10). */
+const MAX_RETRY_AFTER_WAITS = 10;
+/** The longest `Retry-After` one wait honours, in ms (longer ones fail the call at once). */
+const MAX_RETRY_AFTER_MS = 30_000;
+
+/** The wait a 429 or 503 asks for with its `Retry-After` (seconds), in ms; else `undefined`. */
+function retryAfterMs(res: HttpResponse): number | undefined {
+  if ((res.status !== 429 && res.status !== 503) || res.retryAfter === undefined) return undefined;
+  const seconds = Number(res.retryAfter.trim());
+  if (!Number.isInteger(seconds) || seconds < 0 || seconds * 1000 > MAX_RETRY_AFTER_MS) {
+    return undefined;
+  }
+  return seconds * 1000;
+}
 
 export type { AccessReport, KubeResource, KubeVerb, ProbeTarget };
 
@@ -283,7 +300,7 @@ export interface KubeClient extends AsyncDisposable {
 }
 
 /** Options of {@linkcode createKubeClient}. */
-export interface KubeClientOptions {
+export interface KubeClientOptions extends HealthCheckOptions {
   /** Deadline of each call but `watch` (connect, answer and body). @default {30000} */
   readonly requestTimeoutMs?: number;
   /** How often a `tokenFile` is re-read (a rotated service-account token). @default {60000} */
@@ -330,7 +347,7 @@ class HttpKubeClient implements KubeClient {
   readonly server: string;
   readonly namespace: string;
   readonly source: string;
-  readonly #transport: HttpTransport;
+  readonly #pool: ConnectionPool;
   readonly #token: TokenSource;
   readonly #timeoutMs: number;
   /** Whether this server was seen answering as Kubernetes (JSON `Status`, `/version`). */
@@ -346,12 +363,12 @@ class HttpKubeClient implements KubeClient {
 
   readonly connection: KubeConnection;
 
-  constructor(connection: KubeConnection, transport: HttpTransport, options: KubeClientOptions) {
+  constructor(connection: KubeConnection, pool: ConnectionPool, options: KubeClientOptions) {
     this.connection = connection;
     this.server = connection.server;
     this.namespace = connection.namespace;
     this.source = connection.source;
-    this.#transport = transport;
+    this.#pool = pool;
     this.#token = new TokenSource(connection, options.tokenRefreshMs ?? 60_000);
     this.#timeoutMs = options.requestTimeoutMs ?? 30_000;
   }
@@ -387,8 +404,10 @@ class HttpKubeClient implements KubeClient {
    */
   async #send(call: Call, signal: AbortSignal): Promise<HttpResponse> {
     if (this.#closed) throw new ClosedError(`the Kubernetes API client of ${this.server}`);
-    for (let attempt = 0;; attempt++) {
+    let refreshed = false;
+    for (let waits = 0;; waits++) {
       const auth = await this.#token.header();
+      const certificate = await this.#token.certificate();
       const headers: Record<string, string> = {
         accept: "application/json",
         "user-agent": "idalloc",
@@ -397,19 +416,31 @@ class HttpKubeClient implements KubeClient {
       };
       let res: HttpResponse;
       try {
-        res = await this.#transport.send({
+        res = await this.#pool.send({
           method: call.method,
           url: this.#url(call),
           headers,
           ...(call.body !== undefined && { body: JSON.stringify(call.body) }),
           signal,
-        });
+        }, certificate);
       } catch (err) {
         if (signal.aborted) throw signal.reason;
+        if (err instanceof StoreUnavailableError) throw err;
         throw await this.#noAnswer(err, call);
       }
-      if (res.status === 401 && attempt === 0 && await this.#token.reload()) {
+      if (res.status === 401 && !refreshed) {
+        refreshed = true;
+        if (await this.#token.reload()) {
+          await res.cancel();
+          continue;
+        }
+      }
+      // The server said when to come back (API priority and fairness' 429, a 503 while it starts):
+      // wait that long and send again, as client-go does, while the deadline allows.
+      const wait = retryAfterMs(res);
+      if (wait !== undefined && waits < MAX_RETRY_AFTER_WAITS) {
         await res.cancel();
+        await sleep(wait, signal);
         continue;
       }
       return res;
@@ -537,6 +568,8 @@ class HttpKubeClient implements KubeClient {
       return await body(controller.signal);
     } catch (err) {
       if (err === timeout) {
+        // No answer in time may be a dead connection: have the pool check itself now.
+        this.#pool.suspect();
         throw new StoreUnavailableError(
           `${this.server} (${this.source}) gave no answer within ${timeoutMs} ms`,
           { cause: err },
@@ -716,6 +749,7 @@ class HttpKubeClient implements KubeClient {
         response = await this.#send(call, stream.signal);
       } catch (err) {
         if (signal?.aborted) return;
+        if (stream.idle !== undefined) this.#pool.suspect();
         throw stream.idle ?? err;
       }
       stream.headReceived();
@@ -741,7 +775,10 @@ class HttpKubeClient implements KubeClient {
         if (event !== undefined) yield event;
       }
     } catch (err) {
-      if (stream.idle !== undefined) throw stream.idle;
+      if (stream.idle !== undefined) {
+        this.#pool.suspect();
+        throw stream.idle;
+      }
       if (stream.aborted) return;
       // The server's own failure (an ERROR event: 410, 500…) as it was classified.
       if (err instanceof IdallocError) throw err;
@@ -831,7 +868,7 @@ class HttpKubeClient implements KubeClient {
   close(): Promise<void> {
     if (!this.#closed) {
       this.#closed = true;
-      this.#transport.close();
+      this.#pool.close();
     }
     return Promise.resolve();
   }
@@ -886,10 +923,11 @@ export async function createKubeClient(
       );
     }
   }
-  let transport: HttpTransport;
+  let pool: ConnectionPool;
   try {
-    transport = await createTransport(connection);
+    pool = await ConnectionPool.open(connection, options);
   } catch (err) {
+    if (err instanceof InvalidOptionsError) throw err;
     throw new StoreTlsError(
       `${connection.server} (${connection.source}): the TLS settings are not usable ` +
         `(${errorMessage(err)})`,
@@ -897,5 +935,5 @@ export async function createKubeClient(
       { cause: err },
     );
   }
-  return new HttpKubeClient(connection, transport, options);
+  return new HttpKubeClient(connection, pool, options);
 }

@@ -64,6 +64,11 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
     hint: () =>
       "check the kubeconfig's certificate-authority (-data) and client certificate for this server",
   },
+  CredentialPluginError: {
+    kind: "usage",
+    hint: () =>
+      "check the exec plugin of the kubeconfig's user: installed, logged in, and runs without a terminal",
+  },
   StoreHostNotFoundError: { kind: "unavailable" },
   StoreConnectionRefusedError: {
     kind: "unavailable",

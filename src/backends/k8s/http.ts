@@ -37,6 +37,8 @@ export interface TransportSettings {
   readonly insecureSkipTlsVerify?: boolean;
   /** Verify the server's certificate against this name. */
   readonly tlsServerName?: string;
+  /** A proxy: `http://`, `https://` (CONNECT for an `https://` server) or `socks5://` (Deno only). */
+  readonly proxyUrl?: string;
 }
 
 /** One request. */
@@ -59,6 +61,8 @@ export interface HttpResponse {
   readonly status: number;
   /** The `content-type` header, lowercased (`""` when absent). */
   readonly contentType: string;
+  /** The `retry-after` header, when present. */
+  readonly retryAfter?: string;
   /** The body as text. */
   text(): Promise<string>;
   /** The body as it arrives. */
@@ -93,8 +97,15 @@ export async function createTransport(settings: TransportSettings): Promise<Http
 }
 
 function fetchTransport(deno: typeof Deno, settings: TransportSettings): HttpTransport {
+  const proxy = settings.proxyUrl;
   const options: Deno.CreateHttpClientOptions = {
     ...(settings.ca !== undefined && { caCerts: [settings.ca] }),
+    ...(proxy !== undefined && {
+      proxy: {
+        transport: proxy.slice(0, proxy.indexOf(":")) as "http" | "https" | "socks5",
+        url: proxy,
+      },
+    }),
   };
   const client = settings.cert !== undefined && settings.key !== undefined
     ? deno.createHttpClient({ ...options, cert: settings.cert, key: settings.key })
@@ -110,9 +121,11 @@ function fetchTransport(deno: typeof Deno, settings: TransportSettings): HttpTra
         body: request.body,
         signal: request.signal,
       } as RequestInit);
+      const retryAfter = res.headers.get("retry-after");
       return {
         status: res.status,
         contentType: (res.headers.get("content-type") ?? "").toLowerCase(),
+        ...(retryAfter !== null && { retryAfter }),
         text: () => res.text(),
         async *chunks() {
           if (res.body === null) return;
@@ -136,15 +149,20 @@ async function nodeTransport(settings: TransportSettings): Promise<HttpTransport
   const secure = settings.server.startsWith("https:");
   // Imported here: Deno users with verified TLS never load node:https.
   const lib = secure ? await import("node:https") : await import("node:http");
-  const agent: HttpAgent | HttpsAgent = secure
-    ? new (lib as typeof import("node:https")).Agent({
+  const options = secure
+    ? {
       keepAlive: true,
       ...(settings.ca !== undefined && { ca: settings.ca }),
       ...(settings.cert !== undefined && { cert: settings.cert, key: settings.key }),
       ...(settings.insecureSkipTlsVerify && { rejectUnauthorized: false }),
       ...(settings.tlsServerName !== undefined && { servername: settings.tlsServerName }),
-    })
-    : new lib.Agent({ keepAlive: true });
+    }
+    : { keepAlive: true };
+  const agent: HttpAgent | HttpsAgent = settings.proxyUrl !== undefined
+    ? await (await import("./http_proxy.ts")).tunnelAgent(settings.proxyUrl, secure, options)
+    : secure
+    ? new (lib as typeof import("node:https")).Agent(options)
+    : new lib.Agent(options);
   return {
     kind: "node",
     send(request: HttpRequest): Promise<HttpResponse> {
@@ -172,9 +190,11 @@ function byteLength(text: string): number {
 }
 
 function nodeResponse(res: IncomingMessage): HttpResponse {
+  const retryAfter = res.headers["retry-after"];
   return {
     status: res.statusCode ?? 0,
     contentType: String(res.headers["content-type"] ?? "").toLowerCase(),
+    ...(typeof retryAfter === "string" && { retryAfter }),
     async text() {
       const parts: Uint8Array[] = [];
       for await (const chunk of res) parts.push(chunk as Uint8Array);
