@@ -405,6 +405,7 @@ class HttpKubeClient implements KubeClient {
   async #send(call: Call, signal: AbortSignal): Promise<HttpResponse> {
     if (this.#closed) throw new ClosedError(`the Kubernetes API client of ${this.server}`);
     let refreshed = false;
+    let retried = false;
     for (let waits = 0;; waits++) {
       const auth = await this.#token.header();
       const certificate = await this.#token.certificate();
@@ -425,7 +426,15 @@ class HttpKubeClient implements KubeClient {
         }, certificate);
       } catch (err) {
         if (signal.aborted) throw signal.reason;
-        if (err instanceof StoreUnavailableError) throw err;
+        if (err instanceof StoreUnavailableError) {
+          // The pool was found dead under this request and rebuilt: a read is safe to send again
+          // (a write may have been applied, so its caller decides).
+          if (call.method === "GET" && !retried) {
+            retried = true;
+            continue;
+          }
+          throw err;
+        }
         throw await this.#noAnswer(err, call);
       }
       if (res.status === 401 && !refreshed) {

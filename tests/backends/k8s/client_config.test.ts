@@ -159,7 +159,8 @@ current-context: x
       /auth-provider 'oidc' has no id-token.*kubelogin/,
     ],
     [
-      base.replace("6443\"", '6443", proxy-url: "ftp://p:1"') + "users: [{name: u, user: {token: t}}]",
+      base.replace('6443"', '6443", proxy-url: "ftp://p:1"') +
+      "users: [{name: u, user: {token: t}}]",
       undefined,
       /proxy-url 'ftp:\/\/p:1' is not an http:\/\/, https:\/\/ or socks5:\/\/ URL/,
     ],
