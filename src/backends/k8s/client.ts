@@ -423,7 +423,10 @@ class HttpKubeClient implements KubeClient {
           headers,
           ...(call.body !== undefined && { body: JSON.stringify(call.body) }),
           signal,
-        }, certificate);
+        }, {
+          ...(certificate !== undefined && { certificate }),
+          streaming: call.query?.watch !== undefined,
+        });
       } catch (err) {
         if (signal.aborted) throw signal.reason;
         if (err instanceof StoreUnavailableError) {
@@ -487,9 +490,10 @@ class HttpKubeClient implements KubeClient {
 
   /** Runs `call` and returns its JSON body (throws the typed failure for a non-2xx answer). */
   async #json(call: Call, accept404 = false): Promise<unknown> {
-    return await this.#bounded(call.signal, async (signal) => {
+    return await this.#bounded(call.signal, async (signal, progress) => {
       const res = await this.#send(call, signal);
-      const text = await this.#readText(res, signal);
+      progress();
+      const text = await this.#readText(res, signal, progress);
       if (res.status === 404 && accept404) {
         const failure = await this.#failure(res, text, call);
         if (failure instanceof KubeApiError && failure.is("NotFound")) return undefined;
@@ -500,9 +504,23 @@ class HttpKubeClient implements KubeClient {
     });
   }
 
-  async #readText(res: HttpResponse, signal: AbortSignal): Promise<string> {
+  /**
+   * The body of `res` as text; `progress` is told of every chunk (a large list on a slow link
+   * keeps its deadline moving while it arrives).
+   */
+  async #readText(
+    res: HttpResponse,
+    signal: AbortSignal,
+    progress?: () => void,
+  ): Promise<string> {
     try {
-      return await res.text();
+      const decoder = new TextDecoder();
+      let text = "";
+      for await (const chunk of res.chunks()) {
+        progress?.();
+        text += decoder.decode(chunk, { stream: true });
+      }
+      return text + decoder.decode();
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       throw new StoreUnavailableError(
@@ -560,21 +578,28 @@ class HttpKubeClient implements KubeClient {
 
   /**
    * Runs `body` under a signal that aborts with the caller's `signal` or after the request
-   * timeout; a timeout becomes `StoreUnavailableError`. Leaves no timer or listener behind.
+   * timeout; a timeout becomes `StoreUnavailableError`. `body` may call `progress` as an answer's
+   * parts arrive: the timeout then starts again, so it bounds silence, not the size of a body.
+   * Leaves no timer or listener behind.
    */
   async #bounded<T>(
     signal: AbortSignal | undefined,
-    body: (signal: AbortSignal) => Promise<T>,
+    body: (signal: AbortSignal, progress: () => void) => Promise<T>,
     timeoutMs = this.#timeoutMs,
   ): Promise<T> {
     if (signal?.aborted) throw signal.reason;
     const controller = new AbortController();
     const timeout = new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError");
-    const timer = setTimeout(() => controller.abort(timeout), timeoutMs);
+    const arm = () => setTimeout(() => controller.abort(timeout), timeoutMs);
+    let timer = arm();
+    const progress = () => {
+      clearTimeout(timer);
+      timer = arm();
+    };
     const onAbort = () => controller.abort(signal!.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      return await body(controller.signal);
+      return await body(controller.signal, progress);
     } catch (err) {
       if (err === timeout) {
         // No answer in time may be a dead connection: have the pool check itself now.

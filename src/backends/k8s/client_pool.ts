@@ -42,11 +42,29 @@ export interface HealthCheckOptions {
   readonly pingTimeoutMs?: number;
 }
 
+/** A request open on the pool: how to fail it, and when it last read a byte. */
+interface OpenRequest {
+  readonly controller: AbortController;
+  /** A watch: silence is its normal state, only a dead pool fails it here. */
+  readonly streaming: boolean;
+  lastRead: number;
+}
+
 /** One pool's life: its transport and the requests open on it. */
 interface Generation {
   readonly transport: HttpTransport;
   readonly cert: string | undefined;
-  readonly open: Set<AbortController>;
+  readonly open: Set<OpenRequest>;
+  /** Replaced: close the transport once its last request ends. */
+  retired: boolean;
+}
+
+/** How {@linkcode ConnectionPool.send} sends. */
+export interface SendOptions {
+  /** The client certificate an exec plugin gave. */
+  readonly certificate?: ClientCertificate;
+  /** A watch (see {@linkcode OpenRequest.streaming}). */
+  readonly streaming?: boolean;
 }
 
 /** The pool (see the module doc). */
@@ -56,9 +74,7 @@ export class ConnectionPool {
   readonly #pingMs: number;
   #current: Generation;
   #rebuilding: Promise<Generation> | undefined;
-  #lastRead = Date.now();
   #timer: ReturnType<typeof setInterval> | undefined;
-  #pinging = false;
   #ping: AbortController | undefined;
   #closed = false;
   /** The client certificate connections present (the kubeconfig's, or an exec plugin's). */
@@ -74,7 +90,7 @@ export class ConnectionPool {
     this.#settings = settings;
     this.#idleMs = options.healthCheckIdleMs ?? 30_000;
     this.#pingMs = options.pingTimeoutMs ?? 15_000;
-    this.#current = { transport, cert: settings.cert, open: new Set() };
+    this.#current = { transport, cert: settings.cert, open: new Set(), retired: false };
     if (settings.cert !== undefined && settings.key !== undefined) {
       this.#cert = { cert: settings.cert, key: settings.key };
     }
@@ -94,23 +110,31 @@ export class ConnectionPool {
   }
 
   /**
-   * Sends `request` over the pool (rebuilt first when `certificate`, an exec plugin's, is not the
-   * one it connects with). The response's body counts as open until read or cancelled.
+   * Sends `request` over the pool (rebuilt first when an exec plugin's certificate is not the one
+   * it connects with). The response's body counts as open until read or cancelled.
    */
-  async send(request: HttpRequest, certificate?: ClientCertificate): Promise<HttpResponse> {
+  async send(request: HttpRequest, options: SendOptions = {}): Promise<HttpResponse> {
     let gen = this.#current;
+    const { certificate } = options;
     if (certificate !== undefined && certificate.cert !== gen.cert) {
       gen = await this.#rebuild("the exec plugin gave a new client certificate", certificate);
     }
-    const controller = new AbortController();
-    const onAbort = () => controller.abort(request.signal.reason);
     if (request.signal.aborted) throw request.signal.reason;
+    const open: OpenRequest = {
+      controller: new AbortController(),
+      streaming: options.streaming === true,
+      lastRead: Date.now(),
+    };
+    const { controller } = open;
+    const onAbort = () => controller.abort(request.signal.reason);
     request.signal.addEventListener("abort", onAbort, { once: true });
     const release = () => {
       request.signal.removeEventListener("abort", onAbort);
-      if (gen.open.delete(controller) && this.#openCount() === 0) this.#stopChecks();
+      if (!gen.open.delete(open)) return;
+      if (gen.retired && gen.open.size === 0) gen.transport.close();
+      if (this.#current.open.size === 0) this.#stopChecks();
     };
-    gen.open.add(controller);
+    gen.open.add(open);
     this.#startChecks();
     let res: HttpResponse;
     try {
@@ -121,61 +145,14 @@ export class ConnectionPool {
       if (controller.signal.aborted && !request.signal.aborted) throw controller.signal.reason;
       throw err;
     }
-    this.#read();
-    return this.#tracked(res, controller, release);
-  }
-
-  /** `res` with every read noted (the health check's clock) and its end releasing the request. */
-  #tracked(res: HttpResponse, controller: AbortController, release: () => void): HttpResponse {
-    const read = () => this.#read();
-    const dead = () => controller.signal.aborted ? controller.signal.reason : undefined;
-    return {
-      status: res.status,
-      contentType: res.contentType,
-      ...(res.retryAfter !== undefined && { retryAfter: res.retryAfter }),
-      async text() {
-        try {
-          const text = await res.text();
-          read();
-          return text;
-        } catch (err) {
-          throw dead() ?? err;
-        } finally {
-          release();
-        }
-      },
-      async *chunks() {
-        try {
-          for await (const chunk of res.chunks()) {
-            read();
-            yield chunk;
-          }
-        } catch (err) {
-          throw dead() ?? err;
-        } finally {
-          release();
-        }
-      },
-      async cancel() {
-        release();
-        await res.cancel();
-      },
-    };
-  }
-
-  #read(): void {
-    this.#lastRead = Date.now();
-  }
-
-  #openCount(): number {
-    return this.#current.open.size;
+    open.lastRead = Date.now();
+    return tracked(res, open, release);
   }
 
   #startChecks(): void {
     if (this.#timer !== undefined || this.#closed) return;
-    this.#lastRead = Date.now();
     const every = Math.max(50, Math.floor(this.#idleMs / 4));
-    this.#timer = setInterval(() => this.#check(), every);
+    this.#timer = setInterval(() => void this.#check(), every);
   }
 
   #stopChecks(): void {
@@ -183,11 +160,18 @@ export class ConnectionPool {
     this.#timer = undefined;
   }
 
+  /**
+   * The read-idle check: a ping when an open request has been silent for the idle period (or at
+   * once when `now`). No answer: the pool is dead, rebuild it. An answer over HTTP/2 proves the
+   * one connection every request shares; over HTTP/1.1 (`node:https`) it came on another socket,
+   * so a silent request that is no watch sits on a dead one: it fails and a new pool takes over.
+   */
   async #check(now = false): Promise<void> {
-    if (this.#pinging || this.#closed) return;
-    if (!now && Date.now() - this.#lastRead < this.#idleMs) return;
-    this.#pinging = true;
+    if (this.#ping !== undefined || this.#closed) return;
     const gen = this.#current;
+    const since = Date.now() - this.#idleMs;
+    const silent = [...gen.open].filter((o) => o.lastRead <= since);
+    if (!now && silent.length === 0) return;
     const controller = new AbortController();
     this.#ping = controller;
     const timer = setTimeout(() => controller.abort(), this.#pingMs);
@@ -199,23 +183,28 @@ export class ConnectionPool {
         signal: controller.signal,
       });
       await res.cancel();
-      // Any answer, even a refusal, proves the connection carries bytes.
-      this.#read();
     } catch (err) {
-      if (gen === this.#current && !this.#closed && !controller.signal.reason?.closing) {
-        log.warning("no answer from {server} to a health-check ping in {ms} ms: reconnecting", {
-          server: this.#settings.server,
-          ms: this.#pingMs,
-          err: String(err),
-        });
-        await this.#rebuild(`no answer to a health-check ping within ${this.#pingMs} ms`)
-          .catch(() => {});
-      }
+      if (gen !== this.#current || this.#closed) return;
+      log.warning("no answer from {server} to a health-check ping in {ms} ms: reconnecting", {
+        server: this.#settings.server,
+        ms: this.#pingMs,
+        err: String(err),
+      });
+      await this.#rebuild(`no answer to a health-check ping within ${this.#pingMs} ms`)
+        .catch(() => {});
+      return;
     } finally {
       clearTimeout(timer);
-      this.#pinging = false;
       this.#ping = undefined;
     }
+    if (gen.transport.kind !== "node" || gen !== this.#current) return;
+    const dead = silent.filter((o) => !o.streaming && gen.open.has(o));
+    if (dead.length === 0) return;
+    await this.#rebuild(
+      `no byte for ${this.#idleMs} ms on a connection while the server answers on another`,
+      undefined,
+      dead,
+    ).catch(() => {});
   }
 
   /**
@@ -227,8 +216,15 @@ export class ConnectionPool {
     void this.#check(true);
   }
 
-  /** A new transport in place of the current one; the old one's open requests fail with `why`. */
-  #rebuild(why: string, certificate?: ClientCertificate): Promise<Generation> {
+  /**
+   * A new transport in place of the current one. The old one's requests in `failing` (all of
+   * them by default) fail with `why`; it closes once none is left.
+   */
+  #rebuild(
+    why: string,
+    certificate?: ClientCertificate,
+    failing?: readonly OpenRequest[],
+  ): Promise<Generation> {
     this.#rebuilding ??= (async () => {
       const old = this.#current;
       const cert = certificate ?? this.#cert;
@@ -238,17 +234,18 @@ export class ConnectionPool {
         return old;
       }
       this.#cert = cert;
-      const gen: Generation = { transport, cert: cert?.cert, open: new Set() };
+      const gen: Generation = { transport, cert: cert?.cert, open: new Set(), retired: false };
       this.#current = gen;
       this.rebuilds++;
       const reason = new StoreUnavailableError(
         `${this.#settings.server}: the connection was dropped and opened again (${why})`,
       );
-      for (const controller of old.open) controller.abort(reason);
-      old.open.clear();
-      old.transport.close();
-      if (this.#openCount() === 0) this.#stopChecks();
-      this.#lastRead = Date.now();
+      old.retired = true;
+      for (const o of failing ?? [...old.open]) o.controller.abort(reason);
+      // Each aborted request releases itself; a transport without requests left closes now.
+      if (failing === undefined) old.open.clear();
+      if (old.open.size === 0) old.transport.close();
+      if (gen.open.size === 0) this.#stopChecks();
       return gen;
     })().finally(() => (this.#rebuilding = undefined));
     return this.#rebuilding;
@@ -259,7 +256,44 @@ export class ConnectionPool {
     if (this.#closed) return;
     this.#closed = true;
     this.#stopChecks();
-    this.#ping?.abort({ closing: true });
+    this.#ping?.abort();
     this.#current.transport.close();
   }
+}
+
+/** `res` with every read noted (the health check's clock) and its end releasing the request. */
+function tracked(res: HttpResponse, open: OpenRequest, release: () => void): HttpResponse {
+  const dead = () => open.controller.signal.aborted ? open.controller.signal.reason : undefined;
+  return {
+    status: res.status,
+    contentType: res.contentType,
+    ...(res.retryAfter !== undefined && { retryAfter: res.retryAfter }),
+    async text() {
+      try {
+        const text = await res.text();
+        open.lastRead = Date.now();
+        return text;
+      } catch (err) {
+        throw dead() ?? err;
+      } finally {
+        release();
+      }
+    },
+    async *chunks() {
+      try {
+        for await (const chunk of res.chunks()) {
+          open.lastRead = Date.now();
+          yield chunk;
+        }
+      } catch (err) {
+        throw dead() ?? err;
+      } finally {
+        release();
+      }
+    },
+    async cancel() {
+      release();
+      await res.cancel();
+    },
+  };
 }

@@ -85,7 +85,7 @@ k8sTest(
 
 test("k8s heal: a 429 with Retry-After is waited out and sent again", async () => {
   const seen: number[] = [];
-  const server = createServer((req, res) => {
+  const server = createServer((_req, res) => {
     seen.push(Date.now());
     if (seen.length === 1) {
       res.writeHead(429, { "content-type": "application/json", "retry-after": "1" });
