@@ -22,6 +22,11 @@ export interface Forwarder extends LoopbackProxy {
   stall(): void;
   /** Closes every open connection (new ones are forwarded). */
   drop(): void;
+  /**
+   * From now on, passes the server's bytes to the client `pieceBytes` at a time, one piece every
+   * `delayMs` (a slow link: the answer keeps coming, slowly).
+   */
+  slow(pieceBytes: number, delayMs: number): void;
 }
 
 async function listen(server: Server): Promise<string> {
@@ -39,15 +44,43 @@ function closer(server: Server, sockets: Set<Socket>): () => Promise<void> {
     });
 }
 
-/** Pipes `a` and `b` both ways, unless `stalled()` says to swallow the bytes. */
-function pipe(a: Socket, b: Socket, stalled: () => boolean): void {
+/** How {@linkcode pipe} passes the bytes of `b` to `a`. */
+interface Pace {
+  readonly pieceBytes: number;
+  readonly delayMs: number;
+}
+
+/**
+ * Pipes `a` and `b` both ways, unless `stalled()` says to swallow the bytes; `pace()` slows what
+ * `b` sends to `a`.
+ */
+function pipe(
+  a: Socket,
+  b: Socket,
+  stalled: () => boolean,
+  pace: () => Pace | undefined = () => undefined,
+): void {
   a.on("data", (chunk) => {
     if (!stalled()) b.write(chunk);
   });
+  let queue = Buffer.alloc(0);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const pump = () => {
+    timer = undefined;
+    const p = pace();
+    if (p === undefined || queue.length === 0) return;
+    a.write(queue.subarray(0, p.pieceBytes));
+    queue = queue.subarray(p.pieceBytes);
+    if (queue.length > 0) timer = setTimeout(pump, p.delayMs);
+  };
   b.on("data", (chunk) => {
-    if (!stalled()) a.write(chunk);
+    if (stalled()) return;
+    if (pace() === undefined) return void a.write(chunk);
+    queue = Buffer.concat([queue, chunk]);
+    if (timer === undefined) pump();
   });
   const end = () => {
+    clearTimeout(timer);
     a.destroy();
     b.destroy();
   };
@@ -110,6 +143,7 @@ export async function startForwarder(target: string): Promise<Forwarder> {
   const stalled = new WeakSet<Socket>();
   const open = new Set<Socket>();
   let accepted = 0;
+  let pace: Pace | undefined;
   const at = target.lastIndexOf(":");
   const server = createServer((client) => {
     accepted++;
@@ -120,7 +154,7 @@ export async function startForwarder(target: string): Promise<Forwarder> {
     }
     open.add(client);
     client.on("close", () => open.delete(client));
-    pipe(client, upstream, () => stalled.has(client));
+    pipe(client, upstream, () => stalled.has(client), () => pace);
   });
   const address = await listen(server);
   const close = closer(server, sockets);
@@ -134,6 +168,9 @@ export async function startForwarder(target: string): Promise<Forwarder> {
     },
     drop() {
       for (const c of open) c.destroy();
+    },
+    slow(pieceBytes, delayMs) {
+      pace = { pieceBytes, delayMs };
     },
     close,
     [Symbol.asyncDispose]: close,

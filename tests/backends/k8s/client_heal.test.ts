@@ -119,3 +119,39 @@ test("k8s heal: a 429 with Retry-After is waited out and sent again", async () =
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+k8sTest(
+  "a large list on a slow link: the request timeout bounds silence, not the body",
+  async () => {
+    const cluster = await sharedKubeApiServer();
+    await using admin = await cluster.client();
+    const run = crypto.randomUUID().slice(0, 8);
+    const names = Array.from(
+      { length: 30 },
+      () => `${100_000 + Math.floor(Math.random() * 900_000)}`,
+    );
+    const unique = [...new Set(names)];
+    for (const name of unique) {
+      await admin.create(CILIUM, {
+        metadata: { name, labels: { "idalloc-heal": run } },
+        "security-labels": { "k8s:blob": "x".repeat(4096) },
+      });
+    }
+    try {
+      await using forwarder = await startForwarder(new URL(cluster.server).host);
+      await using client = await createKubeClient(
+        { ...cluster.connection("admin"), server: `https://${forwarder.address}` },
+        { requestTimeoutMs: 1_000 },
+      );
+      await client.list(CILIUM, { limit: 1 }); // the connection, at full speed
+      // About 130 KiB at 8 KiB every 200 ms: over 3 s in all, never 1 s without a byte.
+      forwarder.slow(8192, 200);
+      const list = await client.list(CILIUM, { labelSelector: `idalloc-heal=${run}` });
+      assert.equal(list.items.length, unique.length);
+    } finally {
+      for (const name of unique) {
+        await admin.delete(CILIUM, name);
+      }
+    }
+  },
+);

@@ -20,6 +20,7 @@ import {
 } from "../../../src/backends/k8s/testing/cluster.ts";
 import { apiServerTests } from "./_client_support.ts";
 import { startConnectProxy } from "./_proxies.ts";
+import { makeCerts } from "../../_support/tls.ts";
 
 const k8sTest = apiServerTests("kubeconfig");
 const CILIUM = identityResource();
@@ -350,3 +351,27 @@ k8sTest("proxy-url: the client reaches the server through a CONNECT proxy", asyn
     assert.ok(proxy.accepted >= 1, "the connection went through the proxy");
   });
 });
+
+k8sTest(
+  "the kubeconfig's CA replaces the runtime's roots, as client-go trusts only it",
+  async () => {
+    const cluster = await sharedKubeApiServer();
+    await withDir(async (dir) => {
+      const other = await makeCerts(dir);
+      const child = new URL("./_ca_child.ts", import.meta.url).pathname;
+      const run = async (caFile: string) => {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["run", "-A", child],
+          // The runtime's roots trust the server's real CA: only the kubeconfig's may count.
+          env: { DENO_CERT: cluster.caFile, SERVER: cluster.server, CA_FILE: caFile },
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        return new TextDecoder().decode(out.stdout).trim() ||
+          new TextDecoder().decode(out.stderr).trim();
+      };
+      assert.equal(await run(cluster.caFile), "ok");
+      assert.match(await run(other.ca), /^StoreTlsError: /);
+    });
+  },
+);
