@@ -19,7 +19,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { errorMessage, InvalidOptionsError } from "../../errors.ts";
-import { type ExecCredential, runExecPlugin } from "./client_exec.ts";
+import type { ExecCredential } from "./client_exec.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
 
 /** A client certificate and its key, PEM. */
@@ -73,7 +73,9 @@ export class TokenSource {
   }
 
   #run(): Promise<ExecCredential> {
-    this.#running ??= runExecPlugin(this.connection.exec!, this.connection.source)
+    // Loaded only for a kubeconfig with an exec plugin: the others never load node:child_process.
+    this.#running ??= import("./client_exec.ts")
+      .then(({ runExecPlugin }) => runExecPlugin(this.connection.exec!, this.connection.source))
       .then((credential) => (this.#exec = credential))
       .finally(() => (this.#running = undefined));
     return this.#running;
