@@ -76,6 +76,8 @@ export class ConnectionPool {
   #rebuilding: Promise<Generation> | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #ping: AbortController | undefined;
+  /** When a ping was last answered. */
+  #pingedAt = 0;
   #closed = false;
   /** The client certificate connections present (the kubeconfig's, or an exec plugin's). */
   #cert: ClientCertificate | undefined;
@@ -171,7 +173,8 @@ export class ConnectionPool {
     const gen = this.#current;
     const since = Date.now() - this.#idleMs;
     const silent = [...gen.open].filter((o) => o.lastRead <= since);
-    if (!now && silent.length === 0) return;
+    // An answered ping counts as a read for the idle clock, as an HTTP/2 PING's ack does.
+    if (!now && (silent.length === 0 || this.#pingedAt > since)) return;
     const controller = new AbortController();
     this.#ping = controller;
     const timer = setTimeout(() => controller.abort(), this.#pingMs);
@@ -183,6 +186,7 @@ export class ConnectionPool {
         signal: controller.signal,
       });
       await res.cancel();
+      this.#pingedAt = Date.now();
     } catch (err) {
       if (gen !== this.#current || this.#closed) return;
       log.warning("no answer from {server} to a health-check ping in {ms} ms: reconnecting", {

@@ -46,7 +46,11 @@ k8sTest(
       { ...cluster.connection("admin"), server },
       { requestTimeoutMs: 20_000, healthCheckIdleMs: 1_000, pingTimeoutMs: 1_000 },
     );
-    const { resourceVersion } = await client.list(CILIUM, { limit: 1 });
+    // Three lists at once: over HTTP/1.1 (node:https, as with a kubeconfig CA) the pool then holds
+    // idle connections that the stall catches too, so later requests land on dead ones.
+    const [{ resourceVersion }] = await Promise.all(
+      [1, 2, 3].map(() => client.list(CILIUM, { limit: 1 })),
+    );
     const controller = new AbortController();
     const events = client.watch(CILIUM, { resourceVersion, signal: controller.signal })
       [Symbol.asyncIterator]();
