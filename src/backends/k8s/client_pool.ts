@@ -166,7 +166,8 @@ export class ConnectionPool {
    * The read-idle check: a ping when an open request has been silent for the idle period (or at
    * once when `now`). No answer: the pool is dead, rebuild it. An answer over HTTP/2 proves the
    * one connection every request shares; over HTTP/1.1 (`node:https`) it came on another socket,
-   * so a silent request that is no watch sits on a dead one: it fails and a new pool takes over.
+   * so a silent request that is no watch sits on a dead one: it fails, with the silent watches,
+   * and a new pool takes over.
    */
   async #check(now = false): Promise<void> {
     if (this.#ping !== undefined || this.#closed) return;
@@ -202,8 +203,12 @@ export class ConnectionPool {
       this.#ping = undefined;
     }
     if (gen.transport.kind !== "node" || gen !== this.#current) return;
-    const dead = silent.filter((o) => !o.streaming && gen.open.has(o));
-    if (dead.length === 0) return;
+    // A silent request that is no watch is proof: its socket is dead while new ones work (an old
+    // path through a swapped load balancer). The silent watches opened over the same path are
+    // then taken as dead too (a watch again from its last version is cheap); a lone silent watch
+    // is left to its idle timeout, as silence is its normal state.
+    const dead = silent.filter((o) => gen.open.has(o));
+    if (!dead.some((o) => !o.streaming)) return;
     await this.#rebuild(
       `no byte for ${this.#idleMs} ms on a connection while the server answers on another`,
       undefined,

@@ -55,6 +55,7 @@ k8sTest(
     const events = client.watch(CILIUM, { resourceVersion, signal: controller.signal })
       [Symbol.asyncIterator]();
     const first = events.next();
+    first.catch(() => {}); // asserted below; it may fail before the list comes back
     // Let the watch's request reach the server, then stall every connection open now.
     await new Promise((resolve) => setTimeout(resolve, 300));
     const before = forwarder.accepted;
