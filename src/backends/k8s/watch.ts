@@ -42,7 +42,7 @@ import { listAll } from "./paging.ts";
 import { type Backoff, backoffDelay } from "../../allocator/backoff.ts";
 
 /** The reconnect backoff: full jitter, doubling from {@linkcode WATCH_RETRY_MIN_MS} up to 30 s. */
-const WATCH_BACKOFF: Backoff = {
+export const WATCH_BACKOFF: Backoff = {
   initialMs: WATCH_RETRY_MIN_MS,
   maxMs: WATCH_RETRY_MAX_MS,
   factor: 2,

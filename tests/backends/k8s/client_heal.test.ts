@@ -17,6 +17,8 @@ import { StoreUnavailableError } from "../../../src/errors.ts";
 import { test } from "../../_support/test.ts";
 import { apiServerTests } from "./_client_support.ts";
 import { startForwarder } from "./_proxies.ts";
+import { backoffDelay } from "../../../src/allocator/backoff.ts";
+import { WATCH_BACKOFF } from "../../../src/backends/k8s/watch.ts";
 
 const k8sTest = apiServerTests("heal");
 
@@ -165,3 +167,10 @@ k8sTest(
     }
   },
 );
+
+test("k8s heal: the informer's reconnect backoff is jittered and grows to client-go's 30 s", () => {
+  // The ceiling after many failures in a row, and a draw below it: never the same fixed step.
+  assert.equal(backoffDelay(WATCH_BACKOFF, 20, () => 1), 30_000);
+  assert.equal(backoffDelay(WATCH_BACKOFF, 20, () => 0.5), 15_000);
+  assert.equal(backoffDelay(WATCH_BACKOFF, 0, () => 1), WATCH_BACKOFF.initialMs);
+});
