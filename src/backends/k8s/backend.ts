@@ -29,7 +29,7 @@ import { ServerClock } from "./clock.ts";
 import type { K8sContext } from "./context.ts";
 import { findDamage, removeDamage } from "./doctor.ts";
 import { createKubeClient, type KubeClient } from "./client.ts";
-import { defaultKubeconfigPath, inClusterConnection, loadKubeconfig } from "./kubeconfig.ts";
+import { inClusterConnection, loadKubeconfig } from "./kubeconfig.ts";
 import { keyProblem } from "./layout.ts";
 import {
   endpointResource,
@@ -106,7 +106,7 @@ export class K8sBackend implements Backend, StoreDoctor, AsyncDisposable {
     if (client === undefined) {
       const connection = settings.inCluster
         ? await inClusterConnection()
-        : await loadKubeconfig(settings.kubeconfig ?? defaultKubeconfigPath(), settings.context);
+        : await loadKubeconfig(settings.kubeconfig, settings.context);
       client = await createKubeClient(connection, { requestTimeoutMs: settings.requestTimeoutMs });
     }
     const { group, version, kind } = settings.resource;

@@ -47,7 +47,7 @@ import {
 } from "../../errors.ts";
 import { certificateProblem } from "../shared/tls.ts";
 import type { KubeConnection } from "./kubeconfig.ts";
-import { createTransport, type HttpResponse, type HttpTransport } from "./http.ts";
+import { createTransport, type HttpResponse } from "./http.ts";
 import {
   answerFailure,
   type FailureContext,
@@ -62,6 +62,23 @@ import { KubeApiError } from "./errors.ts";
 import { type AccessReport, probeAccess, type ProbeTarget } from "./client_probe.ts";
 import { TokenSource } from "./client_token.ts";
 import { WatchStream } from "./client_watch.ts";
+import { ConnectionPool, type HealthCheckOptions } from "./client_pool.ts";
+import { sleep } from "../../abort.ts";
+
+/** How many times one call waits out a `Retry-After` (client-go's default of 10). */
+const MAX_RETRY_AFTER_WAITS = 10;
+/** The longest `Retry-After` one wait honours, in ms (longer ones fail the call at once). */
+const MAX_RETRY_AFTER_MS = 30_000;
+
+/** The wait a 429 or 503 asks for with its `Retry-After` (seconds), in ms; else `undefined`. */
+function retryAfterMs(res: HttpResponse): number | undefined {
+  if ((res.status !== 429 && res.status !== 503) || res.retryAfter === undefined) return undefined;
+  const seconds = Number(res.retryAfter.trim());
+  if (!Number.isInteger(seconds) || seconds < 0 || seconds * 1000 > MAX_RETRY_AFTER_MS) {
+    return undefined;
+  }
+  return seconds * 1000;
+}
 
 export type { AccessReport, KubeResource, KubeVerb, ProbeTarget };
 
@@ -283,7 +300,7 @@ export interface KubeClient extends AsyncDisposable {
 }
 
 /** Options of {@linkcode createKubeClient}. */
-export interface KubeClientOptions {
+export interface KubeClientOptions extends HealthCheckOptions {
   /** Deadline of each call but `watch` (connect, answer and body). @default {30000} */
   readonly requestTimeoutMs?: number;
   /** How often a `tokenFile` is re-read (a rotated service-account token). @default {60000} */
@@ -330,7 +347,7 @@ class HttpKubeClient implements KubeClient {
   readonly server: string;
   readonly namespace: string;
   readonly source: string;
-  readonly #transport: HttpTransport;
+  readonly #pool: ConnectionPool;
   readonly #token: TokenSource;
   readonly #timeoutMs: number;
   /** Whether this server was seen answering as Kubernetes (JSON `Status`, `/version`). */
@@ -346,12 +363,12 @@ class HttpKubeClient implements KubeClient {
 
   readonly connection: KubeConnection;
 
-  constructor(connection: KubeConnection, transport: HttpTransport, options: KubeClientOptions) {
+  constructor(connection: KubeConnection, pool: ConnectionPool, options: KubeClientOptions) {
     this.connection = connection;
     this.server = connection.server;
     this.namespace = connection.namespace;
     this.source = connection.source;
-    this.#transport = transport;
+    this.#pool = pool;
     this.#token = new TokenSource(connection, options.tokenRefreshMs ?? 60_000);
     this.#timeoutMs = options.requestTimeoutMs ?? 30_000;
   }
@@ -387,8 +404,11 @@ class HttpKubeClient implements KubeClient {
    */
   async #send(call: Call, signal: AbortSignal): Promise<HttpResponse> {
     if (this.#closed) throw new ClosedError(`the Kubernetes API client of ${this.server}`);
-    for (let attempt = 0;; attempt++) {
+    let refreshed = false;
+    let retried = false;
+    for (let waits = 0;; waits++) {
       const auth = await this.#token.header();
+      const certificate = await this.#token.certificate();
       const headers: Record<string, string> = {
         accept: "application/json",
         "user-agent": "idalloc",
@@ -397,19 +417,42 @@ class HttpKubeClient implements KubeClient {
       };
       let res: HttpResponse;
       try {
-        res = await this.#transport.send({
+        res = await this.#pool.send({
           method: call.method,
           url: this.#url(call),
           headers,
           ...(call.body !== undefined && { body: JSON.stringify(call.body) }),
           signal,
+        }, {
+          ...(certificate !== undefined && { certificate }),
+          streaming: call.query?.watch !== undefined,
         });
       } catch (err) {
         if (signal.aborted) throw signal.reason;
+        if (err instanceof StoreUnavailableError) {
+          // The pool was found dead under this request and rebuilt: a read is safe to send again
+          // (a write may have been applied, so its caller decides).
+          if (call.method === "GET" && !retried) {
+            retried = true;
+            continue;
+          }
+          throw err;
+        }
         throw await this.#noAnswer(err, call);
       }
-      if (res.status === 401 && attempt === 0 && await this.#token.reload()) {
+      if (res.status === 401 && !refreshed) {
+        refreshed = true;
+        if (await this.#token.reload()) {
+          await res.cancel();
+          continue;
+        }
+      }
+      // The server said when to come back (API priority and fairness' 429, a 503 while it starts):
+      // wait that long and send again, as client-go does, while the deadline allows.
+      const wait = retryAfterMs(res);
+      if (wait !== undefined && waits < MAX_RETRY_AFTER_WAITS) {
         await res.cancel();
+        await sleep(wait, signal);
         continue;
       }
       return res;
@@ -447,9 +490,10 @@ class HttpKubeClient implements KubeClient {
 
   /** Runs `call` and returns its JSON body (throws the typed failure for a non-2xx answer). */
   async #json(call: Call, accept404 = false): Promise<unknown> {
-    return await this.#bounded(call.signal, async (signal) => {
+    return await this.#bounded(call.signal, async (signal, progress) => {
       const res = await this.#send(call, signal);
-      const text = await this.#readText(res, signal);
+      progress();
+      const text = await this.#readText(res, signal, progress);
       if (res.status === 404 && accept404) {
         const failure = await this.#failure(res, text, call);
         if (failure instanceof KubeApiError && failure.is("NotFound")) return undefined;
@@ -460,9 +504,23 @@ class HttpKubeClient implements KubeClient {
     });
   }
 
-  async #readText(res: HttpResponse, signal: AbortSignal): Promise<string> {
+  /**
+   * The body of `res` as text; `progress` is told of every chunk (a large list on a slow link
+   * keeps its deadline moving while it arrives).
+   */
+  async #readText(
+    res: HttpResponse,
+    signal: AbortSignal,
+    progress?: () => void,
+  ): Promise<string> {
     try {
-      return await res.text();
+      const decoder = new TextDecoder();
+      let text = "";
+      for await (const chunk of res.chunks()) {
+        progress?.();
+        text += decoder.decode(chunk, { stream: true });
+      }
+      return text + decoder.decode();
     } catch (err) {
       if (signal.aborted) throw signal.reason;
       throw new StoreUnavailableError(
@@ -520,23 +578,32 @@ class HttpKubeClient implements KubeClient {
 
   /**
    * Runs `body` under a signal that aborts with the caller's `signal` or after the request
-   * timeout; a timeout becomes `StoreUnavailableError`. Leaves no timer or listener behind.
+   * timeout; a timeout becomes `StoreUnavailableError`. `body` may call `progress` as an answer's
+   * parts arrive: the timeout then starts again, so it bounds silence, not the size of a body.
+   * Leaves no timer or listener behind.
    */
   async #bounded<T>(
     signal: AbortSignal | undefined,
-    body: (signal: AbortSignal) => Promise<T>,
+    body: (signal: AbortSignal, progress: () => void) => Promise<T>,
     timeoutMs = this.#timeoutMs,
   ): Promise<T> {
     if (signal?.aborted) throw signal.reason;
     const controller = new AbortController();
     const timeout = new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError");
-    const timer = setTimeout(() => controller.abort(timeout), timeoutMs);
+    const arm = () => setTimeout(() => controller.abort(timeout), timeoutMs);
+    let timer = arm();
+    const progress = () => {
+      clearTimeout(timer);
+      timer = arm();
+    };
     const onAbort = () => controller.abort(signal!.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      return await body(controller.signal);
+      return await body(controller.signal, progress);
     } catch (err) {
       if (err === timeout) {
+        // No answer in time may be a dead connection: have the pool check itself now.
+        this.#pool.suspect();
         throw new StoreUnavailableError(
           `${this.server} (${this.source}) gave no answer within ${timeoutMs} ms`,
           { cause: err },
@@ -716,6 +783,7 @@ class HttpKubeClient implements KubeClient {
         response = await this.#send(call, stream.signal);
       } catch (err) {
         if (signal?.aborted) return;
+        if (stream.idle !== undefined) this.#pool.suspect();
         throw stream.idle ?? err;
       }
       stream.headReceived();
@@ -741,7 +809,10 @@ class HttpKubeClient implements KubeClient {
         if (event !== undefined) yield event;
       }
     } catch (err) {
-      if (stream.idle !== undefined) throw stream.idle;
+      if (stream.idle !== undefined) {
+        this.#pool.suspect();
+        throw stream.idle;
+      }
       if (stream.aborted) return;
       // The server's own failure (an ERROR event: 410, 500…) as it was classified.
       if (err instanceof IdallocError) throw err;
@@ -837,7 +908,7 @@ class HttpKubeClient implements KubeClient {
   close(): Promise<void> {
     if (!this.#closed) {
       this.#closed = true;
-      this.#transport.close();
+      this.#pool.close();
     }
     return Promise.resolve();
   }
@@ -892,10 +963,11 @@ export async function createKubeClient(
       );
     }
   }
-  let transport: HttpTransport;
+  let pool: ConnectionPool;
   try {
-    transport = await createTransport(connection);
+    pool = await ConnectionPool.open(connection, options);
   } catch (err) {
+    if (err instanceof InvalidOptionsError) throw err;
     throw new StoreTlsError(
       `${connection.server} (${connection.source}): the TLS settings are not usable ` +
         `(${errorMessage(err)})`,
@@ -903,5 +975,5 @@ export async function createKubeClient(
       { cause: err },
     );
   }
-  return new HttpKubeClient(connection, transport, options);
+  return new HttpKubeClient(connection, pool, options);
 }

@@ -73,6 +73,11 @@ export const K8S_FAILURES: Readonly<Record<string, DriverFailure>> = {
   NamespaceNotFoundError: { kind: "usage" },
   CoordinationNamespaceError: { kind: "usage" },
   ClockSkewError: { kind: "usage" },
+  CredentialPluginError: {
+    kind: "usage",
+    hint: () =>
+      "check the exec plugin of the kubeconfig's user: installed, logged in, and runs without a terminal",
+  },
   StoreHostNotFoundError: { kind: "unavailable" },
   StoreConnectionRefusedError: {
     kind: "unavailable",

@@ -8,6 +8,7 @@
  * | {@linkcode ResourceNotInstalledError} | the resource's CRD (or API group) is not installed       | no        |
  * | {@linkcode NotKubernetesApiError}     | something answers at the server URL, but not Kubernetes  | no        |
  * | {@linkcode NotIdentityResourceError}  | the identity resource is served, but is not one          | no        |
+ * | {@linkcode CredentialPluginError}     | an `exec` credential plugin gave no credential           | no        |
  *
  * The client maps 401 and 403 to `StoreAccessDeniedError` (a 403 names the verb, the resource and
  * the RBAC rule to add), and transport failures to `StoreConnectionRefusedError`,
@@ -212,5 +213,28 @@ export class NotIdentityResourceError extends IdallocError {
     super(message, options);
     this.name = "NotIdentityResourceError";
     this.resource = resource;
+  }
+}
+
+/**
+ * A kubeconfig user's `exec` credential plugin gave no usable credential: the program is not
+ * installed (the message carries its `installHint`), it failed (the message carries the end of its
+ * standard error), it needs a terminal (`interactiveMode: Always`), or it printed no valid
+ * `ExecCredential`. Not retryable as such: the plugin's setup (a login, a missing tool) is at fault.
+ */
+export class CredentialPluginError extends IdallocError {
+  /** The plugin's command. */
+  readonly command: string;
+
+  /**
+   * Creates the error.
+   * @param message which plugin, and what went wrong
+   * @param command the plugin's command
+   * @param options the `cause`
+   */
+  constructor(message: string, command: string, options?: IdallocErrorOptions) {
+    super(message, options);
+    this.name = "CredentialPluginError";
+    this.command = command;
   }
 }

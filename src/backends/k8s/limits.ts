@@ -40,10 +40,13 @@ export const ENSURE_CONCURRENCY = 8;
 /** Rounds per held key when a write of `ensure` met a changed object. */
 export const MAX_ENSURE_ROUNDS = 3;
 
-/** Backoff bounds between watch (re)starts after failures, in ms. */
-export const WATCH_RETRY_MIN_MS = 50;
-/** See {@linkcode WATCH_RETRY_MIN_MS}. */
-export const WATCH_RETRY_MAX_MS = 2_000;
+/**
+ * Backoff bounds between watch (re)starts after failures, in ms: the ceiling doubles from this
+ * after each failure in a row, and each wait is drawn below it (full jitter).
+ */
+export const WATCH_RETRY_MIN_MS = 100;
+/** The ceiling's cap (client-go's reflector backs off to 30 s). */
+export const WATCH_RETRY_MAX_MS = 30_000;
 
 /** The shortest server-side timeout of one watch, in seconds (client-go's reflector's: 5 min). */
 export const WATCH_TIMEOUT_SECONDS = 300;

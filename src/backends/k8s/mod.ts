@@ -54,12 +54,18 @@ export { IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 export { createKubeClient } from "./client.ts";
 export type * from "./client.ts";
 export {
+  defaultKubeconfigPaths,
+  type ExecApiVersion,
+  type ExecClusterInfo,
+  type ExecPlugin,
   inClusterConnection,
   type InClusterPaths,
   type KubeConnection,
   loadKubeconfig,
 } from "./kubeconfig.ts";
+export type { HealthCheckOptions } from "./client_pool.ts";
 export {
+  CredentialPluginError,
   KubeApiError,
   type KubeStatus,
   type KubeStatusDetails,

@@ -47,7 +47,7 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export interface K8sStoreDescription {
   /**
    * The kubeconfig file (absolute); absent with `inCluster`, and for kubectl's default
-   * (`$KUBECONFIG`'s first file, else `~/.kube/config`).
+   * (`$KUBECONFIG`'s files merged, else `~/.kube/config`).
    */
   readonly kubeconfig?: string;
   /** Whether the pod's service account is used instead of a kubeconfig. */

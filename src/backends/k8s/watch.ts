@@ -41,6 +41,14 @@ import {
 } from "./limits.ts";
 import { OwnWrites } from "./own_writes.ts";
 import { listAll } from "./paging.ts";
+import { type Backoff, backoffDelay } from "../../allocator/backoff.ts";
+
+/** The reconnect backoff: full jitter, doubling from {@linkcode WATCH_RETRY_MIN_MS} up to 30 s. */
+export const WATCH_BACKOFF: Backoff = {
+  initialMs: WATCH_RETRY_MIN_MS,
+  maxMs: WATCH_RETRY_MAX_MS,
+  factor: 2,
+};
 
 const log = idallocLogger("k8s", "watch");
 
@@ -213,7 +221,8 @@ export class IdentityInformer {
     const signal = this.#signal;
     /** Why the identities are listed next (`undefined`: they are not). */
     let relist: RelistReason | undefined = "initial";
-    let pause = WATCH_RETRY_MIN_MS;
+    /** Failures in a row: the backoff's exponent. */
+    let failures = 0;
     while (!signal.aborted) {
       try {
         if (relist !== undefined) {
@@ -222,7 +231,7 @@ export class IdentityInformer {
           relist = undefined;
         }
         await this.#watch();
-        pause = WATCH_RETRY_MIN_MS;
+        failures = 0;
       } catch (err) {
         if (signal.aborted) return;
         if (isStatus(err, 410)) {
@@ -240,11 +249,12 @@ export class IdentityInformer {
           err: errorMessage(err),
         });
         try {
-          await sleep(pause, signal);
+          // Jittered and capped as client-go's reflector: nodes that lost the server together do
+          // not come back together, and a server that is down long is asked at most every 30 s.
+          await sleep(backoffDelay(WATCH_BACKOFF, failures++), signal);
         } catch {
           return;
         }
-        pause = Math.min(pause * 2, WATCH_RETRY_MAX_MS);
       }
     }
   }

@@ -135,7 +135,34 @@ current-context: x
     [
       `${base}users: [{name: u, user: {exec: {command: aws}}}]`,
       undefined,
-      /credential plugins \(exec, auth-provider\) are not supported/,
+      /is not a kubeconfig: 'users\.0\.user\.exec\.apiVersion'/,
+    ],
+    [
+      `${base}users: [{name: u, user: {exec: {command: aws, apiVersion: ` +
+      `client.authentication.k8s.io/v1alpha1}}}]`,
+      undefined,
+      /apiVersion 'client\.authentication\.k8s\.io\/v1alpha1' is not supported/,
+    ],
+    [
+      `${base}users: [{name: u, user: {auth-provider: {name: gcp}}}]`,
+      undefined,
+      /auth-provider 'gcp' is not supported .*gke-gcloud-auth-plugin/,
+    ],
+    [
+      `${base}users: [{name: u, user: {auth-provider: {name: azure}}}]`,
+      undefined,
+      /auth-provider 'azure' is not supported .*kubelogin convert-kubeconfig/,
+    ],
+    [
+      `${base}users: [{name: u, user: {auth-provider: {name: oidc, config: {}}}}]`,
+      undefined,
+      /auth-provider 'oidc' has no id-token.*kubelogin/,
+    ],
+    [
+      base.replace('6443"', '6443", proxy-url: "ftp://p:1"') +
+      "users: [{name: u, user: {token: t}}]",
+      undefined,
+      /proxy-url 'ftp:\/\/p:1' is not an http:\/\/, https:\/\/ or socks5:\/\/ URL/,
     ],
     [
       `${base}users: [{name: u, user: {client-certificate-data: eA==}}]`,
