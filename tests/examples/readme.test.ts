@@ -92,7 +92,7 @@ Deno.test({
     const readme = await Deno.readTextFile(`${ROOT}README.md`);
     const command = /^(deno run --allow-net=127\.0\.0\.1:2379 .*) main\.ts$/m.exec(readme)?.[1];
     assert.ok(command, "the README says how to run the etcd code");
-    const section = readme.slice(readme.indexOf("On etcd (`@idalloc/idalloc/etcd`)"));
+    const section = readme.slice(readme.indexOf("### On etcd\n"));
     const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
     assert.ok(code !== undefined && code.includes("EtcdBackend.connect"), "no etcd code");
     await using etcd = await startEtcd();
