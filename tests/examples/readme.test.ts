@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { loadHarness } from "../../src/testing/harness.ts";
 import { runCommand, userEnv } from "../_support/commands.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -105,6 +106,35 @@ Deno.test({
       );
       const args = command.replace("127.0.0.1:2379", address).split(" ").slice(1);
       const out = await deno([...args, "main.ts"], dir);
+      assert.equal(out.code, 0, out.stderr);
+      const { id } = JSON.parse(out.stdout);
+      assert.ok(Number.isSafeInteger(id) && id >= 256 && id <= 65535, out.stdout);
+    });
+  },
+});
+
+const k8s = await loadHarness("k8s");
+
+Deno.test({
+  name: "README: the Kubernetes code runs from a project with no deno.json, on a real API server",
+  ignore: k8s.unavailable() !== undefined,
+  fn: async () => {
+    const readme = await Deno.readTextFile(`${ROOT}README.md`);
+    const section = readme.slice(readme.indexOf("### On Kubernetes\n"));
+    const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(code !== undefined && code.includes("K8sBackend.connect"), "no Kubernetes code");
+    // What `deno task k8s:apiserver` gives a user: an API server with Cilium's CRDs and an
+    // administrator's kubeconfig, which the snippet names as ./kubeconfig.
+    await using server = await k8s.server?.();
+    assert.ok(server?.kubeconfig !== undefined, "the harness starts an API server");
+    const kubeconfig = server.kubeconfig;
+    await userProject(async (dir) => {
+      await Deno.copyFile(kubeconfig, `${dir}/kubeconfig`);
+      await Deno.writeTextFile(
+        `${dir}/main.ts`,
+        (await byPath(code)) + "console.log(JSON.stringify({ id }));\n",
+      );
+      const out = await deno(["run", "-A", "main.ts"], dir);
       assert.equal(out.code, 0, out.stderr);
       const { id } = JSON.parse(out.stdout);
       assert.ok(Number.isSafeInteger(id) && id >= 256 && id <= 65535, out.stdout);
