@@ -6,7 +6,7 @@
  * `deno task check`, not called), or says why it is ignored.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { dirname, join, normalize } from "node:path";
 import { brokenLinks, githubSlug, markdownFiles, parseMarkdown } from "../_support/markdown.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -117,4 +117,26 @@ Deno.test("docs: each code block of the pages asserts, needs a server, or says w
     }
   }
   assert.ok(asserting >= 3, `${asserting} asserting blocks`);
+});
+
+Deno.test("docs: what the README and the pages link to is published with them", async () => {
+  // JSR shows the README as the package's page and resolves its relative links in the package.
+  const { include, exclude } = JSON.parse(await read("deno.json")).publish as {
+    include: string[];
+    exclude: string[];
+  };
+  const under = (path: string, entries: string[]) =>
+    entries.some((e) => (e.endsWith("/") ? path.startsWith(e) : path === e));
+  const unpublished: string[] = [];
+  for (const file of ["README.md", ...PAGES]) {
+    for (const { target, line } of parseMarkdown(await read(file)).links) {
+      const path = target.split("#")[0];
+      if (path === "" || /^[a-z][a-z0-9+.-]*:/i.test(path)) continue;
+      const resolved = normalize(join(dirname(file), path));
+      if (!under(resolved, include) || under(resolved, exclude)) {
+        unpublished.push(`${file}:${line}: ${target}`);
+      }
+    }
+  }
+  assert.deepEqual(unpublished, [], "links to files the package leaves out");
 });
