@@ -1,6 +1,6 @@
 /**
  * `deno task bench runtimes`: the Node.js example (`examples/node/main.ts`, the quickstart of the
- * "Node.js and Bun" README section) on Deno, Node.js and Bun side by side: new keys, joins by a
+ * `docs/node-and-bun.md`) on Deno, Node.js and Bun side by side: new keys, joins by a
  * second node and cached re-allocations, sequential, on a fresh store of every backend whose
  * harness says how the example runs on it (`BenchHooks.example`: a private etcd; a Deno KV file
  * where the runtime can open one — Deno, and Node.js through `@deno/kv`). Each cell is a fresh

@@ -6,7 +6,7 @@
  * owns everything with a lifecycle (the node's lease and its renewal, watches) and is closed by the
  * allocator's `close()`.
  *
- * Words (see the README's data layout):
+ * Words (see `docs/data-layout.md`):
  * - **master**: the record of an ID (`id/<N>` → key). Created only if absent, never rewritten to
  *   another key, deleted only by GC (guarded) or by an operator.
  * - **reference**: one node's claim on a key (`value/<key>/<node>` → N), bound to the node's lease.

@@ -1,6 +1,6 @@
 /**
- * Every metric and span idalloc records, as data: the instruments are created from it, the README
- * lists it (a test keeps the two in step), and `idalloc status` names its counters after it.
+ * Every metric and span idalloc records, as data: the instruments are created from it,
+ * `docs/observability.md` lists it (a test keeps the two in step), and `idalloc status` names its counters after it.
  *
  * Names follow the OpenTelemetry semantic-convention style (`idalloc.…`, dot-separated, units in
  * UCUM: `s`, `{allocation}`); a Prometheus exporter turns `idalloc.store.operations` with unit
@@ -102,7 +102,7 @@ function spec(
 const O = ATTR.outcome;
 const E = ATTR.errorType;
 
-/** Every metric, in the order the README lists them. */
+/** Every metric, in the order `docs/observability.md` lists them. */
 export const METRICS: readonly MetricSpec[] = Object.freeze([
   spec(
     "idalloc.allocations",
@@ -330,7 +330,7 @@ export interface SpanSpec {
   readonly description: string;
 }
 
-/** Every span, in the order the README lists them. */
+/** Every span, in the order `docs/observability.md` lists them. */
 export const SPANS: readonly SpanSpec[] = Object.freeze([
   {
     name: "idalloc.allocate",

@@ -12,7 +12,7 @@
  *
  * @example Count what an allocator does with a meter provider the application installed
  * ```ts ignore
- * // ignored: needs an SDK reader of your choice (the README's Observability section shows one)
+ * // ignored: needs an SDK reader of your choice (`docs/observability.md` shows one)
  * import { metrics } from "@opentelemetry/api";
  * import { MeterProvider } from "@opentelemetry/sdk-metrics";
  * metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));

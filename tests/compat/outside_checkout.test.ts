@@ -1,5 +1,5 @@
 /**
- * Node.js and Bun outside the checkout (README: Node.js and Bun, "From a project folder of your
+ * Node.js and Bun outside the checkout (`docs/node-and-bun.md`, "From a project folder of your
  * own"): an application in a temp dir with its own `package.json` imports the library by the
  * package's names (`@idalloc/idalloc`, `@idalloc/idalloc/etcd`) and runs with the checkout's hook
  * (`node --import <checkout>/compat/node.mjs`, `bun --preload <checkout>/compat/bun.ts`), against

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdUnavailable, startEtcd } from "../../src/backends/etcd/testing/cluster.ts";
+import { loadHarness } from "../../src/testing/harness.ts";
 import { runCommand, userEnv } from "../_support/commands.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -28,7 +29,7 @@ async function readmeCode(title: string): Promise<string> {
 async function byPath(code: string): Promise<string> {
   const repo = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
   const exports = repo.exports as Record<string, string>;
-  return code.replace(/"@idalloc\/idalloc((?:\/[a-z]+)?)"/g, (whole, sub: string) => {
+  return code.replace(/"@idalloc\/idalloc((?:\/[a-z0-9]+)?)"/g, (whole, sub: string) => {
     const target = exports[`.${sub}`];
     assert.ok(target, `the README imports ${whole}, which deno.json does not export`);
     return JSON.stringify(new URL(target, `file://${ROOT}`).href);
@@ -92,7 +93,7 @@ Deno.test({
     const readme = await Deno.readTextFile(`${ROOT}README.md`);
     const command = /^(deno run --allow-net=127\.0\.0\.1:2379 .*) main\.ts$/m.exec(readme)?.[1];
     assert.ok(command, "the README says how to run the etcd code");
-    const section = readme.slice(readme.indexOf("On etcd (`@idalloc/idalloc/etcd`)"));
+    const section = readme.slice(readme.indexOf("### On etcd\n"));
     const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
     assert.ok(code !== undefined && code.includes("EtcdBackend.connect"), "no etcd code");
     await using etcd = await startEtcd();
@@ -104,6 +105,39 @@ Deno.test({
           "console.log(JSON.stringify({ id }));\n",
       );
       const args = command.replace("127.0.0.1:2379", address).split(" ").slice(1);
+      const out = await deno([...args, "main.ts"], dir);
+      assert.equal(out.code, 0, out.stderr);
+      const { id } = JSON.parse(out.stdout);
+      assert.ok(Number.isSafeInteger(id) && id >= 256 && id <= 65535, out.stdout);
+    });
+  },
+});
+
+const k8s = await loadHarness("k8s");
+
+Deno.test({
+  name: "README: the Kubernetes code runs from a project with no deno.json, on a real API server",
+  ignore: k8s.unavailable() !== undefined,
+  fn: async () => {
+    const readme = await Deno.readTextFile(`${ROOT}README.md`);
+    const command = /^(deno run --allow-net=127\.0\.0\.1:6443 .*) main\.ts$/m.exec(readme)?.[1];
+    assert.ok(command, "the README says how to run the Kubernetes code");
+    const section = readme.slice(readme.indexOf("### On Kubernetes\n"));
+    const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(code !== undefined && code.includes("K8sBackend.connect"), "no Kubernetes code");
+    // What `deno task k8s:apiserver` gives a user: an API server with Cilium's CRDs and an
+    // administrator's kubeconfig, which the snippet names as ./kubeconfig.
+    await using server = await k8s.server?.();
+    assert.ok(server?.kubeconfig !== undefined, "the harness starts an API server");
+    const kubeconfig = server.kubeconfig;
+    const address = new URL(server.endpoints[0]).host;
+    await userProject(async (dir) => {
+      await Deno.copyFile(kubeconfig, `${dir}/kubeconfig`);
+      await Deno.writeTextFile(
+        `${dir}/main.ts`,
+        (await byPath(code)) + "console.log(JSON.stringify({ id }));\n",
+      );
+      const args = command.replace("127.0.0.1:6443", address).split(" ").slice(1);
       const out = await deno([...args, "main.ts"], dir);
       assert.equal(out.code, 0, out.stderr);
       const { id } = JSON.parse(out.stdout);

@@ -1,5 +1,5 @@
-// The nemesis command line: the fault list (names, garbage kinds and removals, as .ci/run and the
-// README use them), the bounds of a run, the header's fault list and usage errors.
+// The nemesis command line: the fault list (names, garbage kinds and removals, as .ci/run and
+// docs/nemesis.md use them), the bounds of a run, the header's fault list and usage errors.
 import assert from "node:assert/strict";
 import { FAULT_KINDS, faultKindsOf, GARBAGE_KINDS } from "../../nemesis/backends.ts";
 import {

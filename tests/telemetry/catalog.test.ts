@@ -1,26 +1,29 @@
 /**
- * The metric catalog is what the instruments are made of and what the README lists: every metric
- * and span is documented, and every metric reaches the SDK with its unit and kind.
+ * The metric catalog is what the instruments are made of and what the documentation lists
+ * (docs/observability.md): every metric and span is documented, and every metric reaches the SDK
+ * with its unit and kind.
  */
 import assert from "node:assert/strict";
 import { ATTR, METRICS, SPANS } from "../../src/telemetry/catalog.ts";
 import { instruments } from "../../src/telemetry/instruments.ts";
 import { installSdk } from "../_support/telemetry.ts";
 
-const README = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+const PAGE = await Deno.readTextFile(new URL("../../docs/observability.md", import.meta.url));
 
-Deno.test("catalog: the README lists every metric and span with its unit and attributes", () => {
+Deno.test("catalog: the docs list every metric and span with its unit and attributes", () => {
   const rows = new Map(
-    README.split("\n").filter((l) => l.startsWith("| `idalloc.") || l.startsWith("| `<"))
+    PAGE.split("\n").filter((l) => l.startsWith("| `idalloc.") || l.startsWith("| `<"))
       .map((l) => [l.split("|")[1].trim().replaceAll("`", ""), l]),
   );
   for (const m of METRICS) {
     const row = rows.get(m.name);
-    assert.ok(row, `README does not list ${m.name}`);
-    assert.ok(row.includes(`\`${m.unit}\``), `README gives ${m.name} another unit`);
+    assert.ok(row, `docs/observability.md does not list ${m.name}`);
+    assert.ok(row.includes(`\`${m.unit}\``), `docs/observability.md gives ${m.name} another unit`);
     for (const a of m.attributes) assert.ok(row.includes(`\`${a}\``), `${m.name}: ${a}`);
   }
-  for (const s of SPANS) assert.ok(rows.has(s.name), `README does not list span ${s.name}`);
+  for (const s of SPANS) {
+    assert.ok(rows.has(s.name), `docs/observability.md does not list span ${s.name}`);
+  }
   assert.equal(new Set(METRICS.map((m) => m.name)).size, METRICS.length, "duplicate names");
   for (const m of METRICS) assert.match(m.name, /^idalloc\.[a-z_.]+$/);
   assert.ok(Object.values(ATTR).every((a) => a === "error.type" || a.startsWith("idalloc.")));

@@ -6,8 +6,8 @@
  * `CRDBackend.AllocateID`: a second create of the name is refused (409), so a taken ID is an
  * answer, not a failure.
  *
- * It is kept apart as the seam for Cilium v1.17's double-write modes (README, "Later: Cilium
- * v1.17's double-write modes"): there, the kvstore's master key of the same ID and key is written
+ * It is kept apart as the seam for Cilium v1.17's double-write modes (`docs/kubernetes.md`,
+ * "Later: Cilium v1.17's double-write modes"): there, the kvstore's master key of the same ID and key is written
  * right after this create succeeds, and the create undone when that write fails, by wrapping this
  * one step; the claim, the references and the informer stay as they are.
  *

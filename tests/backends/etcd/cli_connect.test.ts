@@ -1,6 +1,6 @@
 /**
  * The CLI's words for etcd connection and setup failures, against real servers on loopback: one
- * line naming the endpoint and what to do, the README's exit class, the error class's name in
+ * line naming the endpoint and what to do, `docs/cli.md`'s exit class, the error class's name in
  * `--json`, within seconds by default (a connect timeout of its own, not `--timeout`).
  */
 import assert from "node:assert/strict";

@@ -1,6 +1,6 @@
 /**
  * Python's `http.server` as the etcd endpoint (issue 28, item 4) is classified one way every time:
- * `NotEtcdServerError` (the README's "not etcd: an HTTP/1 server …", exit 1 in the CLI), with one
+ * `NotEtcdServerError` (`docs/cli.md`'s "not etcd: an HTTP/1 server …", exit 1 in the CLI), with one
  * message. It answers HTTP/2's preface with an HTML page and no status line, then closes: whether
  * gRPC reported that as "Protocol error" or as a reset was a race (4 of 8 runs were "closed the
  * connection without answering", exit 2). The second look (`probe.ts`) now judges the reply it
