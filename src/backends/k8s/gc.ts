@@ -31,7 +31,6 @@ import { idallocLogger } from "../../log.ts";
 import { claimNames, claimQuiet } from "./claim.ts";
 import type { K8sContext } from "./context.ts";
 import { checkCoordination } from "./coordination.ts";
-import { ResourceNotInstalledError } from "./errors.ts";
 import { countedClient, isStatus, type KubeObject, type Tally, unlessRefused } from "./kube.ts";
 import {
   claimName,
@@ -42,7 +41,7 @@ import {
   readIdentity,
   rfc3339Nano,
 } from "./layout.ts";
-import { readNodeLeases, refLive } from "./liveness.ts";
+import { readNodeLeases } from "./liveness.ts";
 import { LEASES, storeGraceMs } from "./options.ts";
 import { sweepLeases } from "./lease_gc.ts";
 import { listAll } from "./paging.ts";

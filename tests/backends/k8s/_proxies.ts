@@ -73,7 +73,7 @@ function pipe(
     queue = queue.subarray(p.pieceBytes);
     if (queue.length > 0) timer = setTimeout(pump, p.delayMs);
   };
-  b.on("data", (chunk) => {
+  b.on("data", (chunk: Buffer) => {
     if (stalled()) return;
     if (pace() === undefined) return void a.write(chunk);
     queue = Buffer.concat([queue, chunk]);
