@@ -47,6 +47,7 @@ import {
 } from "../../etcd/testing/cluster.ts";
 import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 import { createKubeClient, type KubeClient, type KubeResourceDescriptor } from "../client.ts";
+import { DEFAULT_NAMESPACE } from "../coordination.ts";
 import type { KubeConnection } from "../kubeconfig.ts";
 import {
   KUBE_TEST_SERVER_ENV,
@@ -531,6 +532,10 @@ async function startWithin(
       if (options.ciliumCrds !== false) {
         for (const crd of ciliumCrds()) await handle.installCrd(crd);
       }
+      // idalloc's default coordination namespace, as a cluster's operator creates it once (its
+      // absence is `NamespaceNotFoundError`): a user trying the CLI or the library with no
+      // `--namespace` finds it here as on a prepared cluster.
+      await createNamespace(handle, DEFAULT_NAMESPACE);
       await handle.grant("reader", [{
         apiGroups: ["cilium.io"],
         resources: ["ciliumidentities"],
@@ -547,6 +552,18 @@ async function startWithin(
     throw err;
   }
 }
+
+/** Creates namespace `name` unless it exists. */
+async function createNamespace(cluster: KubeTestCluster, name: string): Promise<void> {
+  await using client = await cluster.client("admin");
+  try {
+    await client.create(NAMESPACES, { metadata: { name } });
+  } catch (err) {
+    if (!(err instanceof Error && "reason" in err && err.reason === "AlreadyExists")) throw err;
+  }
+}
+
+const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
 
 /** Mints client certificate number `n` (CN `user`, O `groups`) with the client CA in `dir`. */
 async function mintClientCertificate(

@@ -11,6 +11,7 @@
  * ```
  * @module
  */
+import { DEFAULT_NAMESPACE } from "../coordination.ts";
 import { listAll } from "../paging.ts";
 import type { KubeTestCluster } from "./cluster.ts";
 import { identityResource } from "./cluster.ts";
@@ -39,12 +40,17 @@ export async function leftovers(cluster: KubeTestCluster): Promise<string> {
     (await listAll(client, resource, { namespace, signal })).items.map((o) =>
       String(o.metadata.name)
     );
-  // A fresh server has Cilium's CRDs (cilium.io) and the namespaces default and kube-*.
+  // A fresh server has Cilium's CRDs (cilium.io) and the namespaces default, kube-* and idalloc's
+  // default coordination namespace.
   const crds = (await names(CRDS)).filter((n) => !n.endsWith(".cilium.io")).length;
   const namespaces =
-    (await names(NAMESPACES)).filter((n) => n !== "default" && !n.startsWith("kube-")).length;
-  const leases = (await names(LEASES, "default")).length;
+    (await names(NAMESPACES)).filter((n) =>
+      n !== "default" && n !== DEFAULT_NAMESPACE && !n.startsWith("kube-")
+    ).length;
+  const leases = (await names(LEASES, "default")).length +
+    (await names(LEASES, DEFAULT_NAMESPACE)).length;
   const identities = (await names(identityResource())).length;
   return `${crds} CRDs and ${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
+    `and ${DEFAULT_NAMESPACE}, ` +
     `and ${identities} ciliumidentities.cilium.io (objects every process sees)`;
 }
