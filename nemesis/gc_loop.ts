@@ -28,7 +28,7 @@ await using alloc = await Allocator.open(opened.backend, {
   // ID can go to another key. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default of explicit
   // `runGc` calls, to see what the grace prevents).
   ...(Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
-    ? {}
+    ? config.gcGraceMs === undefined ? {} : { gcGraceMs: config.gcGraceMs }
     : { gcGraceMs: Number(Deno.env.get("NEMESIS_GC_GRACE_MS")) }),
 });
 
