@@ -48,7 +48,9 @@ export function endpointName(node: string, key: string): string {
 
 /** What {@linkcode recordK8sChanges} watches. */
 export interface RecordTarget {
+  /** An admin client of the run's API server. */
   readonly client: KubeClient;
+  /** The identity resource. */
   readonly identities: KubeResourceDescriptor;
   /** The namespace of the node Leases and of the endpoints. */
   readonly namespace: string;
@@ -305,8 +307,9 @@ export class EndpointWriter implements AsyncDisposable {
   readonly #pending = new Map<string, Pending>();
   readonly #running = new Map<string, Promise<void>>();
   readonly #closing = new AbortController();
-  /** Writes that landed, and failed attempts (retried). */
+  /** Writes that landed. */
   written = 0;
+  /** Failed attempts (each retried). */
   failures = 0;
 
   /** Writes the endpoints of `identities`' group in `namespace` through `client`. */
