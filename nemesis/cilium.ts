@@ -482,6 +482,8 @@ export class CiliumNodes implements AsyncDisposable {
     old.expectExit = true;
     await old.child.kill();
     await old.child.settled();
+    // Before a new incarnation under the name writes endpoints of the same names.
+    old.endpoints?.drop();
     const generation = old.generation + 1;
     this.#slots[i] = await this.#spawn(i, rename ? `c${i}-g${generation}` : old.node, generation);
     return this.target(i);
@@ -517,6 +519,7 @@ export class CiliumNodes implements AsyncDisposable {
       const timer = setTimeout(() => slot.child.signal("SIGKILL"), graceMs);
       await slot.child.settled();
       clearTimeout(timer);
+      slot.endpoints?.drop();
     }));
   }
 

@@ -231,12 +231,12 @@ async function follow(
         version = obj.metadata?.resourceVersion ?? version;
         if (ev.type === "BOOKMARK") continue;
         const at = Date.now();
-        const before = known.get(name(obj));
         if (ev.type === "DELETED") {
-          for (const c of kind.diff(before ?? obj, undefined, rev(obj), at, false)) record(c);
+          // The event carries the object's last state, at the deletion's revision.
+          for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(c);
           known.delete(name(obj));
         } else {
-          for (const c of kind.diff(before, obj, rev(obj), at, false)) record(c);
+          for (const c of kind.diff(known.get(name(obj)), obj, rev(obj), at, false)) record(c);
           known.set(name(obj), obj);
         }
       }
