@@ -390,10 +390,9 @@ async function faultPhase(run: RunState): Promise<void> {
   const end = t0 + run.options.seconds * 1_000;
   const supported = faultKindsOf(run.backend);
   const kinds = [...run.options.faults].filter((k) => supported.includes(k));
-  // The operator's restart comes with the operator (a store fault in `--faults all`'s place).
-  if (run.operator && supported.every((k) => run.options.faults.has(k))) {
-    kinds.push(OPERATOR_FAULT.kind);
-  }
+  // The operator's restart comes with the operator (beside Cilium CRD-mode nodes), whatever
+  // `--faults` lists: it is no kind of the store's.
+  if (run.operator) kinds.push(OPERATOR_FAULT.kind);
   const ctx = faultContext(run);
   if (kinds.includes("garbage") && ctx.garbage.length === 0) {
     kinds.splice(kinds.indexOf("garbage"), 1);
