@@ -271,15 +271,21 @@ export async function recordK8sChanges(
   const loops = kinds.map((k, i) =>
     follow(client, k, record, stop.signal, listed[i].resolve).catch(() => {})
   );
-  await Promise.race([
-    Promise.all(listed.map((l) => l.promise)),
-    sleep(60_000).then(() => {
-      throw new Error("the store's record did not list everything within 60 s");
-    }),
-  ]).catch((err) => {
+  const timer = new AbortController();
+  try {
+    await Promise.race([
+      Promise.all(listed.map((l) => l.promise)),
+      sleep(60_000, timer.signal).then(() => {
+        throw new Error("the store's record did not list everything within 60 s");
+      }),
+    ]);
+  } catch (err) {
     stop.abort();
+    await Promise.all(loops);
     throw err;
-  });
+  } finally {
+    timer.abort();
+  }
   return {
     async [Symbol.asyncDispose]() {
       stop.abort();
@@ -386,7 +392,12 @@ export class EndpointWriter implements AsyncDisposable {
   async flush(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (this.#running.size > 0 && Date.now() < deadline) {
-      await Promise.race([Promise.all(this.#running.values()), sleep(200)]);
+      const timer = new AbortController();
+      await Promise.race([
+        Promise.all(this.#running.values()),
+        sleep(200, timer.signal).catch(() => {}),
+      ]);
+      timer.abort();
     }
   }
 
