@@ -99,8 +99,9 @@ export class CiliumOperator implements AsyncDisposable {
       const asked = this.#asked.has(child);
       this.exits.push({ at: Date.now(), code: status.code, asked });
       if (asked || this.#closed || this.#child !== child) return;
-      // Exited on its own (an API error): restarted, as its pod would be.
-      await sleep(500);
+      // Exited on its own (an API error): restarted, as its pod would be (after a second, so an
+      // API server that is down does not make a restart loop of it).
+      await sleep(1_000);
       if (!this.#closed && this.#child === child) await this.#spawn().catch(() => {});
     });
   }

@@ -672,6 +672,12 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
   }
   counts.get(HISTORY_CHECK)!.note = `${history.answers} answers in ${history.runs} runs`;
+  // The deletion check runs beside Cilium CRD-mode nodes only.
+  if (logs.crd) {
+    const d = logs.crd.deletions;
+    counts.get(DELETION_CHECK)!.note = `${d.deletions} deletions judged` +
+      (d.uncertain.length > 0 ? `, ${d.uncertain.length} uncertain (across a record gap)` : "");
+  } else counts.delete(DELETION_CHECK);
   // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
   const inherited = new Map<string, number>();
   for (const a of logs.attribution?.attributions ?? []) {
