@@ -3,7 +3,10 @@
  * `interop116` from `../shared/cilium-node/` (built from Cilium's own `pkg/allocator` and
  * `pkg/kvstore/allocator`, never part of this repository) in its fault-test worker mode, on the same
  * etcd and prefix, with the workload's lease TTL, ID range and key count, and master-key protection
- * as cilium-agent sets it.
+ * as cilium-agent sets it. On Kubernetes (`--backend k8s --cilium N`) the same worker runs in
+ * Cilium's CRD mode (`-kubeconfig`: `CiliumIdentity` objects through Cilium's own clientset and
+ * identity backend), and the `CiliumEndpoint`s a real agent would write for what its node holds
+ * are written beside it ({@linkcode EndpointTracker}); Cilium's operator GC is `cilium_operator.ts`.
  *
  * The Go worker prints one JSON line per call (`{op, key, id, node, t0, t1, last?, err?}`). Those
  * lines are kept raw as evidence (`cilium-<inc>.out`) and converted afterwards into the nemesis
