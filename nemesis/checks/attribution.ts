@@ -701,5 +701,17 @@ function attributeProbe(
       "probe",
     );
   }
+  // The key's only identities when the probe ran were Cilium's writes (CRD mode: an agent
+  // re-creating one it cached, e.g. with an ID outside idalloc's range): idalloc refuses them.
+  const masters = store.mastersOfKeyDuring(r.key, r.start, r.start);
+  const writers = masters.map((m) => store.writerOf(m)?.node);
+  if (masters.length > 0 && writers.every((w) => w !== undefined && input.ciliumNodes.has(w))) {
+    return done(
+      "mixed (inherited from Cilium)",
+      `the key's identities ${masters.map((m) => m.id).join(", ")} were written by Cilium ` +
+        `node(s) ${[...new Set(writers)].join(", ")}`,
+      "probe",
+    );
+  }
   return done("idalloc-only", "the probe is idalloc's", "probe");
 }
