@@ -3,7 +3,10 @@
  * `interop116` from `../shared/cilium-node/` (built from Cilium's own `pkg/allocator` and
  * `pkg/kvstore/allocator`, never part of this repository) in its fault-test worker mode, on the same
  * etcd and prefix, with the workload's lease TTL, ID range and key count, and master-key protection
- * as cilium-agent sets it.
+ * as cilium-agent sets it. On Kubernetes (`--backend k8s --cilium N`) the same worker runs in
+ * Cilium's CRD mode (`-kubeconfig`: `CiliumIdentity` objects through Cilium's own clientset and
+ * identity backend), and the `CiliumEndpoint`s a real agent would write for what its node holds
+ * are written beside it ({@linkcode EndpointTracker}); Cilium's operator GC is `cilium_operator.ts`.
  *
  * The Go worker prints one JSON line per call (`{op, key, id, node, t0, t1, last?, err?}`). Those
  * lines are kept raw as evidence (`cilium-<inc>.out`) and converted afterwards into the nemesis
@@ -238,12 +241,74 @@ export function errorName(err: string): string {
   return (first || "error").slice(0, 60);
 }
 
+/** Where the Cilium nodes keep their identities. */
+export type CiliumStore =
+  /** Cilium's kvstore mode: etcd client URLs (node `i` connects to `endpoints[i % length]`:
+   * Cilium takes one address) and the allocator's prefix. */
+  | { readonly endpoints: readonly string[]; readonly prefix: string }
+  /** Cilium's CRD mode (`identity-allocation-mode=crd`): a kubeconfig, and what writes the
+   * `CiliumEndpoint` of a node's use of a key (`id` undefined: gone), as an agent does. */
+  | {
+    readonly kubeconfig: string;
+    readonly endpoint: (node: string, key: string, id: number | undefined) => void;
+  };
+
+/** The command-line arguments that put node `index` on `store`. */
+export function storeArgs(store: CiliumStore, index: number): string[] {
+  if ("kubeconfig" in store) return ["-kubeconfig", store.kubeconfig];
+  return ["-etcd", store.endpoints[index % store.endpoints.length], "-prefix", store.prefix];
+}
+
+/**
+ * Follows one incarnation's calls as an agent's endpoints would: a key's first use writes its
+ * endpoint (naming the ID the node got), the last release (its start: the pod is gone first)
+ * deletes it; {@linkcode EndpointTracker.drop} deletes them all (the node died or ended).
+ */
+export class EndpointTracker {
+  readonly #node: string;
+  readonly #write: (node: string, key: string, id: number | undefined) => void;
+  readonly #uses = new Map<string, number>();
+
+  /** Tracks node `node`'s endpoints, written through `write`. */
+  constructor(node: string, write: (node: string, key: string, id: number | undefined) => void) {
+    this.#node = node;
+    this.#write = write;
+  }
+
+  /** One line of the node's output. */
+  line(line: string): void {
+    let l: { op?: string; key?: string; id?: number; last?: boolean };
+    try {
+      l = JSON.parse(line);
+    } catch {
+      return;
+    }
+    if (typeof l.key !== "string") return;
+    if (l.op === "allocate" && typeof l.id === "number" && l.id > 0) {
+      const n = this.#uses.get(l.key) ?? 0;
+      this.#uses.set(l.key, n + 1);
+      if (n === 0) this.#write(this.#node, l.key, l.id);
+    } else if (l.op === "release-start") {
+      const n = (this.#uses.get(l.key) ?? 0) - 1;
+      if (n > 0) this.#uses.set(l.key, n);
+      else {
+        this.#uses.delete(l.key);
+        this.#write(this.#node, l.key, undefined);
+      }
+    }
+  }
+
+  /** Deletes every endpoint of the node. */
+  drop(): void {
+    for (const key of this.#uses.keys()) this.#write(this.#node, key, undefined);
+    this.#uses.clear();
+  }
+}
+
 /** What {@linkcode CiliumNodes.start} needs. */
 export interface CiliumNodesOptions {
   readonly count: number;
-  /** etcd client URLs; node `i` connects to `endpoints[i % length]` (Cilium takes one address). */
-  readonly endpoints: readonly string[];
-  readonly prefix: string;
+  readonly store: CiliumStore;
   readonly range: { readonly min: number; readonly max: number };
   /** Keys `k8s:app=k0;` … of the Go worker's family (`-worker-keys`). */
   readonly keys: number;
@@ -265,6 +330,8 @@ interface CiliumSlot {
   expectExit: boolean;
   /** Resolves on the incarnation's next `held` reply. */
   held?: () => void;
+  /** Its endpoints (CRD mode). */
+  endpoints?: EndpointTracker;
 }
 
 /** One incarnation as it ran: the evidence file to convert after the run. */
@@ -334,11 +401,10 @@ export class CiliumNodes implements AsyncDisposable {
       expectExit: false,
       child: undefined as unknown as Child,
     };
+    const store = o.store;
+    if ("kubeconfig" in store) slot.endpoints = new EndpointTracker(node, store.endpoint);
     const args = [
-      "-etcd",
-      o.endpoints[index % o.endpoints.length],
-      "-prefix",
-      o.prefix,
+      ...storeArgs(store, index),
       "-node",
       node,
       "-lease-ttl",
@@ -358,12 +424,17 @@ export class CiliumNodes implements AsyncDisposable {
     slot.child = await Child.exec(inc, this.#binary, args, `${files}.stderr`, (line) => {
       if (line === "") return;
       out.writeLine(line);
+      slot.endpoints?.line(line);
       ready();
       if (line.includes('"held"')) slot.held?.();
     });
     const child = slot.child;
     // The log closes once the pipes drained: lines may still arrive after the exit status.
-    child.settled().then(() => out.close());
+    // A dead node's pods go with it, and so do their endpoints (once its last line is read).
+    child.settled().then(() => {
+      out.close();
+      slot.endpoints?.drop();
+    });
     child.status.then((status) => {
       if (slot.expectExit || slot.child !== child) return;
       o.crashed(
@@ -414,6 +485,8 @@ export class CiliumNodes implements AsyncDisposable {
     old.expectExit = true;
     await old.child.kill();
     await old.child.settled();
+    // Before a new incarnation under the name writes endpoints of the same names.
+    old.endpoints?.drop();
     const generation = old.generation + 1;
     this.#slots[i] = await this.#spawn(i, rename ? `c${i}-g${generation}` : old.node, generation);
     return this.target(i);
@@ -449,6 +522,7 @@ export class CiliumNodes implements AsyncDisposable {
       const timer = setTimeout(() => slot.child.signal("SIGKILL"), graceMs);
       await slot.child.settled();
       clearTimeout(timer);
+      slot.endpoints?.drop();
     }));
   }
 

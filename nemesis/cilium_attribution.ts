@@ -37,6 +37,8 @@ export interface RunAttributionInput {
   /** idalloc's and Cilium's records together. */
   readonly records: readonly LogRecord[];
   readonly leaseTtlMs: number;
+  /** Which master of a key Cilium's lookup gives (see `AttributionInput.keyLookup`). */
+  readonly keyLookup?: "newest" | "oldest";
   /** Violations reported per check before the rest are only counted. */
   readonly limit: number;
 }
@@ -50,12 +52,14 @@ export interface RunAttribution {
   readonly bad: string[];
 }
 
-/** Reads the store's record and attributes every violation (see the module doc). */
-export async function attributeRun(input: RunAttributionInput): Promise<RunAttribution> {
+/** The store's record at `path` (none: empty), and the lines that did not parse. */
+export async function readStoreLog(
+  path: string | undefined,
+): Promise<{ changes: StoreChange[]; bad: string[] }> {
   const changes: StoreChange[] = [];
   const bad: string[] = [];
-  if (input.storeLogPath) {
-    const text = await Deno.readTextFile(input.storeLogPath).catch(() => "");
+  if (path) {
+    const text = await Deno.readTextFile(path).catch(() => "");
     for (const line of text.split("\n")) {
       if (line.trim() === "") continue;
       try {
@@ -65,6 +69,12 @@ export async function attributeRun(input: RunAttributionInput): Promise<RunAttri
       }
     }
   }
+  return { changes, bad };
+}
+
+/** Reads the store's record and attributes every violation (see the module doc). */
+export async function attributeRun(input: RunAttributionInput): Promise<RunAttribution> {
+  const { changes, bad } = await readStoreLog(input.storeLogPath);
   const summary = attribute(input.violations, {
     ciliumIncs: input.ciliumIncs,
     ciliumNodes: input.ciliumNodes,
@@ -74,6 +84,7 @@ export async function attributeRun(input: RunAttributionInput): Promise<RunAttri
     records: input.records,
     leaseTtlMs: input.leaseTtlMs,
     checks: input.checks,
+    keyLookup: input.keyLookup,
   });
   const cilium = new Set(
     summary.attributions.filter((a) => !IDALLOC_CLASSES.has(a.class)).map((a) => a.violation),

@@ -228,7 +228,11 @@ const USAGE = `deno task nemesis [options]
                            fault-test worker of ../shared/cilium-node (build.sh --v116), on the
                            same etcd, prefix, keys (k8s:app=k<n>;, which the idalloc workers then
                            use too), ID range and lease; faults target them as well, and the
-                           history judges their answers with idalloc's. Exits 1 when not built
+                           history judges their answers with idalloc's. On k8s: in CRD mode,
+                           with CiliumEndpoints for what they hold and Cilium's operator GC rule
+                           beside them (heartbeat timeout 10 s; restarted as a fault), and the
+                           check that no held or endpoint-named identity is deleted. Exits 1 when
+                           not built
   --faults LIST            fault kinds, comma-separated: ${FAULT_KINDS.join(", ")},
                            garbage/<kind> (${GARBAGE_KINDS.join(", ")}); "all" (default);
                            a leading "-" removes a kind: --faults=-stall,-garbage/orphan-ref.
@@ -405,7 +409,9 @@ export function parseOptions(args: readonly string[]): NemesisOptions | undefine
   }
   if (cilium > 0 && !backends.every((b) => hooksOf(b).cilium)) {
     throw new NemesisUsageError(
-      `--cilium needs --backend ${either(CILIUM_KINDS)} (a store Cilium's kvstore can use)`,
+      `--cilium needs --backend ${
+        either(CILIUM_KINDS)
+      } (a store Cilium's nodes can use: its kvstore, or its CRDs)`,
     );
   }
   const { faults, garbage } = parseFaults(values.faults ?? "all");

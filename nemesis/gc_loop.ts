@@ -24,12 +24,13 @@ await using alloc = await Allocator.open(opened.backend, {
   leaseTtlMs: config.timings.leaseTtlMs,
   syncIntervalMs: config.timings.syncIntervalMs,
   // Passes every 500 ms–1 s, faster than the workers' leases, with a grace of the lease TTL (the
-  // workers' too): a revoked holder has had its lease deadline to fence itself before its ID can
-  // go to another key. On every store: Kubernetes' own default (Cilium's 30 min heartbeat
-  // timeout) would keep all a run makes. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default
-  // of explicit `runGc` calls, to see what the grace prevents).
+  // workers' too) unless the run sets one (the mixed Kubernetes run: Cilium's heartbeat timeout):
+  // a revoked holder has had its lease deadline to fence itself before its ID can go to another
+  // key. On every store: Kubernetes' own default (Cilium's 30 min heartbeat timeout) would keep
+  // all a run makes. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default of explicit `runGc`
+  // calls, to see what the grace prevents).
   gcGraceMs: Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
-    ? config.timings.leaseTtlMs
+    ? config.gcGraceMs ?? config.timings.leaseTtlMs
     : Number(Deno.env.get("NEMESIS_GC_GRACE_MS")),
 });
 

@@ -69,6 +69,8 @@ export const gcConfigSchema = z.object({
   range: rangeSchema,
   timings: timingsSchema,
   logPath: z.string().min(1),
+  /** The GC grace (`gcGraceMs`); absent: the allocator's default (or `NEMESIS_GC_GRACE_MS`). */
+  gcGraceMs: z.number().int().nonnegative().optional(),
 });
 
 /** The JSON the GC loop process gets as its only argument. */

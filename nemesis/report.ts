@@ -34,7 +34,11 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
   sink.line(
     `== nemesis ${r.backend}: seed ${r.seed}, ${took} s in all${over}, ${r.seconds} s of faults, ` +
       `${r.workers.plain} allocator + ${r.workers.identity} identity workers${
-        r.workers.cilium > 0 ? ` + ${r.workers.cilium} Cilium v1.16 nodes` : ""
+        r.workers.cilium > 0
+          ? ` + ${r.workers.cilium} Cilium v1.16 nodes${
+            r.crd ? " (CRD mode) + its operator GC" : ""
+          }`
+          : ""
       }`,
   );
   sink.line(`   faults: ${plan.faults}`);
@@ -75,6 +79,7 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
   sink.line();
 
   if (r.attribution) writeAttribution(sink, r.attribution);
+  if (r.crd) writeCrd(sink, r.crd);
   if (r.recoveries.length > 0) {
     writeTable(
       sink,
@@ -131,5 +136,28 @@ export function writeAttribution(sink: Sink, a: AttributionSummary): void {
       sink.line(`  … ${list.length - SHOWN_PER_CLASS} more ${c} (report.json)`);
     }
   }
+  sink.line();
+}
+
+/** Beside Cilium CRD-mode nodes: deletions by deleter, the operator, and Cilium's duplicates. */
+export function writeCrd(sink: Sink, c: NonNullable<BackendReport["crd"]>): void {
+  const d = c.deletions;
+  sink.line(
+    `identities deleted: ${d.deletions} (idalloc GC ${d.byDeleter["idalloc GC"]}, Cilium ` +
+      `operator ${d.byDeleter["Cilium operator"]}); held or endpoint-named among those inferred ` +
+      `across a gap of the record (uncertain, not counted): ${d.uncertain.length}`,
+  );
+  sink.line(
+    `Cilium operator GC: ${c.operator.starts} start(s), ${c.operator.exitsOnItsOwn} exit(s) on ` +
+      "its own (an API error), each restarted",
+  );
+  const a = c.activity;
+  sink.line(
+    `duplicates created: ${a.created.total} on ${a.created.keys} key(s) (by Cilium ` +
+      `${a.created.byCilium}, by idalloc ${a.created.byIdalloc}, writer unknown ` +
+      `${a.created.unknown}); answers while a key had several identities: Cilium ` +
+      `${a.answered.cilium.whileDuplicated} (${a.answered.cilium.notOldest} not the oldest), ` +
+      `idalloc ${a.answered.idalloc.whileDuplicated} (${a.answered.idalloc.notOldest} not the oldest)`,
+  );
   sink.line();
 }

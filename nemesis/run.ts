@@ -15,8 +15,12 @@ import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./che
 import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child } from "./child.ts";
-import { CiliumNodes } from "./cilium.ts";
-import { attributeRun } from "./cilium_attribution.ts";
+import { CiliumNodes, type CiliumStore } from "./cilium.ts";
+import { CiliumOperator, OPERATOR_FAULT } from "./cilium_operator.ts";
+import { checkDeletions, DELETION_CHECK, type DeletionResult } from "./checks/deletions.ts";
+import { type CiliumActivity, ciliumActivity } from "./checks/duplicates.ts";
+import { attributeRun, readStoreLog } from "./cilium_attribution.ts";
+import { StoreHistory } from "./checks/store_history.ts";
 import { type AttributionSummary, IDALLOC_CLASSES } from "./checks/attribution.ts";
 import {
   IDENTITY_RANGE,
@@ -65,6 +69,7 @@ export const CHECK_ORDER: readonly string[] = [
   "only documented typed errors",
   PROBE_CHECK,
   DRAIN_CHECK,
+  DELETION_CHECK,
   CRASH_CHECK,
 ];
 
@@ -94,6 +99,16 @@ export interface BackendReport {
   readonly recoveries: readonly Recovery[];
   /** Beside Cilium nodes: every violation of the history, the store and the probe attributed. */
   readonly attribution?: AttributionSummary;
+  /**
+   * Beside Cilium CRD-mode nodes: the identities deleted and by whom, the deletion check's
+   * uncertain cases, the operator's restarts, the endpoints written, and what Cilium's nodes did
+   * (duplicates created and answered).
+   */
+  readonly crd?: {
+    readonly deletions: Omit<DeletionResult, "violations">;
+    readonly operator: { readonly starts: number; readonly exitsOnItsOwn: number };
+    readonly activity: CiliumActivity;
+  };
   /** Problems of the harness itself (unparseable log lines, a worker that did not answer). */
   readonly harness: readonly string[];
   readonly dir: string;
@@ -135,6 +150,8 @@ interface RunState {
   readonly probeLog: LineLog;
   gc?: Child;
   cilium?: CiliumNodes;
+  /** Cilium's operator GC (beside Cilium CRD-mode nodes). */
+  operator?: CiliumOperator;
   /** The store's record of its changes (beside Cilium nodes: the attribution's evidence). */
   storeLog?: AsyncDisposable;
 }
@@ -274,16 +291,28 @@ async function startProcesses(run: RunState): Promise<void> {
     },
     timings,
     logPath: `${dir}/gc.jsonl`,
+    // Beside Cilium's operator: idalloc's GC waits its heartbeat timeout after a mark, as it.
+    ...(run.store.ciliumCrd ? { gcGraceMs: run.store.ciliumCrd.heartbeatTimeoutMs } : {}),
   };
   run.gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
   await run.gc.waitFor("ready", 60_000);
   for (let i = 0; i < options.nodes; i++) run.slots.push(await spawnWorker(run, i, `w${i}`, 0));
-  const where = run.store.cilium;
+  const crd = run.store.ciliumCrd;
+  const where: CiliumStore | undefined = crd
+    ? { kubeconfig: crd.kubeconfig, endpoint: (n, k, id) => crd.setEndpoint(n, k, id) }
+    : run.store.cilium;
+  if (options.cilium > 0 && crd) {
+    run.operator = await CiliumOperator.start({
+      kubeconfig: crd.kubeconfig,
+      heartbeatTimeoutMs: crd.heartbeatTimeoutMs,
+      intervalMs: OPERATOR_INTERVAL_MS,
+      dir,
+    });
+  }
   if (options.cilium > 0 && where) {
     run.cilium = await CiliumNodes.start({
       count: options.cilium,
-      endpoints: where.endpoints,
-      prefix: where.prefix,
+      store: where,
       range: plainRange,
       keys: run.families.plain.length,
       leaseTtlMs: timings.leaseTtlMs,
@@ -296,14 +325,37 @@ async function startProcesses(run: RunState): Promise<void> {
   }
 }
 
+/** Cilium operator's GC interval beside Cilium CRD-mode nodes. */
+const OPERATOR_INTERVAL_MS = 1_000;
+
+/** `store`, with the operator's restart among its faults (it is Cilium's, beside the store). */
+function withOperator(store: NemesisRunStore, operator: CiliumOperator): NemesisRunStore {
+  return new Proxy(store, {
+    get(target, prop) {
+      if (prop === "injectFault") {
+        return async (kind: string, random: () => number) =>
+          kind === OPERATOR_FAULT.kind
+            ? { detail: await operator.restart(random) }
+            : await target.injectFault!(kind, random);
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
 /** What the nemesis acts on in this run. */
 function faultContext(run: RunState): FaultContext {
-  const { store, slots, cilium, random, workload } = run;
+  const { slots, cilium, random, workload, operator } = run;
+  const store = operator ? withOperator(run.store, operator) : run.store;
   const hooks = hooksOf(run.backend);
   return {
     random,
     store,
-    storeFaults: hooks.storeFaults ?? {},
+    storeFaults: {
+      ...hooks.storeFaults ?? {},
+      ...(operator ? { [OPERATOR_FAULT.kind]: OPERATOR_FAULT.label } : {}),
+    },
     timings: workload.timings,
     skewMs: store.skewMs,
     garbage: hooks.garbageKinds.filter((g) => run.options.garbage.has(g)),
@@ -338,6 +390,9 @@ async function faultPhase(run: RunState): Promise<void> {
   const end = t0 + run.options.seconds * 1_000;
   const supported = faultKindsOf(run.backend);
   const kinds = [...run.options.faults].filter((k) => supported.includes(k));
+  // The operator's restart comes with the operator (beside Cilium CRD-mode nodes), whatever
+  // `--faults` lists: it is no kind of the store's.
+  if (run.operator) kinds.push(OPERATOR_FAULT.kind);
   const ctx = faultContext(run);
   if (kinds.includes("garbage") && ctx.garbage.length === 0) {
     kinds.splice(kinds.indexOf("garbage"), 1);
@@ -364,6 +419,7 @@ async function settleAndCompare(run: RunState): Promise<void> {
   // A lease lost near the end is replaced within a third of its TTL and the held references
   // re-created by the sync that follows; give that time before judging the store.
   await sleep(timings.leaseTtlMs + timings.syncIntervalMs + 1_000);
+  await run.store.ciliumCrd?.flushEndpoints(15_000);
   await Promise.all(slots.map(async (s) => {
     await s.child.send("holds");
     await s.child.waitFor("holds", 15_000).catch((err) => harness.push(`${s.inc}: ${err}`));
@@ -385,7 +441,12 @@ async function settleAndCompare(run: RunState): Promise<void> {
   // A planted master that parses (an oversized one) is garbage, not data.
   const planted = new Set(run.faults.flatMap((f) => f.plantedMasters ?? []));
   const storeResult = checkStore(
-    { ...snapshot, masters: snapshot.masters.filter((m) => !planted.has(m.id)) },
+    {
+      ...snapshot,
+      masters: snapshot.masters.filter((m) => !planted.has(m.id)),
+      // Cilium's CRD-mode agents create identities without a lock: a key may have several.
+      strictMasters: snapshot.strictMasters && !run.store.ciliumCrd,
+    },
     holders,
   );
   run.violations.push(...storeResult.violations);
@@ -406,6 +467,8 @@ async function probeAndDrain(run: RunState): Promise<void> {
   // Cilium nodes end instead of draining (the worker has no release-all): their lease lapses,
   // and GC must collect what they held with the rest.
   await run.cilium?.stop(timings.callTimeoutMs + 5_000);
+  // Their endpoints go with them (CRD mode): only then may GC collect what they held.
+  await run.store.ciliumCrd?.flushEndpoints(30_000);
   await Promise.all(slots.map(async (s) => {
     s.expectExit = true;
     await s.child.send("drain");
@@ -434,6 +497,7 @@ async function probeAndDrain(run: RunState): Promise<void> {
 async function shutdown(run: RunState): Promise<void> {
   const { gc, harness } = run;
   await run.cilium?.[Symbol.asyncDispose]();
+  await run.operator?.[Symbol.asyncDispose]();
   await Promise.allSettled(run.slots.map(async (s) => {
     s.expectExit = true;
     await s.child[Symbol.asyncDispose]();
@@ -461,6 +525,56 @@ interface LogChecks {
   readonly attribution?: AttributionSummary;
   /** Violations beyond the limit, per check, of the attributed history. */
   readonly attributedDropped?: Record<string, number>;
+  readonly crd?: BackendReport["crd"];
+}
+
+/** idalloc's GC passes, as the GC loop logged them. */
+async function gcPasses(
+  path: string,
+): Promise<{ start: number; end: number; deleted?: number[] }[]> {
+  const text = await Deno.readTextFile(path).catch(() => "");
+  const out = [];
+  for (const line of text.split("\n")) {
+    try {
+      const r = JSON.parse(line);
+      if (r.t === "gc") out.push({ start: r.start, end: r.end, deleted: r.deleted });
+    } catch {
+      // The loop's last line, cut by its end.
+    }
+  }
+  return out;
+}
+
+/**
+ * Beside Cilium CRD-mode nodes: the deletion check (`checks/deletions.ts`) on the store's record
+ * and idalloc's GC log, and what Cilium's nodes did with duplicates.
+ */
+async function crdChecks(
+  run: RunState,
+  records: readonly LogRecord[],
+): Promise<{ violations: Violation[]; crd: NonNullable<BackendReport["crd"]> } | undefined> {
+  const { cilium, operator, dir } = run;
+  if (!run.store.ciliumCrd || !cilium || !run.storeLog) return undefined;
+  const { changes } = await readStoreLog(`${dir}/${STORE_LOG}`);
+  const { violations, ...deletions } = checkDeletions({
+    changes,
+    gcPasses: await gcPasses(`${dir}/gc.jsonl`),
+    skewMs: run.store.skewMs,
+    planted: new Set(run.faults.flatMap((f) => f.plantedMasters ?? [])),
+  });
+  const activity = ciliumActivity(new StoreHistory(changes), records, cilium.incs, cilium.nodes);
+  const exits = operator?.exits ?? [];
+  return {
+    violations,
+    crd: {
+      deletions,
+      operator: {
+        starts: operator?.starts ?? 0,
+        exitsOnItsOwn: exits.filter((e) => !e.asked).length,
+      },
+      activity,
+    },
+  };
 }
 
 /** Reads every log back and runs the history and call checks. */
@@ -500,7 +614,9 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     holds: STORE_CHECKS.holds,
     probe: PROBE_CHECK,
     drain: DRAIN_CHECK,
+    deletion: DELETION_CHECK,
   };
+  const crd = await crdChecks(run, [...records, ...ciliumCalls?.records ?? []]);
   const attributable = new Set<string>(Object.values(checks));
   const earlier = cilium ? run.violations.filter((v) => attributable.has(v.check)) : [];
   if (cilium) {
@@ -509,7 +625,12 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   }
   const attributed = cilium
     ? await attributeRun({
-      violations: [...earlier, ...history.overlaps, ...history.splits],
+      violations: [
+        ...earlier,
+        ...history.overlaps,
+        ...history.splits,
+        ...crd?.violations ?? [],
+      ],
       checks,
       storeLogPath: run.storeLog ? `${dir}/${STORE_LOG}` : undefined,
       ciliumIncs: cilium.incs,
@@ -518,6 +639,8 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
       stops,
       records: [...records, ...ciliumCalls?.records ?? []],
       leaseTtlMs: run.workload.timings.leaseTtlMs,
+      // Cilium's CRD mode gives a key its oldest identity; its kvstore mode its newest.
+      keyLookup: run.store.ciliumCrd ? "oldest" : "newest",
       limit: 25,
     })
     : undefined;
@@ -535,6 +658,7 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     ciliumOutcomes: ciliumCalls?.outcomes,
     attribution: attributed?.summary,
     attributedDropped: attributed?.dropped,
+    crd: crd?.crd,
   };
 }
 
@@ -548,6 +672,12 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     for (const [check, n] of Object.entries(dropped)) counts.get(check)!.failed += n;
   }
   counts.get(HISTORY_CHECK)!.note = `${history.answers} answers in ${history.runs} runs`;
+  // The deletion check runs beside Cilium CRD-mode nodes only.
+  if (logs.crd) {
+    const d = logs.crd.deletions;
+    counts.get(DELETION_CHECK)!.note = `${d.deletions} deletions judged` +
+      (d.uncertain.length > 0 ? `, ${d.uncertain.length} uncertain (across a record gap)` : "");
+  } else counts.delete(DELETION_CHECK);
   // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
   const inherited = new Map<string, number>();
   for (const a of logs.attribution?.attributions ?? []) {
@@ -578,6 +708,7 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     violations: run.violations,
     recoveries: recoveries(run.faults, logs.records),
     attribution: logs.attribution,
+    crd: logs.crd,
     harness: run.harness,
     dir: run.dir,
   };

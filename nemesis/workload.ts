@@ -75,7 +75,7 @@ export function ciliumKeys(n: number): string[] {
  * that both sides allocate the same keys, and the same keys are the popular ones on both sides.
  */
 export function withCiliumKeys(w: Workload): Workload {
-  return { ...w, plainKeys: ciliumKeys(w.plainKeys.length), ranked: true };
+  return { ...w, plainKeys: ciliumKeys(w.plainKeys.length), ranked: true, cilium: true };
 }
 
 /**

@@ -160,7 +160,16 @@ export interface AttributionInput {
     readonly holds?: string;
     readonly probe?: string;
     readonly drain?: string;
+    /** The deletion check beside Cilium CRD-mode nodes (`deletions.ts`): classed already. */
+    readonly deletion?: string;
   };
+  /**
+   * Which of a key's masters Cilium's own lookup gives it: the **newest** (kvstore mode:
+   * `cache.OnUpsert` keeps the last one seen) or the **oldest** (CRD mode: its index prefers the
+   * oldest `creationTimestamp`). An idalloc answer is superseded by a referenced master that
+   * lookup prefers to its own. @default {"newest"}
+   */
+  readonly keyLookup?: "newest" | "oldest";
   /**
    * How long the store may contradict an answer before it counts (the watch's delay).
    * @default {1000}
@@ -391,12 +400,14 @@ function judge(
       })`,
     );
   }
-  // Superseded: a newer master of the key with a live reference.
-  const newest = store.mastersOfKeyDuring(run.key, conflict.from, last)
-    .filter((m) => m.id === run.id)
-    .reduce((n, m) => Math.max(n, m.fromRev), 0);
+  // Superseded: a master of the key that Cilium's lookup prefers, with a live reference.
+  const oldest = input.keyLookup === "oldest";
+  const ownRevs = store.mastersOfKeyDuring(run.key, conflict.from, last)
+    .filter((m) => m.id === run.id).map((m) => m.fromRev);
+  const ownRev = ownRevs.length === 0 ? 0 : oldest ? Math.min(...ownRevs) : Math.max(...ownRevs);
   for (const m of store.mastersOfKeyDuring(run.key, conflict.from, last)) {
-    if (m.id === run.id || m.fromRev <= newest || newest === 0) continue;
+    if (m.id === run.id || ownRev === 0) continue;
+    if (oldest ? m.fromRev >= ownRev : m.fromRev <= ownRev) continue;
     const refs = store.refsToDuring(run.key, m.id, Math.max(m.from, conflict.from), last)
       .filter((r) => r.lease !== "0");
     if (refs.length === 0) continue;
@@ -405,9 +416,9 @@ function judge(
       "superseded",
       Math.max(m.from, referenced),
       Math.min(m.toEarly ?? Infinity, Math.max(...refs.map((r) => r.toEarly ?? Infinity))),
-      `kept answering ${run.key} → ${run.id} after its newer master ${m.id} (${
-        clock(m.from)
-      }) was referenced`,
+      `kept answering ${run.key} → ${run.id} after its ${
+        oldest ? "older" : "newer"
+      } master ${m.id} (${clock(m.from)}) was referenced`,
     );
   }
   // Unreferenced: no live reference of the node to the key for longer than the lease (idalloc)
@@ -558,6 +569,11 @@ function attributeStore(v: Violation, input: AttributionInput): Attribution | un
     line: `[${cls}] ${v.message}; ${why}`,
   });
   if (v.check === names.holds) return done("idalloc-only", "a hold of an idalloc node");
+  if (v.check === names.deletion) {
+    const e = v.evidence as { class?: AttributionClass; deleter?: string } | undefined;
+    if (!e?.class) return undefined;
+    return done(e.class, `deleted by ${e.deleter}`);
+  }
   if (v.check === names.oneKey) {
     const r = (v.evidence as { reference?: { node: string } } | undefined)?.reference;
     if (!r) return undefined;
@@ -578,17 +594,18 @@ function attributeStore(v: Violation, input: AttributionInput): Attribution | un
       return done("idalloc-only", `idalloc nodes reference IDs ${[...ours].join(", ")}`);
     }
     const [mine] = ours;
-    const newest = newestReferenced(e.key, live.map((r) => r.id), input.store);
+    const lookup = input.keyLookup ?? "newest";
+    const newest = preferredReferenced(e.key, live.map((r) => r.id), input.store, lookup);
     return newest === undefined || newest === mine
       ? done(
         "mixed (inherited from Cilium)",
-        `idalloc's nodes are on ${mine}, its newest referenced master; Cilium nodes hold ${
+        `idalloc's nodes are on ${mine}, its ${lookup} referenced master; Cilium nodes hold ${
           [...new Set(live.filter((r) => side(r.node) === "cilium").map((r) => r.id))].join(", ")
         }`,
       )
       : done(
         "mixed (idalloc's)",
-        `idalloc's nodes are on ${mine}, not on ${newest}, the key's newest referenced master`,
+        `idalloc's nodes are on ${mine}, not on ${newest}, the key's ${lookup} referenced master`,
       );
   }
   if (v.check === names.probe) return attributeProbe(v, input, done);
@@ -625,16 +642,23 @@ function attributeDrain(
   return done("idalloc-only", "GC is idalloc's");
 }
 
-/** The newest master (by revision, at the end of the record) among `ids` that names `key`. */
-function newestReferenced(
+/**
+ * The master among `ids` naming `key` (at the end of the record) that Cilium's lookup prefers:
+ * the newest or the oldest by revision.
+ */
+function preferredReferenced(
   key: string,
   ids: readonly number[],
   store: StoreHistory,
+  lookup: "newest" | "oldest",
 ): number | undefined {
   let best: MasterSpan | undefined;
   for (const id of new Set(ids)) {
     const m = store.mastersOfIdDuring(id, Infinity, Infinity).find((x) => x.key === key);
-    if (m && (!best || m.fromRev > best.fromRev)) best = m;
+    if (!m) continue;
+    if (!best || (lookup === "oldest" ? m.fromRev < best.fromRev : m.fromRev > best.fromRev)) {
+      best = m;
+    }
   }
   return best?.id;
 }
@@ -674,6 +698,18 @@ function attributeProbe(
       `Cilium references ${
         foreign.map((x) => `${x.node} → ${x.id}`).join(", ")
       } name IDs with no master of the key`,
+      "probe",
+    );
+  }
+  // The key's only identities when the probe ran were Cilium's writes (CRD mode: an agent
+  // re-creating one it cached, e.g. with an ID outside idalloc's range): idalloc refuses them.
+  const masters = store.mastersOfKeyDuring(r.key, r.start, r.start);
+  const writers = masters.map((m) => store.writerOf(m)?.node);
+  if (masters.length > 0 && writers.every((w) => w !== undefined && input.ciliumNodes.has(w))) {
+    return done(
+      "mixed (inherited from Cilium)",
+      `the key's identities ${masters.map((m) => m.id).join(", ")} were written by Cilium ` +
+        `node(s) ${[...new Set(writers)].join(", ")}`,
       "probe",
     );
   }

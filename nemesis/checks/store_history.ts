@@ -98,10 +98,10 @@ export class StoreHistory {
   /** Builds the spans of `changes` (any order: sorted by revision here). */
   constructor(changes: readonly StoreChange[]) {
     const gaps: { at: number; why: string }[] = [];
-    const sorted = changes.filter((c) => c.t !== "gap" || (gaps.push(c), false)) as Exclude<
-      StoreChange,
-      { t: "gap" }
-    >[];
+    // Lease and deletion records judge deletions (`deletions.ts`), not spans.
+    const sorted = changes.filter((c) =>
+      c.t !== "lease" && c.t !== "deleted" && (c.t !== "gap" || (gaps.push(c), false))
+    ) as Exclude<StoreChange, { t: "gap" | "lease" | "deleted" }>[];
     sorted.sort((a, b) => a.rev - b.rev);
     this.gaps = gaps;
     this.size = sorted.length;
@@ -179,6 +179,11 @@ export class StoreHistory {
   /** The Cilium mutexes of `of` (a key, or `id/<N>`) held at some instant of `[from, to]`. */
   locksDuring(of: string, from: number, to: number): LockSpan[] {
     return (this.#locks.get(of) ?? []).filter((s) => overlaps(s, from, to));
+  }
+
+  /** Every master span, in the order they were written. */
+  allMasters(): MasterSpan[] {
+    return [...this.#masters.values()].flat().sort((a, b) => a.fromRev - b.fromRev);
   }
 
   /** The master of `id` at instant `at`, if one existed. */

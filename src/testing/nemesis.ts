@@ -42,6 +42,8 @@ export interface NemesisWorkload {
    * clock (Deno KV: its harness makes it the backends' `maxClockSkewMs`).
    */
   readonly clockSkewMs: number;
+  /** Whether real Cilium nodes join the run (`--cilium`): the store is set up for them. */
+  readonly cilium?: boolean;
 }
 
 /**
@@ -147,6 +149,26 @@ export interface StoreFaultOutcome {
   readonly backAt?: number;
 }
 
+/**
+ * What Cilium nodes in CRD mode need of a run's Kubernetes store: a kubeconfig for Cilium's
+ * clientset, the operator's heartbeat timeout the run uses (idalloc's nodes are told the same),
+ * and the `CiliumEndpoint`s a real agent would write for what its node holds.
+ */
+export interface CiliumCrdSide {
+  /** An admin kubeconfig file (its current context is the run's API server). */
+  readonly kubeconfig: string;
+  /** The operator's `--identity-heartbeat-timeout` in this run, ms. */
+  readonly heartbeatTimeoutMs: number;
+  /**
+   * Node `node` uses key `key` as ID `id` (`undefined`: no longer): its `CiliumEndpoint` is
+   * written (`status.identity.id`) or deleted in the background, retried through outages, in
+   * the order asked.
+   */
+  setEndpoint(node: string, key: string, id: number | undefined): void;
+  /** Resolves once every endpoint write asked so far is done (or given up after `timeoutMs`). */
+  flushEndpoints(timeoutMs: number): Promise<void>;
+}
+
 /** The store of one backend run: where Cilium nodes join, and how its own faults are injected. */
 export interface NemesisRunStore extends NemesisStore {
   /**
@@ -154,6 +176,11 @@ export interface NemesisRunStore extends NemesisStore {
    * Absent when the backend is not Cilium's kvstore.
    */
   readonly cilium?: { readonly endpoints: readonly string[]; readonly prefix: string };
+  /**
+   * Where real Cilium nodes in CRD mode join the run (`--cilium` on Kubernetes): Cilium's
+   * `identity-allocation-mode=crd`. Absent when the store is no Kubernetes API server.
+   */
+  readonly ciliumCrd?: CiliumCrdSide;
   /**
    * Injects the store's own fault `kind` (one of {@linkcode NemesisHooks.storeFaults}) with the
    * run's seeded `random`, and resolves once it is over. The nemesis injects one at a time, even
@@ -241,7 +268,10 @@ export interface NemesisHooks {
    * probing, draining, checking): a fixed part, and a share of the run for the logs.
    */
   readonly overhead: { readonly fixed: number; readonly share: number };
-  /** Whether real Cilium nodes can join its runs (`--cilium`: the store is Cilium's kvstore). */
+  /**
+   * Whether real Cilium nodes can join its runs (`--cilium`): the store is Cilium's kvstore
+   * ({@linkcode NemesisRunStore.cilium}) or its CRDs ({@linkcode NemesisRunStore.ciliumCrd}).
+   */
   readonly cilium: boolean;
   /** The workers' allocator timings under workload `name`, from the suite's `timings`. */
   timings(name: string, timings: NemesisTimings): NemesisTimings;

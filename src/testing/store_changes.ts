@@ -41,6 +41,34 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
     lease: z.string(),
     held: z.boolean(),
   }),
+  /**
+   * A node Lease changed (Kubernetes): its epoch and expiry as written (`null`: deleted). What
+   * judges, at an identity's deletion, whether a reference on it was live.
+   */
+  z.object({
+    t: z.literal("lease"),
+    rev: z.number().int(),
+    at: z.number(),
+    node: z.string(),
+    epoch: z.string().nullable(),
+    /** `renewTime + leaseDurationSeconds` (the holder's clock), ms; `null`: none. */
+    expiresAt: z.number().nullable(),
+  }),
+  /**
+   * A master was deleted (Kubernetes: an identity object), with what it carried at its last
+   * state: its idalloc references (`node → epoch`) and whether Cilium's GC mark was on it.
+   * `inferred`: seen gone on a re-list after a gap, not from its own event.
+   */
+  z.object({
+    t: z.literal("deleted"),
+    rev: z.number().int(),
+    at: z.number(),
+    id: z.number().int(),
+    key: z.string(),
+    refs: z.record(z.string(), z.string()),
+    marked: z.boolean(),
+    inferred: z.boolean().optional(),
+  }),
   /** The recorder lost events (a compaction under its watch): spans around it may be wrong. */
   z.object({ t: z.literal("gap"), at: z.number(), why: z.string() }),
 ]);

@@ -531,3 +531,49 @@ Deno.test("attribution: masters left by the drain under a stale Cilium mutex are
   const free = attribute([drain(500)], input(store, [], { checks }));
   assert.equal(free.attributions[0].class, "idalloc-only");
 });
+
+Deno.test("attribution: beside CRD-mode nodes the oldest master is the key's, so staying on it is justified", () => {
+  // A Cilium CRD-mode node (no lock) created 71 for K after idalloc's 73: Cilium's own lookup
+  // gives K its oldest identity (73), which idalloc keeps; the kvstore rule (newest) would call
+  // idalloc's answer superseded.
+  const store = [
+    master(10, 0, 73, K),
+    ref(10, 0, K, "w2", 73),
+    master(20, 1_000, 71, K),
+    ref(21, 1_005, K, "c0", 71),
+  ];
+  const records = [
+    answer("w2@3", "allocate", K, 73, 0),
+    answer("w2@3", "get", K, 73, 5_000),
+    answer("c0@c1", "allocate", K, 71, 1_000),
+    answer("c0@c1", "get", K, 71, 4_000),
+  ];
+  const crd = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(crd.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = crd.attributions;
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+  assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified?.reason, "superseded");
+  assert.equal(classify(records, store).counts["mixed (idalloc's)"], 1, "the kvstore rule");
+});
+
+Deno.test("attribution: beside CRD-mode nodes idalloc moving to a newer duplicate is idalloc's", () => {
+  // Cilium's c0 holds K → 71 (the oldest, with its endpoint); a newer duplicate 73 appears and
+  // idalloc's w2 answers it: not what Cilium's lookup gives K.
+  const store = [
+    master(10, 0, 71, K),
+    ref(11, 5, K, "c0", 71),
+    master(20, 1_000, 73, K),
+    ref(20, 1_000, K, "w2", 73),
+  ];
+  const records = [
+    answer("c0@c1", "allocate", K, 71, 0),
+    answer("c0@c1", "get", K, 71, 5_000),
+    answer("w2@3", "allocate", K, 73, 1_000),
+    answer("w2@3", "get", K, 73, 4_500),
+  ];
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (idalloc's)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified?.reason, "superseded");
+  assert.match(a.line, /older master 71/);
+});

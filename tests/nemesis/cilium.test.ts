@@ -141,3 +141,16 @@ Deno.test("cilium: --cilium needs etcd, counts toward three nodes, and moves to 
   assert.ok(w.ranked);
   assert.deepEqual(w.plainRange, { min: 1, max: 80 });
 });
+
+Deno.test("cilium: --cilium takes Kubernetes too (CRD mode), whose store is then set up for Cilium", () => {
+  const o = parseOptions(["--backend", "k8s", "--cilium", "2"]);
+  assert.equal(o?.cilium, 2);
+  assert.throws(
+    () => parseOptions(["--backend", "deno-kv", "--cilium", "2"]),
+    /--cilium needs --backend etcd or k8s/,
+  );
+  const w = workloadFor("default", "k8s", true);
+  assert.equal(w.cilium, true, "the run's store is told Cilium nodes join");
+  assert.equal(w.plainKeys[3], "k8s:app=k3;");
+  assert.equal(workloadFor("default", "k8s").cilium, undefined);
+});

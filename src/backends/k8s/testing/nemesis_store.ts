@@ -14,6 +14,7 @@ import { copyFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "../../../deps/zod.ts";
 import type {
+  CiliumCrdSide,
   GarbageTargets,
   NemesisRunStore,
   NemesisStoreSpec,
@@ -21,12 +22,14 @@ import type {
   StoreFaultOutcome,
   StoreSnapshot,
 } from "../../../testing/nemesis.ts";
+import type { StoreChange } from "../../../testing/store_changes.ts";
 import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import { CLAIM_SELECTOR, EPOCH_ANNOTATION, NODE_SELECTOR, nodeLeaseName } from "../layout.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { identityResource, type KubeTestCluster } from "./cluster.ts";
+import { EndpointWriter, recordK8sChanges } from "./nemesis_cilium.ts";
 import { injectK8sFault } from "./nemesis_faults.ts";
 import { plantK8s } from "./nemesis_garbage.ts";
 import { k8sCounts, k8sSnapshot } from "./nemesis_read.ts";
@@ -46,6 +49,11 @@ const k8sSpecSchema = z.object({
   maxClockSkewMs: z.number().int().nonnegative(),
   /** The workers' request timeout. */
   requestTimeoutMs: z.number().int().positive(),
+  /**
+   * Cilium operator's heartbeat timeout the workers are told (beside Cilium CRD-mode nodes the
+   * run's own operator uses it too); absent: the backend's default.
+   */
+  heartbeatTimeoutMs: z.number().int().positive().optional(),
 });
 
 /** How a nemesis process reaches a Kubernetes store. */
@@ -91,6 +99,28 @@ export class K8sNemesisStore implements NemesisRunStore {
     this.#cluster = cluster;
     this.#logDir = logDir;
     this.#identities = identityResource(spec.group);
+    if (cluster !== undefined && spec.heartbeatTimeoutMs !== undefined) {
+      const writer = new EndpointWriter(client, this.#identities, spec.namespace);
+      this.#endpoints = writer;
+      this.ciliumCrd = {
+        kubeconfig: spec.kubeconfig,
+        heartbeatTimeoutMs: spec.heartbeatTimeoutMs,
+        setEndpoint: (node, key, id) => writer.set(node, key, id),
+        flushEndpoints: (timeoutMs) => writer.flush(timeoutMs),
+      };
+    }
+  }
+
+  /** Where Cilium CRD-mode nodes join: a store with its own API server and a heartbeat timeout. */
+  readonly ciliumCrd?: CiliumCrdSide;
+  readonly #endpoints?: EndpointWriter;
+
+  /** Records identities, endpoints and node Leases (`./nemesis_cilium.ts`). */
+  recordChanges(record: (change: StoreChange) => void): Promise<AsyncDisposable> {
+    return recordK8sChanges(
+      { client: this.#client, identities: this.#identities, namespace: this.spec.namespace },
+      record,
+    );
   }
 
   async #identityObjects(): Promise<KubeObject[]> {
@@ -171,6 +201,7 @@ export class K8sNemesisStore implements NemesisRunStore {
   /** Closes the client; stops the API server when the store owns it. */
   async [Symbol.asyncDispose](): Promise<void> {
     try {
+      await this.#endpoints?.[Symbol.asyncDispose]();
       await this.#client.close();
     } finally {
       const cluster = this.#cluster;

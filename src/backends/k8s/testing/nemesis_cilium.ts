@@ -1,0 +1,409 @@
+/**
+ * The Kubernetes side of a nemesis run beside Cilium nodes in CRD mode (`--cilium N` on `k8s`):
+ *
+ * - **The store's record** ({@linkcode recordK8sChanges}): three list-and-watch loops — the
+ *   identities (each a master; each `ref.idalloc.io/<node>` annotation a reference on the lease
+ *   named by its epoch), the run's `CiliumEndpoint`s (each a Cilium node's reference, lease
+ *   `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records in the
+ *   store's order (resource versions are etcd revisions, one order for all three). A deleted
+ *   identity is also recorded with its last state (`deleted`: its references and mark), which
+ *   the nemesis judges against the Leases and endpoints at that revision. A watch that ends is
+ *   resumed; one that expires (`410`) or fails re-lists, records a `gap`, and infers what vanished
+ *   meanwhile from the difference.
+ * - **The endpoints** ({@linkcode EndpointWriter}): the `CiliumEndpoint` a real agent writes for a
+ *   pod using an identity, one per Cilium node and key (`status.identity.id`), written and deleted
+ *   in the background in the order asked, retried through API-server outages.
+ *
+ * @module
+ */
+import { sleep } from "../../../abort.ts";
+import type { StoreChange } from "../../../testing/store_changes.ts";
+import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
+import { isStatus } from "../kube.ts";
+import { NODE_SELECTOR, readIdentity, readNodeLease } from "../layout.ts";
+import { LEASES } from "../options.ts";
+import { listAll } from "../paging.ts";
+
+/** The label of a nemesis endpoint naming the Cilium node it stands for. */
+export const ENDPOINT_NODE_LABEL = "nemesis.idalloc.io/node";
+/** The annotation of a nemesis endpoint naming the key its pod uses. */
+export const ENDPOINT_KEY_ANNOTATION = "nemesis.idalloc.io/key";
+/** The lease name endpoint references carry in the record. */
+export const ENDPOINT_LEASE = "cep";
+
+/** The `CiliumEndpoint` resource beside `identities`. */
+export function endpointResource(identities: KubeResourceDescriptor): KubeResourceDescriptor {
+  return { ...identities, plural: "ciliumendpoints", namespaced: true, kind: "CiliumEndpoint" };
+}
+
+/** The endpoint of node `node`'s use of `key`: a DNS name, stable per pair. */
+export function endpointName(node: string, key: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return `${node.toLowerCase().replace(/[^a-z0-9-]/g, "-")}-${h.toString(16).padStart(8, "0")}`;
+}
+
+/** What {@linkcode recordK8sChanges} watches. */
+export interface RecordTarget {
+  /** An admin client of the run's API server. */
+  readonly client: KubeClient;
+  /** The identity resource. */
+  readonly identities: KubeResourceDescriptor;
+  /** The namespace of the node Leases and of the endpoints. */
+  readonly namespace: string;
+}
+
+function rev(obj: KubeObject): number {
+  return Number(obj.metadata?.resourceVersion ?? NaN);
+}
+
+/** One watched resource: how an object's state is keyed and what it records. */
+interface Kind {
+  readonly res: KubeResourceDescriptor;
+  readonly namespace?: string;
+  readonly labelSelector?: string;
+  /** The changes from `before` to `after` (either absent: created, deleted) at `rev`, `at`. */
+  diff(
+    before: KubeObject | undefined,
+    after: KubeObject | undefined,
+    rev: number,
+    at: number,
+    inferred: boolean,
+  ): StoreChange[];
+}
+
+function identityKind(res: KubeResourceDescriptor): Kind {
+  return {
+    res,
+    diff(before, after, r, at, inferred) {
+      const b = before ? readIdentity(before) : undefined;
+      const a = after ? readIdentity(after) : undefined;
+      const was = b?.ok ? b.record : undefined;
+      const now = a?.ok ? a.record : undefined;
+      const out: StoreChange[] = [];
+      if (was && (!now || now.key !== was.key)) {
+        out.push({ t: "master", rev: r, at, id: was.id, key: null });
+        for (const node of was.refs.keys()) {
+          out.push({ t: "ref", rev: r, at, key: was.key, node, id: null });
+        }
+        if (!now) {
+          out.push({
+            t: "deleted",
+            rev: r,
+            at,
+            id: was.id,
+            key: was.key,
+            refs: Object.fromEntries(was.refs),
+            marked: was.mark !== undefined,
+            ...(inferred ? { inferred } : {}),
+          });
+        }
+      }
+      if (!now) return out;
+      const fresh = !was || now.key !== was.key;
+      if (fresh) out.push({ t: "master", rev: r, at, id: now.id, key: now.key });
+      const old = fresh ? new Map<string, string>() : was!.refs;
+      for (const [node, epoch] of now.refs) {
+        if (old.get(node) !== epoch) {
+          out.push({ t: "ref", rev: r, at, key: now.key, node, id: now.id, lease: epoch });
+        }
+      }
+      for (const node of old.keys()) {
+        if (!now.refs.has(node)) out.push({ t: "ref", rev: r, at, key: now.key, node, id: null });
+      }
+      return out;
+    },
+  };
+}
+
+/** A nemesis endpoint's node, key and ID (`undefined` for endpoints of no Cilium node). */
+function readEndpoint(obj: KubeObject): { node: string; key: string; id?: number } | undefined {
+  const node = obj.metadata?.labels?.[ENDPOINT_NODE_LABEL];
+  const key = obj.metadata?.annotations?.[ENDPOINT_KEY_ANNOTATION];
+  if (node === undefined || key === undefined) return undefined;
+  const id = (obj.status as { identity?: { id?: unknown } } | undefined)?.identity?.id;
+  return { node, key, id: typeof id === "number" ? id : undefined };
+}
+
+function endpointKind(res: KubeResourceDescriptor, namespace: string): Kind {
+  return {
+    res,
+    namespace,
+    diff(before, after, r, at) {
+      const b = before ? readEndpoint(before) : undefined;
+      const a = after ? readEndpoint(after) : undefined;
+      const out: StoreChange[] = [];
+      if (b?.id !== undefined && (a?.id !== b.id || a.key !== b.key)) {
+        out.push({ t: "ref", rev: r, at, key: b.key, node: b.node, id: null });
+      }
+      if (a?.id !== undefined && (b?.id !== a.id || b.key !== a.key)) {
+        out.push({
+          t: "ref",
+          rev: r,
+          at,
+          key: a.key,
+          node: a.node,
+          id: a.id,
+          lease: ENDPOINT_LEASE,
+        });
+      }
+      return out;
+    },
+  };
+}
+
+function leaseKind(namespace: string): Kind {
+  return {
+    res: LEASES,
+    namespace,
+    labelSelector: NODE_SELECTOR,
+    diff(before, after, r, at) {
+      const b = before ? readNodeLease(before) : undefined;
+      const a = after ? readNodeLease(after) : undefined;
+      const node = a?.node ?? b?.node;
+      if (node === undefined) return [];
+      if (a && b && a.epoch === b.epoch && a.expiresAt === b.expiresAt) return [];
+      return [{
+        t: "lease",
+        rev: r,
+        at,
+        node,
+        epoch: a?.epoch ?? null,
+        expiresAt: a?.expiresAt ?? null,
+      }];
+    },
+  };
+}
+
+/** One list-and-watch loop of `kind`, until `signal`; its first list resolves `listed`. */
+async function follow(
+  client: KubeClient,
+  kind: Kind,
+  record: (change: StoreChange) => void,
+  signal: AbortSignal,
+  listed: () => void,
+): Promise<void> {
+  const known = new Map<string, KubeObject>();
+  const name = (o: KubeObject) => `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;
+  let version: string | undefined;
+  let first = true;
+  while (!signal.aborted) {
+    try {
+      if (version === undefined) {
+        const list = await listAll(client, kind.res, {
+          namespace: kind.namespace,
+          labelSelector: kind.labelSelector,
+          signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
+        });
+        const at = Date.now();
+        const r = Number(list.resourceVersion);
+        const seen = new Set<string>();
+        for (const obj of list.items) {
+          seen.add(name(obj));
+          const before = known.get(name(obj));
+          if (before?.metadata?.resourceVersion === obj.metadata?.resourceVersion) continue;
+          for (const c of kind.diff(before, obj, rev(obj), at, false)) record(c);
+          known.set(name(obj), obj);
+        }
+        for (const [n, before] of known) {
+          if (seen.has(n)) continue;
+          // Gone while the record was blind: deleted at some revision up to the list's.
+          for (const c of kind.diff(before, undefined, r, at, true)) record(c);
+          known.delete(n);
+        }
+        version = list.resourceVersion;
+        if (first) listed();
+        first = false;
+      }
+      for await (
+        const ev of client.watch(kind.res, {
+          namespace: kind.namespace,
+          labelSelector: kind.labelSelector,
+          resourceVersion: version,
+          timeoutSeconds: 60,
+          signal,
+        })
+      ) {
+        const obj = ev.object;
+        version = obj.metadata?.resourceVersion ?? version;
+        if (ev.type === "BOOKMARK") continue;
+        const at = Date.now();
+        if (ev.type === "DELETED") {
+          // The event carries the object's last state, at the deletion's revision.
+          for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(c);
+          known.delete(name(obj));
+        } else {
+          for (const c of kind.diff(known.get(name(obj)), obj, rev(obj), at, false)) record(c);
+          known.set(name(obj), obj);
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) break;
+      record({
+        t: "gap",
+        at: Date.now(),
+        why: `${kind.res.plural}: ${isStatus(err, 410) ? "410 " : ""}${String(err).slice(0, 200)}`,
+      });
+      version = undefined;
+      await sleep(300, signal).catch(() => {});
+    }
+  }
+}
+
+/**
+ * Records every change of the identities, the endpoints in `namespace` and the node Leases (see
+ * the module doc); resolves once each has been listed, disposing stops it.
+ */
+export async function recordK8sChanges(
+  { client, identities, namespace }: RecordTarget,
+  record: (change: StoreChange) => void,
+): Promise<AsyncDisposable> {
+  const stop = new AbortController();
+  const kinds = [
+    identityKind(identities),
+    endpointKind(endpointResource(identities), namespace),
+    leaseKind(namespace),
+  ];
+  const listed = kinds.map(() => Promise.withResolvers<void>());
+  const loops = kinds.map((k, i) =>
+    follow(client, k, record, stop.signal, listed[i].resolve).catch(() => {})
+  );
+  const timer = new AbortController();
+  try {
+    await Promise.race([
+      Promise.all(listed.map((l) => l.promise)),
+      sleep(60_000, timer.signal).then(() => {
+        throw new Error("the store's record did not list everything within 60 s");
+      }),
+    ]);
+  } catch (err) {
+    stop.abort();
+    await Promise.all(loops);
+    throw err;
+  } finally {
+    timer.abort();
+  }
+  return {
+    async [Symbol.asyncDispose]() {
+      stop.abort();
+      await Promise.all(loops);
+    },
+  };
+}
+
+/** One endpoint's pending work: the last state asked (`undefined`: deleted). */
+interface Pending {
+  node: string;
+  key: string;
+  id: number | undefined;
+}
+
+/**
+ * Writes the nemesis's `CiliumEndpoint`s in the background (see the module doc): per endpoint,
+ * only the last state asked is written, one write at a time, retried every 300 ms until it
+ * lands or the writer closes.
+ */
+export class EndpointWriter implements AsyncDisposable {
+  readonly #client: KubeClient;
+  readonly #res: KubeResourceDescriptor;
+  readonly #namespace: string;
+  readonly #pending = new Map<string, Pending>();
+  readonly #running = new Map<string, Promise<void>>();
+  readonly #closing = new AbortController();
+  /** Writes that landed. */
+  written = 0;
+  /** Failed attempts (each retried). */
+  failures = 0;
+
+  /** Writes the endpoints of `identities`' group in `namespace` through `client`. */
+  constructor(client: KubeClient, identities: KubeResourceDescriptor, namespace: string) {
+    this.#client = client;
+    this.#res = endpointResource(identities);
+    this.#namespace = namespace;
+  }
+
+  /** Asks for node `node`'s endpoint of `key` to name `id` (`undefined`: to be gone). */
+  set(node: string, key: string, id: number | undefined): void {
+    if (this.#closing.signal.aborted) return;
+    const name = endpointName(node, key);
+    this.#pending.set(name, { node, key, id });
+    if (!this.#running.has(name)) {
+      const run = this.#drain(name).finally(() => this.#running.delete(name));
+      this.#running.set(name, run);
+    }
+  }
+
+  async #drain(name: string): Promise<void> {
+    for (;;) {
+      const want = this.#pending.get(name);
+      if (!want || this.#closing.signal.aborted) return;
+      this.#pending.delete(name);
+      for (;;) {
+        if (this.#closing.signal.aborted) return;
+        // A newer state asked meanwhile replaces this one.
+        if (this.#pending.has(name)) break;
+        try {
+          await this.#write(name, want);
+          this.written++;
+          break;
+        } catch {
+          this.failures++;
+          await sleep(300, this.#closing.signal).catch(() => {});
+        }
+      }
+    }
+  }
+
+  async #write(name: string, want: Pending): Promise<void> {
+    const scope = { namespace: this.#namespace, signal: AbortSignal.timeout(5_000) };
+    if (want.id === undefined) {
+      await this.#client.delete(this.#res, name, scope);
+      return;
+    }
+    const object: KubeObject = {
+      apiVersion: `${this.#res.group}/${this.#res.version}`,
+      kind: "CiliumEndpoint",
+      metadata: {
+        name,
+        namespace: this.#namespace,
+        // Cilium's node names (`c0`, `c1-g2`) are valid label values as they are.
+        labels: { [ENDPOINT_NODE_LABEL]: want.node },
+        annotations: { [ENDPOINT_KEY_ANNOTATION]: want.key },
+      },
+      status: { state: "ready", identity: { id: want.id } },
+    };
+    try {
+      await this.#client.create(this.#res, object, scope);
+    } catch (err) {
+      if (!isStatus(err, 409)) throw err;
+      const current = await this.#client.get(this.#res, name, scope);
+      if (!current) throw err;
+      await this.#client.update(this.#res, {
+        ...object,
+        metadata: { ...object.metadata, resourceVersion: current.metadata?.resourceVersion },
+      }, scope);
+    }
+  }
+
+  /** Resolves once every write asked so far landed, or after `timeoutMs`. */
+  async flush(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.#running.size > 0 && Date.now() < deadline) {
+      const timer = new AbortController();
+      await Promise.race([
+        Promise.all(this.#running.values()),
+        sleep(200, timer.signal).catch(() => {}),
+      ]);
+      timer.abort();
+    }
+  }
+
+  /** Stops writing (pending writes are dropped). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.#closing.abort();
+    await Promise.all(this.#running.values());
+  }
+}
