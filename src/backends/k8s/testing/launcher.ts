@@ -35,6 +35,7 @@ import {
 } from "../../etcd/testing/cluster.ts";
 import { runChild } from "../../../testing/child_command.ts";
 import { SLOTS_ENV } from "../../../testing/slots.ts";
+import { DEFAULT_NAMESPACE } from "../coordination.ts";
 import { KUBE_TEST_SERVER_ENV, kubeTestServerInfo } from "./attach.ts";
 import {
   findKubeApiserver,
@@ -161,7 +162,8 @@ async function apiserver(): Promise<number> {
         cluster.etcd.endpoints[0]
       }
 CRDs: ${(await ciliumCrdNames(cluster)).join(", ")} (Cilium's CRD mode)
-Admin kubeconfig (context "idalloc", namespace "default"); in another shell:
+Admin kubeconfig (context "idalloc"); idalloc's Leases and key claims go to namespace ${DEFAULT_NAMESPACE}
+(created here; on a cluster: kubectl create namespace ${DEFAULT_NAMESPACE}). In another shell:
 
   export KUBECONFIG=${kubeconfig}
   deno task idalloc --store k8s:$KUBECONFIG identity allocate k8s:app=web
