@@ -25,7 +25,6 @@
  * @module
  */
 import { z } from "../../../deps/zod.ts";
-import type { KubeTestCluster } from "./cluster.ts";
 
 /** The environment variable naming the test run's kube-apiserver description (a JSON file). */
 export const KUBE_TEST_SERVER_ENV = "IDALLOC_KUBE_TEST_SERVER";
@@ -85,8 +84,29 @@ export function parseKubeTestServerInfo(text: string, source: string): KubeTestS
   return parsed.data;
 }
 
+/**
+ * What {@linkcode kubeTestServerInfo} reads of a running test server: the parts of
+ * `KubeTestCluster` (`./cluster.ts`, which imports this module to attach) that describe it.
+ */
+export interface DescribedKubeTestServer {
+  /** The API server's URL. */
+  readonly server: string;
+  /** Its CA certificate's file. */
+  readonly caFile: string;
+  /** The server's directory (its certificates, the client CA). */
+  readonly dir: string;
+  /** The API server's PID, while it runs. */
+  readonly pid: number | undefined;
+  /** How long its start took, etcd included (ms). */
+  readonly startMs: number;
+  /** The etcd behind it. */
+  readonly etcd: { readonly endpoints: readonly string[] };
+  /** The bearer token of a test user. */
+  token(user: "admin" | "nobody" | "reader"): string;
+}
+
 /** The description of `cluster` (a server this process started). */
-export function kubeTestServerInfo(cluster: KubeTestCluster): KubeTestServerInfo {
+export function kubeTestServerInfo(cluster: DescribedKubeTestServer): KubeTestServerInfo {
   if (cluster.pid === undefined) throw new KubeTestServerError("the kube-apiserver is not running");
   return {
     server: cluster.server,
