@@ -512,7 +512,9 @@ ciliumTest(
 
     // idalloc's GC: nothing while the dead node's Lease still runs, everything after. (A Lease
     // long enough for the first pass to come before it lapses, on a loaded machine too.)
-    await using gc = await idalloc(w, "gc");
+    // No grace: the store's default (Cilium's heartbeat timeout, 30 min) would keep what the dead
+    // node made a moment ago; the Lease alone is under test here.
+    await using gc = await idalloc(w, "gc", { gcGraceMs: 0 });
     const first = await spawn("k1", labelSets("k1", 30), { leaseTtlMs: 15_000 });
     const early = await gc.alloc.runGc();
     const stillLive = await leaseLive(w, "k1");
