@@ -19,7 +19,12 @@ import {
   type KubeTestCluster,
   sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
-import { endpointCrd, endpointSliceCrd } from "../../../src/backends/k8s/testing/crds.ts";
+import {
+  CRD_RESOURCE,
+  endpointCrd,
+  endpointSliceCrd,
+  NAMESPACE_RESOURCE,
+} from "../../../src/backends/k8s/testing/crds.ts";
 
 export { eventually } from "../../_support/eventually.ts";
 
@@ -61,14 +66,6 @@ export function collect<T>(watch: (signal: AbortSignal) => AsyncIterable<T>): Co
 export function deadline(ms = 20_000): AbortSignal {
   return AbortSignal.timeout(ms);
 }
-
-const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
-const CRDS = {
-  group: "apiextensions.k8s.io",
-  version: "v1",
-  plural: "customresourcedefinitions",
-  namespaced: false,
-} as const;
 
 /** A test's own identity resource and namespace on the shared server. */
 export interface K8sFixture extends AsyncDisposable {
@@ -123,7 +120,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
   const client = await cluster.client("admin") as unknown as KubeClient & {
     close(): Promise<void>;
   };
-  await client.create(NAMESPACES, {
+  await client.create(NAMESPACE_RESOURCE, {
     apiVersion: "v1",
     kind: "Namespace",
     metadata: { name: namespace },
@@ -223,7 +220,9 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
       // Allocators first (they close their sessions), then the backends.
       for (const close of closers.reverse()) await close().catch(() => {});
       for (const plural of ["ciliumidentities", "ciliumendpoints", "ciliumendpointslices"]) {
-        await client.delete(CRDS, `${plural}.${group}`, { signal: deadline() }).catch(() => {});
+        await client.delete(CRD_RESOURCE, `${plural}.${group}`, { signal: deadline() }).catch(
+          () => {},
+        );
       }
       await client.close();
     },

@@ -14,14 +14,13 @@ import {
 import { isStatus, type KubeClient } from "../../../src/backends/k8s/kube.ts";
 import { nodeLeaseName, refAnnotation } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
+import { NAMESPACE_RESOURCE } from "../../../src/backends/k8s/testing/crds.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
-
-const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
 
 /** Creates namespace `name` unless it exists. */
 async function ensureNamespace(client: KubeClient, name: string): Promise<void> {
   try {
-    await client.create(NAMESPACES, {
+    await client.create(NAMESPACE_RESOURCE, {
       apiVersion: "v1",
       kind: "Namespace",
       metadata: { name },

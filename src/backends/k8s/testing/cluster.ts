@@ -55,7 +55,14 @@ import {
   type KubeTestServerInfo,
   parseKubeTestServerInfo,
 } from "./attach.ts";
-import { type CrdManifest, endpointCrd, endpointSliceCrd, identityCrd } from "./crds.ts";
+import {
+  CRD_RESOURCE,
+  type CrdManifest,
+  endpointCrd,
+  endpointSliceCrd,
+  identityCrd,
+  NAMESPACE_RESOURCE,
+} from "./crds.ts";
 
 /** The users every test server knows (token auth). */
 export type KubeTestUser =
@@ -557,13 +564,11 @@ async function startWithin(
 async function createNamespace(cluster: KubeTestCluster, name: string): Promise<void> {
   await using client = await cluster.client("admin");
   try {
-    await client.create(NAMESPACES, { metadata: { name } });
+    await client.create(NAMESPACE_RESOURCE, { metadata: { name } });
   } catch (err) {
     if (!(err instanceof Error && "reason" in err && err.reason === "AlreadyExists")) throw err;
   }
 }
-
-const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
 
 /** Mints client certificate number `n` (CN `user`, O `groups`) with the client CA in `dir`. */
 async function mintClientCertificate(
@@ -869,26 +874,18 @@ export function sharedKubeApiServer(): Promise<KubeTestCluster> {
   return shared;
 }
 
-const CRDS = {
-  group: "apiextensions.k8s.io",
-  version: "v1",
-  plural: "customresourcedefinitions",
-  namespaced: false,
-  kind: "CustomResourceDefinition",
-} as const;
-
 /** Creates `crd` (or finds it) and waits for its `Established` condition; the time taken (ms). */
 async function installCrd(client: KubeClient, crd: CrdManifest): Promise<number> {
   const started = performance.now();
   try {
-    await client.create(CRDS, crd as unknown as Parameters<KubeClient["create"]>[1]);
+    await client.create(CRD_RESOURCE, crd as unknown as Parameters<KubeClient["create"]>[1]);
   } catch (err) {
     if (!(err instanceof Error && "reason" in err && err.reason === "AlreadyExists")) throw err;
   }
   const name = crd.metadata.name;
   const deadline = Date.now() + 30_000;
   for (;;) {
-    const current = await client.get(CRDS, name) as
+    const current = await client.get(CRD_RESOURCE, name) as
       | { status?: { conditions?: { type: string; status: string }[] } }
       | undefined;
     const established = current?.status?.conditions?.some((c) =>

@@ -54,6 +54,23 @@ export interface CrdManifest {
 /** Cilium's group. */
 export const CILIUM_GROUP = "cilium.io";
 
+/** The API server's CustomResourceDefinitions, as a resource the client reads and writes. */
+export const CRD_RESOURCE = {
+  group: "apiextensions.k8s.io",
+  version: "v1",
+  plural: "customresourcedefinitions",
+  namespaced: false,
+  kind: "CustomResourceDefinition",
+} as const;
+
+/** Namespaces, as a resource the client reads and writes. */
+export const NAMESPACE_RESOURCE = {
+  group: "",
+  version: "v1",
+  plural: "namespaces",
+  namespaced: false,
+} as const;
+
 /** The fields every object has (Cilium's CRDs declare them so). */
 const objectFields = {
   apiVersion: { type: "string" },

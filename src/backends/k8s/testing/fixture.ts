@@ -62,7 +62,7 @@ import { refLive } from "../liveness.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
-import { endpointCrd } from "./crds.ts";
+import { CRD_RESOURCE, endpointCrd, NAMESPACE_RESOURCE } from "./crds.ts";
 
 /** The kubeconfig context the fixtures' kubeconfigs name (their current context is another). */
 export const FIXTURE_CONTEXT = "test";
@@ -118,14 +118,6 @@ export const openFromSpec: OpenFromSpec = async (
   });
   return { backend, [Symbol.asyncDispose]: () => backend.close() };
 };
-
-const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
-const CRDS = {
-  group: "apiextensions.k8s.io",
-  version: "v1",
-  plural: "customresourcedefinitions",
-  namespaced: false,
-} as const;
 
 /**
  * `security-labels` that name no key: the reserved label holding a label set (which would read
@@ -206,7 +198,7 @@ export class K8sStoreFixture implements StoreFixture {
     await cluster.installCrd(endpointCrd(group));
     const client = await cluster.client("admin", namespace);
     try {
-      await client.create(NAMESPACES, {
+      await client.create(NAMESPACE_RESOURCE, {
         apiVersion: "v1",
         kind: "Namespace",
         metadata: { name: namespace },
@@ -549,7 +541,9 @@ export class K8sStoreFixture implements StoreFixture {
       // The API server cleans a deleted CRD's objects up itself; Leases go one by one (a
       // namespace is only emptied by the controller manager, which the test server lacks).
       const crds = [`ciliumidentities.${this.group}`, `ciliumendpoints.${this.group}`];
-      await Promise.allSettled(crds.map((name) => this.#client.delete(CRDS, name, bounded())));
+      await Promise.allSettled(
+        crds.map((name) => this.#client.delete(CRD_RESOURCE, name, bounded())),
+      );
       const { items } = await listAll(this.#client, LEASES, {
         namespace: this.namespace,
         ...bounded(),
@@ -562,7 +556,7 @@ export class K8sStoreFixture implements StoreFixture {
           })
         ),
       );
-      await this.#client.delete(NAMESPACES, this.namespace, bounded()).catch(() => {});
+      await this.#client.delete(NAMESPACE_RESOURCE, this.namespace, bounded()).catch(() => {});
     } finally {
       await this.#client.close();
     }

@@ -13,22 +13,15 @@
  */
 import { DEFAULT_NAMESPACE } from "../coordination.ts";
 import { listAll } from "../paging.ts";
+import { LEASES } from "../options.ts";
 import type { KubeTestCluster } from "./cluster.ts";
 import { identityResource } from "./cluster.ts";
-
-const CRDS = {
-  group: "apiextensions.k8s.io",
-  version: "v1",
-  plural: "customresourcedefinitions",
-  namespaced: false,
-} as const;
-const NAMESPACES = { group: "", version: "v1", plural: "namespaces", namespaced: false } as const;
-const LEASES = { group: "coordination.k8s.io", version: "v1", plural: "leases", namespaced: true };
+import { CRD_RESOURCE, NAMESPACE_RESOURCE } from "./crds.ts";
 
 /** The names of `cluster`'s CRDs in Cilium's own group `cilium.io`. */
 export async function ciliumCrdNames(cluster: KubeTestCluster): Promise<string[]> {
   await using client = await cluster.client("admin", "default");
-  const { items } = await listAll(client, CRDS, { signal: AbortSignal.timeout(30_000) });
+  const { items } = await listAll(client, CRD_RESOURCE, { signal: AbortSignal.timeout(30_000) });
   return items.map((o) => String(o.metadata.name)).filter((n) => n.endsWith(".cilium.io")).sort();
 }
 
@@ -42,9 +35,9 @@ export async function leftovers(cluster: KubeTestCluster): Promise<string> {
     );
   // A fresh server has Cilium's CRDs (cilium.io) and the namespaces default, kube-* and idalloc's
   // default coordination namespace.
-  const crds = (await names(CRDS)).filter((n) => !n.endsWith(".cilium.io")).length;
+  const crds = (await names(CRD_RESOURCE)).filter((n) => !n.endsWith(".cilium.io")).length;
   const namespaces =
-    (await names(NAMESPACES)).filter((n) =>
+    (await names(NAMESPACE_RESOURCE)).filter((n) =>
       n !== "default" && n !== DEFAULT_NAMESPACE && !n.startsWith("kube-")
     ).length;
   const leases = (await names(LEASES, "default")).length +
