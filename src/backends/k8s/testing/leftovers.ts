@@ -12,8 +12,8 @@
  * @module
  */
 import { DEFAULT_NAMESPACE } from "../coordination.ts";
-import { listAll } from "../paging.ts";
 import { LEASES } from "../options.ts";
+import { listAll } from "../paging.ts";
 import type { KubeTestCluster } from "./cluster.ts";
 import { identityResource } from "./cluster.ts";
 import { CRD_RESOURCE, NAMESPACE_RESOURCE } from "./crds.ts";
