@@ -5,7 +5,7 @@
  *
  * Uses the cluster of the kubeconfig kubectl would use when `KUBECONFIG` is set (its current
  * context; Cilium's `ciliumidentities.cilium.io` CRD must be installed, and the user needs the RBAC
- * rules of the README's Kubernetes section), else starts a private kube-apiserver on loopback when
+ * rules of docs/operations.md's RBAC section), else starts a private kube-apiserver on loopback when
  * one is built (`.ci/kube-apiserver.sh`), else explains and exits 0.
  *
  * It touches only what it made. Every run has its own tag: its keys start with
