@@ -23,14 +23,11 @@
  *
  * @module
  */
-import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeClient } from "./kube.ts";
+import type { KubeClient } from "./kube.ts";
 import type { NodeLeaseRecord } from "./layout.ts";
 import { leaseLive } from "./liveness.ts";
-import { LEASES } from "./options.ts";
-
-const log = idallocLogger("k8s", "gc");
+import { deleteListedLeases } from "./sweep.ts";
 
 /** The Leases of `leases` (ends on this process's clock) that have lapsed at `now`. */
 export function lapsedLeases(
@@ -47,27 +44,18 @@ export function lapsedLeases(
  * Deletes the node Leases of `leases` (as GC listed them) that have lapsed now, each guarded by
  * its listed resource version; returns how many went.
  */
-export async function sweepLeases(
+export function sweepLeases(
   client: KubeClient,
   ctx: K8sContext,
   leases: ReadonlyMap<string, NodeLeaseRecord>,
   signal: AbortSignal,
 ): Promise<number> {
   const { now, maxClockSkewMs } = ctx.settings;
-  let removed = 0;
-  for (const lease of lapsedLeases(leases, now(), maxClockSkewMs)) {
-    try {
-      const gone = await client.delete(LEASES, lease.name, {
-        namespace: ctx.namespace,
-        resourceVersion: lease.rv,
-        signal,
-      });
-      if (gone) removed++;
-    } catch (err) {
-      // 409: renewed or replaced since it was listed.
-      if (!isStatus(err, 409)) throw err;
-    }
-  }
-  if (removed > 0) log.info("removed {removed} lapsed node Leases", { removed });
-  return removed;
+  return deleteListedLeases(
+    client,
+    ctx,
+    lapsedLeases(leases, now(), maxClockSkewMs),
+    "lapsed node Leases",
+    signal,
+  );
 }

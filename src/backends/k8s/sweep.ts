@@ -109,18 +109,32 @@ export async function listClaims(
 }
 
 /** Deletes `claims`, each guarded by its version as listed; returns how many went. */
-export async function sweepClaims(
+export function sweepClaims(
   client: KubeClient,
   ctx: K8sContext,
   claims: readonly ClaimRecord[],
   signal: AbortSignal,
 ): Promise<number> {
+  return deleteListedLeases(client, ctx, claims, "stale key claims", signal);
+}
+
+/**
+ * Deletes Leases of the coordination namespace (key claims, node Leases), each guarded by the
+ * version it was judged at: one renewed or replaced since (409) stays. Returns how many went.
+ */
+export async function deleteListedLeases(
+  client: KubeClient,
+  ctx: K8sContext,
+  leases: Iterable<{ readonly name: string; readonly rv: string }>,
+  what: string,
+  signal: AbortSignal,
+): Promise<number> {
   let removed = 0;
-  for (const claim of claims) {
+  for (const lease of leases) {
     try {
-      const gone = await client.delete(LEASES, claim.name, {
+      const gone = await client.delete(LEASES, lease.name, {
         namespace: ctx.namespace,
-        resourceVersion: claim.rv,
+        resourceVersion: lease.rv,
         signal,
       });
       if (gone) removed++;
@@ -128,6 +142,6 @@ export async function sweepClaims(
       if (!isStatus(err, 409)) throw err;
     }
   }
-  if (removed > 0) log.info("removed {removed} stale key claims", { removed });
+  if (removed > 0) log.info("removed {removed} {what}", { removed, what });
   return removed;
 }
