@@ -186,12 +186,12 @@ bothTest(
     const kv = await Allocator.open(await w.kvstore.backend("kv", { fast: true }), {
       ...FAST,
       min: 300,
-      max: 300,
+      max: 301,
     });
     const crd = await Allocator.open(await w.crd.backend("crd", { fast: true }), {
       ...FAST,
       min: 400,
-      max: 400,
+      max: 401,
     });
     assert.equal((await kv.allocate("app=split;")).id, 300);
     assert.equal((await crd.allocate("app=split;")).id, 400);
