@@ -44,3 +44,4 @@ export {
 } from "./mode.ts";
 export { ConflictError, IdallocError, type IdallocErrorOptions } from "../../errors.ts";
 export type * from "../../allocator/backend.ts";
+export type * from "../../allocator/damage.ts";
