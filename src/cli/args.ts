@@ -17,7 +17,18 @@ import {
   validateFlags,
 } from "../backends/driver_options.ts";
 import { parseOptions } from "../validate.ts";
-import { backendOfStore, BACKENDS, type SelectedStore, storeSyntax } from "../backends/registry.ts";
+import {
+  backendOfKind,
+  backendOfStore,
+  BACKENDS,
+  type SelectedStore,
+  storeSyntax,
+} from "../backends/registry.ts";
+import {
+  type IdentityAllocationMode,
+  isDoubleWrite,
+  parseIdentityAllocationMode,
+} from "../backends/doublewrite/mod.ts";
 
 export { formatDuration } from "../backends/driver_options.ts";
 
@@ -70,6 +81,10 @@ export interface GlobalOptions {
   readonly verbose: boolean;
   /** The store's backend and description, with the backend's own options applied. */
   readonly backend: StoreChoice;
+  /** `--identity-allocation-mode`, when given. */
+  readonly mode?: IdentityAllocationMode;
+  /** The CRD side of a double-write mode (`--kubeconfig`); `backend` is then the kvstore side. */
+  readonly crd?: StoreChoice;
 }
 
 const globalSchema = z.object({
@@ -88,6 +103,8 @@ const globalSchema = z.object({
   progress: z.boolean().default(false),
   debug: z.boolean().default(false),
   verbose: z.boolean().default(false),
+  identityAllocationMode: z.string().optional(),
+  kubeconfig: z.string().min(1, "must not be empty").optional(),
 }).refine((o) => o.max > o.min, { message: "must be greater than --min", path: ["max"] });
 
 /** What commander collected: option values by attribute name, and where each came from. */
@@ -109,10 +126,16 @@ function article(title: string): string {
  * Refuses another backend's option given on the command line: it would be ignored, and the user
  * meant some store. The environment serves every store, so a value from it is not refused.
  */
-function refuseForeignOptions(selected: SelectedStore, store: string, o: CollectedOptions): void {
-  const own = new Set(selected.driver.options.map(attributeName));
+function refuseForeignOptions(
+  selected: SelectedStore,
+  store: string,
+  o: CollectedOptions,
+  also?: BackendDriver,
+): void {
+  // A double-write mode's CRD side (`also`) takes its own options beside the store's.
+  const own = new Set([...selected.driver.options, ...(also?.options ?? [])].map(attributeName));
   for (const other of BACKENDS) {
-    if (other === selected.driver) continue;
+    if (other === selected.driver || other === also) continue;
     for (const option of other.options) {
       const attribute = attributeName(option);
       if (own.has(attribute) || o.sourceOf(attribute) !== "cli") continue;
@@ -170,7 +193,11 @@ function sourcedFlagName(o: CollectedOptions): (path: readonly PropertyKey[]) =>
 export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): GlobalOptions {
   const o = parseOptions(globalSchema, collected.values, "option", sourcedFlagName(collected));
   const selected = backendOfStore(o.store)!;
-  refuseForeignOptions(selected, o.store, collected);
+  const mode = o.identityAllocationMode === undefined
+    ? undefined
+    : modeOf(o.identityAllocationMode, selected, o.kubeconfig !== undefined);
+  const crdDriver = mode !== undefined && isDoubleWrite(mode) ? backendOfKind("k8s")! : undefined;
+  refuseForeignOptions(selected, o.store, collected, crdDriver);
   const description = selected.driver.describe(
     selected.rest,
     valuesOf(selected.driver, collected),
@@ -194,7 +221,54 @@ export function globalOptions(collected: CollectedOptions, nodeGiven: boolean): 
     debug: o.debug,
     verbose: o.verbose,
     backend: { driver: selected.driver, description },
+    ...(mode === undefined ? {} : { mode }),
+    ...(crdDriver === undefined ? {} : {
+      crd: {
+        driver: crdDriver,
+        description: crdDriver.describe(o.kubeconfig!, valuesOf(crdDriver, collected), {
+          timeoutMs: o.timeout,
+          leaseTtlMs: o.leaseTtl,
+        }),
+      },
+    }),
   };
+}
+
+/**
+ * Checks `--identity-allocation-mode` against the store: `kvstore` needs an etcd store, `crd` a
+ * Kubernetes one, a double-write mode an etcd store and `--kubeconfig` (its CRD side).
+ */
+function modeOf(
+  text: string,
+  selected: SelectedStore,
+  kubeconfig: boolean,
+): IdentityAllocationMode {
+  let mode: IdentityAllocationMode;
+  try {
+    mode = parseIdentityAllocationMode(text);
+  } catch (err) {
+    throw new InvalidOptionsError(
+      `invalid option: --identity-allocation-mode ${text}: must be ` +
+        "kvstore, crd, doublewrite-readkvstore or doublewrite-readcrd",
+      { cause: err },
+    );
+  }
+  const kind = selected.driver.kind;
+  const needs = mode === "crd" ? "k8s" : "etcd";
+  if (kind !== needs) {
+    throw new InvalidOptionsError(
+      `invalid option: --identity-allocation-mode ${mode} needs ` +
+        (needs === "k8s" ? "--store k8s:…" : "--store etcd://…") + `, not a ${kind} store`,
+    );
+  }
+  if (isDoubleWrite(mode) !== kubeconfig) {
+    throw new InvalidOptionsError(
+      isDoubleWrite(mode)
+        ? `invalid option: --identity-allocation-mode ${mode} needs --kubeconfig FILE (its CRD side)`
+        : `invalid option: --kubeconfig is for the double-write modes, not ${mode}`,
+    );
+  }
+  return mode;
 }
 
 /** Validates one duration flag of a command (`--every`, `--grace`). */

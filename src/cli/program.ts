@@ -115,6 +115,20 @@ function addStoreOptions(program: Command): void {
   add(
     program,
     new Option(
+      "--identity-allocation-mode <mode>",
+      "Cilium's mode: kvstore (an etcd store), crd (a k8s store), doublewrite-readkvstore or " +
+        "doublewrite-readcrd (both: --store etcd://… and --kubeconfig)",
+    ).env("IDALLOC_IDENTITY_ALLOCATION_MODE"),
+    STORE_GROUP,
+  );
+  add(
+    program,
+    new Option("--kubeconfig <file>", "the CRD side's kubeconfig in a double-write mode"),
+    STORE_GROUP,
+  );
+  add(
+    program,
+    new Option(
       "--node <name>",
       "node name of this run's references (default: cli-<host>-<pid>-<random>); never a running node's",
     ),

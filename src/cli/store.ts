@@ -8,6 +8,35 @@
  */
 import type { Backend, BackendAdmin, BackendSession, NodeLease } from "../allocator/backend.ts";
 import type { GlobalOptions } from "./args.ts";
+import { DoubleWriteBackend, type DoubleWriteMode } from "../backends/doublewrite/mod.ts";
+import type { OpenedBackend } from "../backends/driver.ts";
+
+/**
+ * Opens the CRD side of a double-write mode beside the kvstore side `kvstore` and composes them;
+ * the kvstore side alone in the other modes.
+ */
+async function openSides(
+  options: GlobalOptions,
+  kvstore: OpenedBackend,
+  open: OpenStoreOptions,
+): Promise<OpenedBackend> {
+  if (options.crd === undefined) return kvstore;
+  let crd: OpenedBackend;
+  try {
+    crd = await options.crd.driver.open(options.crd.description, { ...open, node: options.node });
+  } catch (err) {
+    await kvstore.close();
+    throw err;
+  }
+  const mode = options.mode as DoubleWriteMode;
+  return {
+    backend: new DoubleWriteBackend({ mode, kvstore: kvstore.backend, crd: crd.backend }),
+    where: `${mode}: ${kvstore.where} + ${crd.where}`,
+    async close() {
+      await Promise.allSettled([crd.close(), kvstore.close()]);
+    },
+  };
+}
 
 /** The store of one run. Close it after every allocator opened on its backend. */
 export interface Store {
@@ -50,7 +79,11 @@ export interface OpenStoreOptions {
 /** Opens the store of `options`; throws `InvalidOptionsError` or `StoreUnavailableError`. */
 export async function openStore(options: GlobalOptions, open: OpenStoreOptions): Promise<Store> {
   const { driver, description } = options.backend;
-  const opened = await driver.open(description, { ...open, node: options.node });
+  const opened = await openSides(
+    options,
+    await driver.open(description, { ...open, node: options.node }),
+    open,
+  );
   const { backend } = opened;
   const admin = backend.admin();
   const sessions: BackendSession[] = [];

@@ -15,6 +15,7 @@ import type {
   StoredReference,
 } from "../../allocator/backend.ts";
 import type { RunContext } from "../context.ts";
+import { type DriftCount, identityDrift } from "../../backends/doublewrite/mod.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
 import { listMasters, noteIfEmpty, pause, plural, printable } from "./common.ts";
@@ -109,6 +110,8 @@ export interface StatusReading {
   readonly ids: readonly (readonly [number, string])[];
   readonly references: readonly StoredReference[];
   readonly leases: readonly NodeLease[];
+  /** Both sides' counts, in a double-write mode. */
+  readonly drift?: DriftCount;
 }
 
 /** What `status` reports: its `--json` output, and what its table shows. */
@@ -134,6 +137,11 @@ export interface StatusModel {
   readonly usage: Usage;
   readonly splitKeys: readonly SplitKey[];
   readonly metrics: StatusMetrics;
+  /**
+   * In a double-write mode: identities per side and on one side only (Cilium operator's
+   * `cilium_operator_identity_{crd,kvstore}_{total,only}_count`), and IDs whose sides differ.
+   */
+  readonly doubleWrite?: DriftCount;
 }
 
 /** `status`. */
@@ -141,7 +149,9 @@ export async function statusCommand(
   ctx: RunContext,
   _options: StatusCommandOptions,
 ): Promise<number> {
-  const model = statusModel(await readStatus(ctx), ctx.options);
+  const reading = await readStatus(ctx);
+  const { drift } = reading;
+  const model = { ...statusModel(reading, ctx.options), ...(drift ? { doubleWrite: drift } : {}) };
   if (ctx.options.json) ctx.output.out.line(JSON.stringify(model));
   else writeTable(ctx.output.out, null, statusRows(model, ctx.options, Date.now()));
   return ExitCode.Ok;
@@ -168,8 +178,19 @@ async function readStatus(ctx: RunContext): Promise<StatusReading> {
     : [[], [], []];
   progress.clear();
   const health = await sessionStatus(ctx, session);
+  const drift = await identityDrift(store.backend, ctx.signal);
   const { where, kind: backend, prefix } = store;
-  return { where, backend, prefix, latencyMs, health, ids, references, leases };
+  return {
+    where,
+    backend,
+    prefix,
+    latencyMs,
+    health,
+    ids,
+    references,
+    leases,
+    ...(drift === undefined ? {} : { drift }),
+  };
 }
 
 /** The model of what was read; `range` is the allocator's (`--min`, `--max`). */
@@ -228,6 +249,7 @@ export function statusRows(
     ],
   ];
   if (leader !== null) rows.push(["leader", leader]);
+  if (model.doubleWrite !== undefined) rows.push(...driftRows(model.doubleWrite));
   rows.push([
     "IDs",
     model.ids === 0 ? "none" : `${model.ids} (from ${model.minId} to ${model.maxId})`,
@@ -257,4 +279,19 @@ export function statusRows(
     for (const split of splits) rows.push(["", describeSplit(split)]);
   }
   return rows;
+}
+
+/** The double-write rows: identities per side, on one side only, and IDs whose sides differ. */
+function driftRows(drift: DriftCount): string[][] {
+  return [
+    [
+      "kvstore side",
+      `${drift.kvstore.total} identities, ${drift.kvstore.only} on the kvstore only`,
+    ],
+    ["CRD side", `${drift.crd.total} identities, ${drift.crd.only} on the CRDs only`],
+    [
+      "sides differ",
+      drift.differing.length === 0 ? "on no ID" : `on ${drift.differing.join(", ")}`,
+    ],
+  ];
 }

@@ -1,0 +1,389 @@
+/**
+ * A double-write session: one session on each side (`kvstore`: etcd, `crd`: Kubernetes), driven
+ * in Cilium v1.17's order (`pkg/kvstore/allocator/doublewrite`), with each side's own guards
+ * doing the guarding. See `./backend.ts` for the rules and the argument for idalloc's guarantees.
+ *
+ * @module
+ */
+import type {
+  AcquireRequest,
+  AcquireResult,
+  AttemptTrail,
+  BackendEvent,
+  BackendSession,
+  EnsureReport,
+  GcCandidate,
+  GcListOptions,
+  HeldKey,
+  SessionStatus,
+} from "../../allocator/backend.ts";
+import { ConflictError, PoolExhaustedError } from "../../errors.ts";
+import { idallocLogger } from "../../log.ts";
+import { sleep } from "../../abort.ts";
+import { TaskGroup } from "../../task_group.ts";
+import { DoubleWriteConflictError } from "./errors.ts";
+import { deleteBoth, listBoth } from "./gc.ts";
+import type { DoubleWriteMode, Side } from "./mode.ts";
+import { readSideOf } from "./mode.ts";
+
+const log = idallocLogger("doublewrite");
+
+/** A `pickCandidate` that offers `id` alone (the ID the other side already gave the key). */
+function only(id: number): (exclude: ReadonlySet<number>) => number | undefined {
+  return (exclude) => (exclude.has(id) ? undefined : id);
+}
+
+/** How long the other side's watch waits before it starts again after a failure. */
+const REWATCH_MS = 1_000;
+
+/** The two sessions of one double-write session, by side. */
+export interface Sides {
+  /** The etcd session (Cilium's kvstore). */
+  readonly kvstore: BackendSession;
+  /** The Kubernetes session (Cilium's CRDs). */
+  readonly crd: BackendSession;
+}
+
+/** One allocator's sessions on both stores. See the module documentation. */
+export class DoubleWriteSession implements BackendSession {
+  readonly #mode: DoubleWriteMode;
+  readonly #kv: BackendSession;
+  readonly #crd: BackendSession;
+  /** The side whose answer is the key's ID. */
+  readonly #read: BackendSession;
+  readonly #readSide: Side;
+  readonly #group = new TaskGroup("double-write session");
+  /** IDs the side not read holds (from its watch), kept out of new candidates. */
+  readonly #otherIds = new Set<number>();
+  /** IDs a kvstore refusal showed taken there before the watch did (until the watch shows them). */
+  readonly #refused = new Set<number>();
+  /** The trail of the side not read, per allocation (the read side gets the allocation's own). */
+  readonly #otherTrails = new WeakMap<AttemptTrail, AttemptTrail>();
+
+  /** Whether master version `a` is newer than `b`: the read side's order, where it has one. */
+  readonly newerVersion?: (a: string, b: string) => boolean;
+
+  /**
+   * Wraps `sides` (opened by {@linkcode DoubleWriteBackend.openSession}). A writable session
+   * watches the side it does not read, to keep that side's IDs out of new candidates.
+   */
+  constructor(mode: DoubleWriteMode, sides: Sides, writable: boolean) {
+    this.#mode = mode;
+    this.#kv = sides.kvstore;
+    this.#crd = sides.crd;
+    this.#readSide = readSideOf(mode);
+    this.#read = this.#readSide === "kvstore" ? this.#kv : this.#crd;
+    const order = this.#read.newerVersion;
+    if (order !== undefined) this.newerVersion = (a, b) => order.call(this.#read, a, b);
+    if (writable) this.#group.spawn(this.#watchOther());
+  }
+
+  /** The side not read, whose IDs new candidates avoid. */
+  get #other(): BackendSession {
+    return this.#readSide === "kvstore" ? this.#crd : this.#kv;
+  }
+
+  async #watchOther(): Promise<void> {
+    const signal = this.#group.signal;
+    while (!signal.aborted) {
+      try {
+        for await (const ev of this.#other.watch(signal)) {
+          if (ev.type === "upsert") {
+            this.#otherIds.add(ev.id);
+            this.#refused.delete(ev.id);
+          } else if (ev.type === "delete") this.#otherIds.delete(ev.id);
+        }
+      } catch (err) {
+        if (signal.aborted) return;
+        log.warning("watch of the {side} side failed, starting again: {err}", {
+          side: this.#readSide === "kvstore" ? "crd" : "kvstore",
+          err,
+        });
+      }
+      await sleep(REWATCH_MS, signal).catch(() => {});
+    }
+  }
+
+  /** The allocator's `exclude` plus every ID the other side is known to hold. */
+  #excluding(exclude: ReadonlySet<number>): ReadonlySet<number> {
+    if (this.#otherIds.size === 0 && this.#refused.size === 0) return exclude;
+    return new Set([...exclude, ...this.#otherIds, ...this.#refused]);
+  }
+
+  #otherTrail(trail: AttemptTrail | undefined): AttemptTrail | undefined {
+    if (trail === undefined) return undefined;
+    let other = this.#otherTrails.get(trail);
+    if (other === undefined) this.#otherTrails.set(trail, other = {});
+    return other;
+  }
+
+  /**
+   * Cilium's `AllocateID` and `AcquireReference`, in its order: the CRD first, then the kvstore
+   * under the same ID; the CRD identity this attempt created is removed again when the kvstore
+   * refuses the ID. `doublewrite-readkvstore` first asks the kvstore whether the key has an ID,
+   * which then is the key's ID (its CRD twin is created when missing).
+   */
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    const { key, signal } = request;
+    const readKv = this.#readSide === "kvstore";
+    const otherTrail = this.#otherTrail(request.trail);
+    const common = {
+      key,
+      signal,
+      ...(request.range === undefined ? {} : { range: request.range }),
+      ...(request.roundTrips === undefined ? {} : { roundTrips: request.roundTrips }),
+    };
+    if (readKv) {
+      if (request.roundTrips !== undefined) request.roundTrips.count++;
+      const kvId = await this.#kv.get(key, signal);
+      if (kvId !== undefined) return await this.#joinKvstore(request, kvId, otherTrail);
+    }
+    const crd = await this.#crd.acquire({
+      ...common,
+      pickCandidate: (exclude) => request.pickCandidate(this.#excluding(exclude)),
+      ...(readKv || request.hint === undefined ? {} : { hint: request.hint }),
+      ...(readKv ? trailOf(otherTrail) : trailOf(request.trail)),
+    });
+    let kv: AcquireResult;
+    try {
+      kv = await this.#kv.acquire({
+        ...common,
+        pickCandidate: only(crd.id),
+        ...(readKv ? trailOf(request.trail) : trailOf(otherTrail)),
+      });
+    } catch (err) {
+      if (!readKv && !crd.created && !signal.aborted) {
+        // An identity the CRD already had: its ID stands in readcrd (Cilium's AcquireReference
+        // answers the CRD side's error only); the kvstore is repaired by the sync, or is drift.
+        if (err instanceof PoolExhaustedError) this.#drift(key, crd.id, undefined);
+        else {log.warning("kvstore side of {key} not written ({err}); the sync retries", {
+            key,
+            err,
+          });}
+        return crd;
+      }
+      if (!(err instanceof PoolExhaustedError)) {
+        // The kvstore write failed (unavailable, Cilium's mutex held): Cilium deletes the CRD.
+        await this.#retract(key, crd, signal);
+        throw err;
+      }
+      // The ID is taken by another key on the kvstore.
+      await this.#retract(key, crd, signal);
+      this.#refused.add(crd.id);
+      throw new DoubleWriteConflictError(key, crd.id, undefined, { cause: err });
+    }
+    if (kv.id !== crd.id) {
+      // The kvstore gave the key another ID (a kvstore-only writer got there first).
+      await this.#kv.release(key, kv.id, signal);
+      if (!readKv && !crd.created) {
+        this.#drift(key, crd.id, kv.id);
+        return crd;
+      }
+      await this.#retract(key, crd, signal);
+      throw new DoubleWriteConflictError(key, crd.id, kv.id);
+    }
+    const read = readKv ? kv : crd;
+    return {
+      id: crd.id,
+      created: read.created,
+      ...(read.version === undefined ? {} : { version: read.version }),
+    };
+  }
+
+  /**
+   * `doublewrite-readkvstore` with the kvstore's ID known: the CRD twin first (created if
+   * missing; a CRD that cannot take the ID is drift and does not fail the allocation, as in
+   * Cilium), then the kvstore reference.
+   */
+  async #joinKvstore(
+    request: AcquireRequest,
+    id: number,
+    otherTrail: AttemptTrail | undefined,
+  ): Promise<AcquireResult> {
+    const { key, signal } = request;
+    const common = {
+      key,
+      signal,
+      pickCandidate: only(id),
+      ...(request.range === undefined ? {} : { range: request.range }),
+      ...(request.roundTrips === undefined ? {} : { roundTrips: request.roundTrips }),
+    };
+    try {
+      const crd = await this.#crd.acquire({ ...common, ...trailOf(otherTrail) });
+      if (crd.id !== id) {
+        await this.#crd.release(key, crd.id, signal);
+        this.#drift(key, crd.id, id);
+      }
+    } catch (err) {
+      if (signal.aborted) throw err;
+      if (err instanceof PoolExhaustedError) this.#drift(key, undefined, id);
+      else log.warning("CRD side of {key} not written ({err}); the sync retries", { key, err });
+    }
+    const kv = await this.#kv.acquire({
+      ...common,
+      ...(request.hint === undefined ? {} : { hint: request.hint }),
+      ...trailOf(request.trail),
+    });
+    if (kv.id !== id) {
+      // The kvstore's answer changed since it was read (GC, another writer): read again.
+      await this.#crd.release(key, id, signal).catch(() => {});
+      throw new ConflictError(`key '${key}' moved from ID ${id} to ${kv.id} on the kvstore`);
+    }
+    return kv;
+  }
+
+  /**
+   * Undoes the CRD side of a failed attempt: this node's reference, and the identity itself when
+   * this attempt created it and nobody uses it (Cilium's `DeleteID` after a failed kvstore write,
+   * here guarded by the CRD side's own GC rule: no live reference, no endpoint naming it).
+   */
+  async #retract(key: string, crd: AcquireResult, signal: AbortSignal): Promise<void> {
+    try {
+      await this.#crd.release(key, crd.id, signal);
+      if (!crd.created) return;
+      const range = { min: crd.id, max: crd.id };
+      for await (const candidate of this.#crd.gcList(range, signal)) {
+        if (candidate.id !== crd.id || candidate.key !== key || candidate.inUse) continue;
+        await this.#crd.gcDelete(candidate, signal);
+      }
+    } catch (err) {
+      if (signal.aborted) throw err;
+      // Left for GC: unreferenced, it is collected like any unused identity.
+      log.warning("could not remove CRD identity {id} of {key} again: {err}", {
+        id: crd.id,
+        key,
+        err,
+      });
+    }
+  }
+
+  #drift(key: string, crdId: number | undefined, kvstoreId: number | undefined): void {
+    log.warning(
+      "key {key} differs between the stores (CRD: {crdId}, kvstore: {kvstoreId}); " +
+        "{mode} answers the {side} side's ID (idalloc doctor lists such keys)",
+      {
+        key,
+        crdId: crdId ?? "-",
+        kvstoreId: kvstoreId ?? "-",
+        mode: this.#mode,
+        side: this.#readSide,
+      },
+    );
+  }
+
+  /** Deletes this node's references on both sides (Cilium releases on the kvstore only). */
+  async release(key: string, id: number, signal: AbortSignal): Promise<void> {
+    const results = await Promise.allSettled([
+      this.#kv.release(key, id, signal),
+      this.#crd.release(key, id, signal),
+    ]);
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed) throw failed.reason;
+  }
+
+  /**
+   * Cilium's `UpdateKey`: the CRD side first, then the kvstore, each re-creating what is missing.
+   * The read side's report decides; a conflict on the other side is drift (logged), never a
+   * reason to move a held key to another ID.
+   */
+  async ensure(held: readonly HeldKey[], signal: AbortSignal): Promise<EnsureReport[]> {
+    const crd = await this.#sideEnsure("crd", held, signal);
+    const kv = await this.#sideEnsure("kvstore", held, signal);
+    const [read, other] = this.#readSide === "kvstore" ? [kv!, crd] : [crd!, kv];
+    return read.map((report, i) => {
+      const theirs = other?.[i];
+      if (theirs?.master === "conflict") {
+        this.#drift(report.key, undefined, undefined);
+      }
+      if (report.master === "ok" && theirs?.master === "busy") return { ...report, master: "busy" };
+      return report;
+    });
+  }
+
+  async #sideEnsure(
+    side: Side,
+    held: readonly HeldKey[],
+    signal: AbortSignal,
+  ): Promise<EnsureReport[] | undefined> {
+    const session = side === "kvstore" ? this.#kv : this.#crd;
+    try {
+      return await session.ensure(held, signal);
+    } catch (err) {
+      if (side === this.#readSide || signal.aborted) throw err;
+      log.warning("ensure on the {side} side failed; the next sync retries: {err}", { side, err });
+      return undefined;
+    }
+  }
+
+  /** The read side's answer (Cilium's `Get`). */
+  get(key: string, signal: AbortSignal): Promise<number | undefined> {
+    return this.#read.get(key, signal);
+  }
+
+  /** The read side's answer (Cilium's `GetByID`). */
+  getById(id: number, signal: AbortSignal): Promise<string | undefined> {
+    return this.#read.getById(id, signal);
+  }
+
+  /** The read side's masters (Cilium's `ListAndWatch`). */
+  watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
+    return this.#read.watch(signal);
+  }
+
+  /** The kvstore's masters, each in use when either side uses it (see `./gc.ts`). */
+  gcList(
+    range: { min: number; max: number },
+    signal: AbortSignal,
+    options?: GcListOptions,
+  ): AsyncIterable<GcCandidate> {
+    return listBoth(this.#kv, this.#crd, range, signal, options);
+  }
+
+  /** The kvstore master, then its CRD twin, each under its own guard (see `./gc.ts`). */
+  gcDelete(candidate: GcCandidate, signal: AbortSignal): Promise<boolean> {
+    return deleteBoth(this.#kv, this.#crd, candidate, signal);
+  }
+
+  /** Until when both sides' references are certainly alive: the earlier of the two. */
+  claimValidUntil(): number {
+    return Math.min(this.#kv.claimValidUntil(), this.#crd.claimValidUntil());
+  }
+
+  /** Renews both sides' leases. */
+  async renew(signal: AbortSignal): Promise<void> {
+    await Promise.all([this.#kv.renew(signal), this.#crd.renew(signal)]);
+  }
+
+  /** Both sides' health: healthy when both are. */
+  status(): SessionStatus {
+    const kv = this.#kv.status();
+    const crd = this.#crd.status();
+    const ends = [kv.leaseExpiresAt, crd.leaseExpiresAt].filter((t) => t !== undefined);
+    const lastError = kv.lastError ?? crd.lastError;
+    return {
+      backend: this.#mode,
+      node: kv.node,
+      endpoints: [...kv.endpoints, ...crd.endpoints],
+      ...(kv.leader === undefined ? {} : { leader: kv.leader }),
+      leases: kv.leases + crd.leases,
+      ...(ends.length === 0 ? {} : { leaseExpiresAt: Math.min(...ends) }),
+      ...(lastError === undefined ? {} : { lastError }),
+      healthy: kv.healthy && crd.healthy,
+    };
+  }
+
+  /** Stops the other side's watch and closes both sessions. */
+  async close(): Promise<void> {
+    await this.#group.close();
+    await Promise.allSettled([this.#kv.close(), this.#crd.close()]);
+  }
+
+  /** Same as {@linkcode DoubleWriteSession.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+function trailOf(trail: AttemptTrail | undefined): { trail?: AttemptTrail } {
+  return trail === undefined ? {} : { trail };
+}
