@@ -57,8 +57,12 @@ export class DoubleWriteSession implements BackendSession {
   readonly #otherIds = new Set<number>();
   /** IDs a kvstore refusal showed taken there before the watch did (until the watch shows them). */
   readonly #refused = new Set<number>();
-  /** The trail of the side not read, per allocation (the read side gets the allocation's own). */
-  readonly #otherTrails = new WeakMap<AttemptTrail, AttemptTrail>();
+  /**
+   * The kvstore side's trail, per allocation. The allocation's own trail (from which the core
+   * reports `isNew`) is the CRD side's in both read modes: a key is born where it is first
+   * written, and the CRD is written first and once per key among idalloc nodes.
+   */
+  readonly #kvstoreTrails = new WeakMap<AttemptTrail, AttemptTrail>();
 
   /** Whether master version `a` is newer than `b`: the read side's order, where it has one. */
   readonly newerVersion?: (a: string, b: string) => boolean;
@@ -110,10 +114,10 @@ export class DoubleWriteSession implements BackendSession {
     return new Set([...exclude, ...this.#otherIds, ...this.#refused]);
   }
 
-  #otherTrail(trail: AttemptTrail | undefined): AttemptTrail | undefined {
+  #kvstoreTrail(trail: AttemptTrail | undefined): AttemptTrail | undefined {
     if (trail === undefined) return undefined;
-    let other = this.#otherTrails.get(trail);
-    if (other === undefined) this.#otherTrails.set(trail, other = {});
+    let other = this.#kvstoreTrails.get(trail);
+    if (other === undefined) this.#kvstoreTrails.set(trail, other = {});
     return other;
   }
 
@@ -126,7 +130,7 @@ export class DoubleWriteSession implements BackendSession {
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const { key, signal } = request;
     const readKv = this.#readSide === "kvstore";
-    const otherTrail = this.#otherTrail(request.trail);
+    const kvTrail = this.#kvstoreTrail(request.trail);
     const common = {
       key,
       signal,
@@ -136,20 +140,20 @@ export class DoubleWriteSession implements BackendSession {
     if (readKv) {
       if (request.roundTrips !== undefined) request.roundTrips.count++;
       const kvId = await this.#kv.get(key, signal);
-      if (kvId !== undefined) return await this.#joinKvstore(request, kvId, otherTrail);
+      if (kvId !== undefined) return await this.#joinKvstore(request, kvId, kvTrail);
     }
     const crd = await this.#crd.acquire({
       ...common,
       pickCandidate: (exclude) => request.pickCandidate(this.#excluding(exclude)),
       ...(readKv || request.hint === undefined ? {} : { hint: request.hint }),
-      ...(readKv ? trailOf(otherTrail) : trailOf(request.trail)),
+      ...trailOf(request.trail),
     });
     let kv: AcquireResult;
     try {
       kv = await this.#kv.acquire({
         ...common,
         pickCandidate: only(crd.id),
-        ...(readKv ? trailOf(request.trail) : trailOf(otherTrail)),
+        ...trailOf(kvTrail),
       });
     } catch (err) {
       if (!readKv && !crd.created && !signal.aborted) {
@@ -164,11 +168,11 @@ export class DoubleWriteSession implements BackendSession {
       }
       if (!(err instanceof PoolExhaustedError)) {
         // The kvstore write failed (unavailable, Cilium's mutex held): Cilium deletes the CRD.
-        await this.#retract(key, crd, signal);
+        await this.#retract(key, crd, request.trail, signal);
         throw err;
       }
       // The ID is taken by another key on the kvstore.
-      await this.#retract(key, crd, signal);
+      await this.#retract(key, crd, request.trail, signal);
       this.#refused.add(crd.id);
       throw new DoubleWriteConflictError(key, crd.id, undefined, { cause: err });
     }
@@ -179,13 +183,17 @@ export class DoubleWriteSession implements BackendSession {
         this.#drift(key, crd.id, kv.id);
         return crd;
       }
-      await this.#retract(key, crd, signal);
+      await this.#retract(key, crd, request.trail, signal);
       throw new DoubleWriteConflictError(key, crd.id, kv.id);
     }
     const read = readKv ? kv : crd;
     return {
       id: crd.id,
-      created: read.created,
+      // The key is new to whoever created its CRD identity: the CRD is written first and once per
+      // key among idalloc nodes, so exactly one racer reports it, in either read mode (a kvstore
+      // master made by a racer that joined that CRD identity is its copy, not a second birth). A
+      // key the kvstore already had never gets here (`#joinKvstore`); nor is it new.
+      created: crd.created,
       ...(read.version === undefined ? {} : { version: read.version }),
     };
   }
@@ -198,7 +206,7 @@ export class DoubleWriteSession implements BackendSession {
   async #joinKvstore(
     request: AcquireRequest,
     id: number,
-    otherTrail: AttemptTrail | undefined,
+    kvTrail: AttemptTrail | undefined,
   ): Promise<AcquireResult> {
     const { key, signal } = request;
     const common = {
@@ -208,8 +216,12 @@ export class DoubleWriteSession implements BackendSession {
       ...(request.range === undefined ? {} : { range: request.range }),
       ...(request.roundTrips === undefined ? {} : { roundTrips: request.roundTrips }),
     };
+    // An earlier attempt of this allocation that wrote (or sent) the CRD identity before the
+    // kvstore had the key made the key: it stays new to this allocation when a retry lands here.
+    const trail = request.trail;
+    const earlier = trail?.created ?? trail?.unconfirmed?.id;
     try {
-      const crd = await this.#crd.acquire({ ...common, ...trailOf(otherTrail) });
+      const crd = await this.#crd.acquire({ ...common, ...trailOf(trail) });
       if (crd.id !== id) {
         await this.#crd.release(key, crd.id, signal);
         this.#drift(key, crd.id, id);
@@ -222,14 +234,16 @@ export class DoubleWriteSession implements BackendSession {
     const kv = await this.#kv.acquire({
       ...common,
       ...(request.hint === undefined ? {} : { hint: request.hint }),
-      ...trailOf(request.trail),
+      ...trailOf(kvTrail),
     });
     if (kv.id !== id) {
       // The kvstore's answer changed since it was read (GC, another writer): read again.
       await this.#crd.release(key, id, signal).catch(() => {});
       throw new ConflictError(`key '${key}' moved from ID ${id} to ${kv.id} on the kvstore`);
     }
-    return kv;
+    // A CRD twin (or a kvstore master) written here copies a key that existed: not a new one.
+    if (trail !== undefined && earlier !== id && trail.created === id) delete trail.created;
+    return { ...kv, created: earlier === id && trail?.created === id };
   }
 
   /**
@@ -237,14 +251,22 @@ export class DoubleWriteSession implements BackendSession {
    * this attempt created it and nobody uses it (Cilium's `DeleteID` after a failed kvstore write,
    * here guarded by the CRD side's own GC rule: no live reference, no endpoint naming it).
    */
-  async #retract(key: string, crd: AcquireResult, signal: AbortSignal): Promise<void> {
+  async #retract(
+    key: string,
+    crd: AcquireResult,
+    crdTrail: AttemptTrail | undefined,
+    signal: AbortSignal,
+  ): Promise<void> {
     try {
       await this.#crd.release(key, crd.id, signal);
       if (!crd.created) return;
       const range = { min: crd.id, max: crd.id };
       for await (const candidate of this.#crd.gcList(range, signal)) {
         if (candidate.id !== crd.id || candidate.key !== key || candidate.inUse) continue;
-        await this.#crd.gcDelete(candidate, signal);
+        if (!await this.#crd.gcDelete(candidate, signal)) continue;
+        // The identity this allocation made is gone: whoever creates the key's CRD identity next
+        // made the key, not this allocation (else a retry that joins it would report it too).
+        if (crdTrail?.created === crd.id) delete crdTrail.created;
       }
     } catch (err) {
       if (signal.aborted) throw err;
