@@ -280,7 +280,9 @@ async function joinAt(
   });
   figures.note(
     "join: watch bytes, one watcher, all joins",
-    "every node's watch gets as much: the cluster's watch traffic is n times this",
+    "every node's watch gets as much: the cluster's watch traffic is n times this" +
+      (tally.reopened ? `; at ${n} the server ended the watch ${tally.reopened}×` : "") +
+      (tally.expired ? `, ${tally.expired}× expired (a lower bound)` : ""),
   );
   const size = new TextEncoder().encode(await w.probe.text(`${path}/${shared}`)).byteLength;
   figures.add("join: shared identity's size as served", n, size, {
@@ -354,7 +356,7 @@ async function ciliumRace(w: World, node: CiliumCrdNode, m: number) {
   await writeFile(labels, JSON.stringify([[`k8s:app=${tag}`]]));
   // Each process connects and lists first; the start leaves them time to (a late one starts at
   // once, and its time counts from the start all the same).
-  const at = Date.now() + 3_000 + 200 * m;
+  const at = Date.now() + 5_000 + 500 * m;
   const runs = await Promise.all(Array.from({ length: m }, (_, i) =>
     runCilium(node, [
       ...["-kubeconfig", w.kubeconfig, "-node", `${tag}-${i}`, "-labels", labels],

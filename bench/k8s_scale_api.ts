@@ -28,6 +28,10 @@ export interface WatchTally {
   /** Every byte of the watch's body. */
   readonly bytes: number;
   readonly events: number;
+  /** How often the server ended the watch and it was opened again from the last version. */
+  readonly reopened: number;
+  /** How often that version had expired (events missed: the figures are then a lower bound). */
+  readonly expired: number;
   /** Bytes and events per object name (a line is an event; its bytes with the newline). */
   readonly byName: ReadonlyMap<string, { readonly bytes: number; readonly events: number }>;
 }
@@ -87,51 +91,71 @@ export class ApiProbe implements Disposable {
 
   /**
    * Watches the collection at `path` from its current resource version and counts the bytes
-   * and events that come, until stopped.
+   * and events that come, until stopped. As an informer does, it watches again from the last
+   * version it saw when the server ends the watch (a loaded server closes watchers it finds slow),
+   * and from a fresh list when that version has expired (the events between are then not
+   * counted: {@linkcode WatchTally.expired} says how often).
    */
   async watch(path: string): Promise<WatchCounter> {
-    const list = JSON.parse(await this.text(`${path}?limit=1`)) as {
-      metadata: { resourceVersion: string };
-    };
     const abort = new AbortController();
-    const res = await this.#request(
-      "GET",
-      `${path}?watch=1&resourceVersion=${list.metadata.resourceVersion}`,
-      abort.signal,
-    );
-    let bytes = 0;
-    let events = 0;
+    const tally = { bytes: 0, events: 0, reopened: 0, expired: 0 };
     const byName = new Map<string, { bytes: number; events: number }>();
-    const reading = (async () => {
-      let line = "";
+    const encoder = new TextEncoder();
+    const latest = async () =>
+      (JSON.parse(await this.text(`${path}?limit=1`)) as { metadata: { resourceVersion: string } })
+        .metadata.resourceVersion;
+    let version = await latest();
+    /** One event's line: counted; false when it says the version expired. */
+    const count = (event: string): boolean => {
+      if (event.startsWith('{"type":"ERROR"')) return !/"code":410/.test(event);
+      version = /"resourceVersion":"(\d+)"/.exec(event)?.[1] ?? version;
+      if (event.startsWith('{"type":"BOOKMARK"')) return true;
+      tally.events++;
+      // The object's name is the first `"name":` of the event (metadata comes first).
+      const name = /"name":"([^"]*)"/.exec(event)?.[1] ?? "";
+      const seen = byName.get(name) ?? { bytes: 0, events: 0 };
+      seen.bytes += encoder.encode(event).byteLength + 1;
+      seen.events++;
+      byName.set(name, seen);
+      return true;
+    };
+    const once = async (): Promise<void> => {
+      const res = await this.#request(
+        "GET",
+        `${path}?watch=1&allowWatchBookmarks=true&resourceVersion=${version}`,
+        abort.signal,
+      );
       const decoder = new TextDecoder();
-      const encoder = new TextEncoder();
-      try {
-        for await (const chunk of res.body!) {
-          bytes += chunk.byteLength;
-          line += decoder.decode(chunk, { stream: true });
-          let nl;
-          while ((nl = line.indexOf("\n")) >= 0) {
-            const event = line.slice(0, nl);
-            line = line.slice(nl + 1);
-            events++;
-            // The object's name is the first `"name":` of the event (metadata comes first).
-            const name = /"name":"([^"]*)"/.exec(event)?.[1] ?? "";
-            const seen = byName.get(name) ?? { bytes: 0, events: 0 };
-            seen.bytes += encoder.encode(event).byteLength + 1;
-            seen.events++;
-            byName.set(name, seen);
-          }
+      let line = "";
+      for await (const chunk of res.body!) {
+        tally.bytes += chunk.byteLength;
+        line += decoder.decode(chunk, { stream: true });
+        let nl;
+        while ((nl = line.indexOf("\n")) >= 0) {
+          const event = line.slice(0, nl);
+          line = line.slice(nl + 1);
+          if (!count(event)) throw new ScaleApiError(`watch ${path}`, 410, event);
         }
-      } catch (err) {
-        if (!abort.signal.aborted) throw err;
+      }
+    };
+    const reading = (async () => {
+      while (!abort.signal.aborted) {
+        try {
+          await once();
+          if (!abort.signal.aborted) tally.reopened++;
+        } catch (err) {
+          if (abort.signal.aborted) return;
+          if (!(err instanceof ScaleApiError && err.status === 410)) throw err;
+          tally.expired++;
+          version = await latest();
+        }
       }
     })();
     return {
       async stop() {
         abort.abort();
         await reading;
-        return { bytes, events, byName };
+        return { ...tally, byName };
       },
     };
   }
