@@ -10,8 +10,8 @@ import assert from "node:assert/strict";
 import {
   fitGrowth,
   parseScaleArgs,
-  QUICK,
   quantile,
+  QUICK,
   requestCounts,
   requestDelta,
   scaleMarkdown,
