@@ -305,7 +305,24 @@ async function joinAt(
   );
 }
 
-/** The race scenario at `n` nodes, and the side-by-side one with `below` of them. */
+/** The nodes below `below` race for `k8s:app=<tag>`: their answers, identities made, p99. */
+async function race(
+  w: World,
+  group: string,
+  workers: readonly ScaleWorker[],
+  tag: string,
+  below: number,
+) {
+  const key = `k8s:app=${tag};`;
+  const answers = await allAnswers(workers, { cmd: "race", at: soon(), key, below });
+  return {
+    answers,
+    created: await identitiesOf(w, identitiesPath(group), tag),
+    p99: quantile(answers.map((a) => a.ms), 0.99),
+  };
+}
+
+/** The race scenario at `n` nodes: every node races. */
 async function raceAt(
   w: World,
   n: number,
@@ -313,40 +330,14 @@ async function raceAt(
   workers: readonly ScaleWorker[],
   figures: Figures,
 ): Promise<void> {
-  const tag = `race-${n}`;
-  const answers = await allAnswers(workers, {
-    cmd: "race",
-    at: soon(),
-    key: `k8s:app=${tag};`,
-    below: n,
-  });
-  const created = await identitiesOf(w, identitiesPath(group), tag);
+  const { answers, created, p99 } = await race(w, group, workers, `race-${n}`, n);
   figures.add("race: identities created (want 1)", n, created, { format: count });
-  const times = answers.map((a) => a.ms);
-  figures.add("race: p99 time to an answer", n, quantile(times, 0.99), {
-    format: ms,
-    ...perNode,
-  });
+  figures.add("race: p99 time to an answer", n, p99, { format: ms, ...perNode });
   figures.note(
     "race: identities created (want 1)",
     `answers naming one ID: ${new Set(answers.map((a) => a.id)).size === 1 ? "yes" : "NO"}`,
   );
-  progress(`race at ${n}: ${created} identities, p99 ${ms(quantile(times, 0.99))}`);
-}
-
-/** `m` idalloc nodes (of a size's workers) race one label set: identities made, p99. */
-async function oursBeside(w: World, group: string, workers: readonly ScaleWorker[], m: number) {
-  const tag = `beside-${m}`;
-  const answers = await allAnswers(workers, {
-    cmd: "race",
-    at: soon(),
-    key: `k8s:app=${tag};`,
-    below: m,
-  });
-  return {
-    created: await identitiesOf(w, identitiesPath(group), tag),
-    p99: quantile(answers.map((a) => a.ms), 0.99),
-  };
+  progress(`race at ${n}: ${created} identities, p99 ${ms(p99)}`);
 }
 
 /** `m` Cilium v1.16 CRD-mode nodes race one label set: identities made, p99. */
@@ -406,7 +397,7 @@ async function raceBeside(
 ): Promise<void> {
   const m = o.ciliumNodes;
   const name = `race beside Cilium v1.16 CRD mode, ${m} nodes each`;
-  const ours = await oursBeside(w, group, workers, m);
+  const ours = await race(w, group, workers, `beside-${m}`, m);
   if (!w.cilium) {
     figures.note(
       name,
@@ -446,13 +437,13 @@ function gcIdentity(id: number): KubeObject {
   };
 }
 
+/** Cilium's `CiliumEndpoint`s: namespaced, beside its identities. */
 const ENDPOINTS = {
-  group: "cilium.io",
-  version: "v2",
+  ...identityResource("cilium.io"),
   plural: "ciliumendpoints",
   namespaced: true,
   kind: "CiliumEndpoint",
-} as const;
+};
 
 /** A `CiliumEndpoint` naming identity `id`, as Cilium's agent writes its status. */
 function gcEndpoint(id: number): KubeObject {
