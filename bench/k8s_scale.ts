@@ -203,9 +203,14 @@ async function openNodes(w: World, o: ScaleOptions, n: number, group: string) {
     first += count;
   }
   const t = performance.now();
-  for (const worker of workers) {
-    const reply = await worker.reply();
-    if (reply.type !== "opened") throw new ScaleBenchError(`unexpected ${reply.type}`);
+  try {
+    for (const worker of workers) {
+      const reply = await worker.reply();
+      if (reply.type !== "opened") throw new ScaleBenchError(`unexpected ${reply.type}`);
+    }
+  } catch (err) {
+    await Promise.all(workers.map((x) => x[Symbol.asyncDispose]()));
+    throw err;
   }
   return { workers, openMs: performance.now() - t };
 }

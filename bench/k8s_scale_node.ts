@@ -64,7 +64,7 @@ export type WorkerReply =
   | { readonly type: "error"; readonly message: string };
 
 /** Sessions opened at once per worker: enough to overlap round trips, few enough not to time out. */
-const OPEN_WIDTH = 8;
+const OPEN_WIDTH = 4;
 
 interface SimNode {
   readonly index: number;
@@ -84,6 +84,10 @@ async function openNode(config: WorkerConfig, index: number): Promise<SimNode> {
     resource: { group: config.group },
     // Nothing of Cilium's runs in these groups: no endpoints to read.
     endpoints: false,
+    // Hundreds of sessions share two cores with the API server: the defaults (5 s to connect,
+    // 10 s a request) are for a node that has a machine to itself.
+    connectTimeoutMs: 120_000,
+    requestTimeoutMs: 60_000,
   });
   try {
     const alloc = await Allocator.open(backend, { min: 256, max: 65535 });
