@@ -220,6 +220,11 @@ async function allAnswers(workers: readonly ScaleWorker[], command: WorkerComman
   return (await Promise.all(workers.map((x) => x.answers(command)))).flat();
 }
 
+/** The failed allocations the nodes of `answers` tried again. */
+function retriesOf(answers: readonly NodeAnswer[]): number {
+  return answers.reduce((s, a) => s + a.retries, 0);
+}
+
 /** When a command sent now should start: after every worker has read it. */
 const soon = () => Date.now() + 500;
 
@@ -259,6 +264,9 @@ async function joinAt(
   figures.add("join: time until all hold (shared + 5 own)", n, Math.max(...times), {
     format: ms,
     ...perNode,
+  });
+  figures.add("join: allocations tried again after a failure", n, retriesOf(answers), {
+    format: count,
   });
   figures.add("join: p50 time to hold", n, quantile(times, 0.5), { format: ms, ...perNode });
   const requests = requestDelta(before, after);
@@ -342,6 +350,9 @@ async function raceAt(
     "race: identities created (want 1)",
     `answers naming one ID: ${new Set(answers.map((a) => a.id)).size === 1 ? "yes" : "NO"}`,
   );
+  figures.add("race: allocations tried again after a failure", n, retriesOf(answers), {
+    format: count,
+  });
   progress(`race at ${n}: ${created} identities, p99 ${ms(p99)}`);
 }
 

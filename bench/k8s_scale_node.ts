@@ -54,6 +54,8 @@ export interface NodeAnswer {
   readonly id: number;
   /** Whether this node's allocation created the identity. */
   readonly isNew: boolean;
+  /** Allocations that failed and were tried again (a loaded server answers 504 or times out). */
+  readonly retries: number;
 }
 
 /** A line on stdout. */
@@ -113,12 +115,30 @@ async function sleepUntil(at: number): Promise<void> {
   if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
 }
 
+/** Tries per allocation: as an agent would, a node tries again after a failed allocation. */
+const TRIES = 5;
+
+/** `n` allocates `key`, trying again after a failure; counts the failures in `retries`. */
+async function allocate(n: SimNode, key: string, retries: { count: number }) {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await n.alloc.allocate(key);
+    } catch (err) {
+      if (attempt >= TRIES) throw err;
+      retries.count++;
+      await new Promise((resolve) => setTimeout(resolve, 1_000 * attempt));
+    }
+  }
+}
+
 async function join(nodes: readonly SimNode[], at: number, shared: string, own: number) {
   await sleepUntil(at);
   return await Promise.all(nodes.map(async (n): Promise<NodeAnswer> => {
     const keys = Array.from({ length: own }, (_, j) => `k8s:app=own-${n.name}-${j};`);
-    const [first] = await Promise.all([shared, ...keys].map((k) => n.alloc.allocate(k)));
-    return { node: n.index, ms: Date.now() - at, id: first.id, isNew: first.isNew };
+    const retries = { count: 0 };
+    const [first] = await Promise.all([shared, ...keys].map((k) => allocate(n, k, retries)));
+    const { id, isNew } = first;
+    return { node: n.index, ms: Date.now() - at, id, isNew, retries: retries.count };
   }));
 }
 
@@ -126,8 +146,9 @@ async function race(nodes: readonly SimNode[], at: number, key: string, below: n
   await sleepUntil(at);
   return await Promise.all(
     nodes.filter((n) => n.index < below).map(async (n): Promise<NodeAnswer> => {
-      const { id, isNew } = await n.alloc.allocate(key);
-      return { node: n.index, ms: Date.now() - at, id, isNew };
+      const retries = { count: 0 };
+      const { id, isNew } = await allocate(n, key, retries);
+      return { node: n.index, ms: Date.now() - at, id, isNew, retries: retries.count };
     }),
   );
 }
