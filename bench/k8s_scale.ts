@@ -121,11 +121,15 @@ class ScaleWorker implements AsyncDisposable {
     await this.#stdin.write(new TextEncoder().encode(`${JSON.stringify(command)}\n`));
   }
 
+  /** Errors nothing caught in the worker so far (as of its last answers). */
+  uncaught = 0;
+
   /** Sends `command` and returns the nodes' answers. */
   async answers(command: WorkerCommand): Promise<readonly NodeAnswer[]> {
     await this.send(command);
     const reply = await this.reply();
     if (reply.type !== "answers") throw new ScaleBenchError(`unexpected ${reply.type}`);
+    this.uncaught = reply.uncaught;
     return reply.answers;
   }
 
@@ -398,6 +402,10 @@ async function nodeScenarios(w: World, o: ScaleOptions, figures: Figures): Promi
           await raceBeside(w, o, group, workers, figures);
         }
       }
+      const uncaught = workers.reduce((s, x) => s + x.uncaught, 0);
+      figures.add("errors nothing caught in the nodes' processes (library)", n, uncaught, {
+        format: count,
+      });
     } finally {
       await Promise.all(workers.map((x) => x[Symbol.asyncDispose]()));
     }

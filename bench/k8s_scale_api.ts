@@ -145,12 +145,20 @@ export class ApiProbe implements Disposable {
           if (!abort.signal.aborted) tally.reopened++;
         } catch (err) {
           if (abort.signal.aborted) return;
-          if (!(err instanceof ScaleApiError && err.status === 410)) throw err;
-          tally.expired++;
-          version = await latest();
+          if (err instanceof ScaleApiError && err.status === 410) {
+            tally.expired++;
+            version = await latest();
+          } else if (err instanceof ScaleApiError) {
+            throw err;
+          } else {
+            // The connection broke (a loaded server drops it): as the server ending the watch.
+            tally.reopened++;
+          }
         }
       }
     })();
+    // Read at stop(); until then a failure must not go unhandled.
+    reading.catch(() => {});
     return {
       async stop() {
         abort.abort();

@@ -61,7 +61,12 @@ export interface NodeAnswer {
 /** A line on stdout. */
 export type WorkerReply =
   | { readonly type: "opened"; readonly ms: number; readonly count: number }
-  | { readonly type: "answers"; readonly answers: readonly NodeAnswer[] }
+  | {
+    readonly type: "answers";
+    readonly answers: readonly NodeAnswer[];
+    /** Errors thrown where nothing catches them (inside the library) in this worker so far. */
+    readonly uncaught: number;
+  }
   | { readonly type: "closed" }
   | { readonly type: "error"; readonly message: string };
 
@@ -160,15 +165,30 @@ async function closeAll(nodes: readonly SimNode[]): Promise<void> {
   }));
 }
 
+let uncaught = 0;
+
+/**
+ * Counts and logs an error nothing caught (the library's, e.g. a pooled connection's abort) and
+ * keeps the worker alive: one such error would end every node of the process, and the bench
+ * reports how many there were instead.
+ */
+function survive(event: Event & { preventDefault(): void }, what: unknown): void {
+  uncaught++;
+  console.error(`k8s-scale worker: uncaught: ${what instanceof Error ? what.stack : what}`);
+  event.preventDefault();
+}
+
 async function main(config: WorkerConfig): Promise<void> {
+  globalThis.addEventListener("error", (e) => survive(e, e.error));
+  globalThis.addEventListener("unhandledrejection", (e) => survive(e, e.reason));
   const t0 = performance.now();
   const nodes = await openAll(config);
   say({ type: "opened", ms: performance.now() - t0, count: nodes.length });
   for await (const c of linesOf<WorkerCommand>(Deno.stdin.readable)) {
     if (c.cmd === "join") {
-      say({ type: "answers", answers: await join(nodes, c.at, c.shared, c.own) });
+      say({ type: "answers", answers: await join(nodes, c.at, c.shared, c.own), uncaught });
     } else if (c.cmd === "race") {
-      say({ type: "answers", answers: await race(nodes, c.at, c.key, c.below) });
+      say({ type: "answers", answers: await race(nodes, c.at, c.key, c.below), uncaught });
     } else break;
   }
   await closeAll(nodes);
