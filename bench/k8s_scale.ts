@@ -229,6 +229,13 @@ function retriesOf(answers: readonly NodeAnswer[]): number {
   return answers.reduce((s, a) => s + a.retries, 0);
 }
 
+/** The nodes of `answers` that gave up; the first one's reason is logged. */
+function failuresOf(answers: readonly NodeAnswer[]): number {
+  const failed = answers.filter((a) => a.failed);
+  if (failed.length > 0) progress(`${failed.length} nodes gave up, e.g. ${failed[0].failed}`);
+  return failed.length;
+}
+
 /** When a command sent now should start: after every worker has read it. */
 const soon = () => Date.now() + 500;
 
@@ -261,10 +268,13 @@ async function joinAt(
   // Events of the last writes may still be on their way to the watcher.
   await sleep(1_000);
   const tally = await watch.stop();
-  const ids = new Set(answers.map((a) => a.id));
+  const ids = new Set(answers.filter((a) => !a.failed).map((a) => a.id));
   if (ids.size !== 1) throw new ScaleBenchError(`the shared key got ${ids.size} IDs: ${[...ids]}`);
   const [shared] = ids;
-  const times = answers.map((a) => a.ms);
+  figures.add("join: nodes that did not hold after 5 tries", n, failuresOf(answers), {
+    format: count,
+  });
+  const times = answers.filter((a) => !a.failed).map((a) => a.ms);
   figures.add("join: time until all hold (shared + 5 own)", n, Math.max(...times), {
     format: ms,
     ...perNode,
@@ -335,7 +345,7 @@ async function race(
   return {
     answers,
     created: await identitiesOf(w, identitiesPath(group), tag),
-    p99: quantile(answers.map((a) => a.ms), 0.99),
+    p99: quantile(answers.filter((a) => !a.failed).map((a) => a.ms), 0.99),
   };
 }
 
@@ -355,6 +365,9 @@ async function raceAt(
     `answers naming one ID: ${new Set(answers.map((a) => a.id)).size === 1 ? "yes" : "NO"}`,
   );
   figures.add("race: allocations tried again after a failure", n, retriesOf(answers), {
+    format: count,
+  });
+  figures.add("race: nodes without an answer after 5 tries", n, failuresOf(answers), {
     format: count,
   });
   progress(`race at ${n}: ${created} identities, p99 ${ms(p99)}`);

@@ -56,6 +56,8 @@ export interface NodeAnswer {
   readonly isNew: boolean;
   /** Allocations that failed and were tried again (a loaded server answers 504 or times out). */
   readonly retries: number;
+  /** Why the node still did not hold it after {@linkcode TRIES} tries (`id` is then -1). */
+  readonly failed?: string;
 }
 
 /** A line on stdout. */
@@ -136,26 +138,37 @@ async function allocate(n: SimNode, key: string, retries: { count: number }) {
   }
 }
 
-async function join(nodes: readonly SimNode[], at: number, shared: string, own: number) {
-  await sleepUntil(at);
-  return await Promise.all(nodes.map(async (n): Promise<NodeAnswer> => {
-    const keys = Array.from({ length: own }, (_, j) => `k8s:app=own-${n.name}-${j};`);
-    const retries = { count: 0 };
-    const [first] = await Promise.all([shared, ...keys].map((k) => allocate(n, k, retries)));
+/** `n`'s answer: `keys` all allocated (the first one's ID), or why not — a figure, not a crash. */
+async function answer(n: SimNode, at: number, keys: readonly string[]): Promise<NodeAnswer> {
+  const retries = { count: 0 };
+  try {
+    const [first] = await Promise.all(keys.map((k) => allocate(n, k, retries)));
     const { id, isNew } = first;
     return { node: n.index, ms: Date.now() - at, id, isNew, retries: retries.count };
+  } catch (err) {
+    const failed = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+    return {
+      node: n.index,
+      ms: Date.now() - at,
+      id: -1,
+      isNew: false,
+      retries: retries.count,
+      failed,
+    };
+  }
+}
+
+async function join(nodes: readonly SimNode[], at: number, shared: string, own: number) {
+  await sleepUntil(at);
+  return await Promise.all(nodes.map((n) => {
+    const keys = Array.from({ length: own }, (_, j) => `k8s:app=own-${n.name}-${j};`);
+    return answer(n, at, [shared, ...keys]);
   }));
 }
 
 async function race(nodes: readonly SimNode[], at: number, key: string, below: number) {
   await sleepUntil(at);
-  return await Promise.all(
-    nodes.filter((n) => n.index < below).map(async (n): Promise<NodeAnswer> => {
-      const retries = { count: 0 };
-      const { id, isNew } = await allocate(n, key, retries);
-      return { node: n.index, ms: Date.now() - at, id, isNew, retries: retries.count };
-    }),
-  );
+  return await Promise.all(nodes.filter((n) => n.index < below).map((n) => answer(n, at, [key])));
 }
 
 async function closeAll(nodes: readonly SimNode[]): Promise<void> {
