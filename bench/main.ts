@@ -13,6 +13,9 @@
  * - `k8s-cilium` (`k8s_cilium.ts`): the Kubernetes backend beside Cilium v1.16's CRD-mode node on
  *   one private API server (skipped with a note where kube-apiserver or Cilium's node is not built).
  * - `scale` (`scale.ts`, only when named): a node starting into a full identity space.
+ * - `k8s-scale` (`k8s_scale.ts`, only when named): many simulated Kubernetes nodes on one API
+ *   server — joins, races beside Cilium's CRD nodes, GC — and how each figure grows with nodes;
+ *   its own flags (`--nodes`, `--scenarios`, `--quick`, …) follow it.
  * - `runtimes` (`runtimes.ts`, only when named): the Node.js example on Deno, Node.js and Bun.
  *
  * @module
@@ -21,6 +24,8 @@ import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
 import { benchK8sCilium } from "./k8s_cilium.ts";
+import { benchK8sScale } from "./k8s_scale.ts";
+import { parseScaleArgs, SCALE_USAGE, ScaleUsageError } from "./k8s_scale_table.ts";
 import { benchRuntimes } from "./runtimes.ts";
 import { benchScale } from "./scale.ts";
 import { benchTelemetry } from "./telemetry.ts";
@@ -49,6 +54,10 @@ ${
   ${"".padEnd(column)} server: new identities, joins, a fresh node's sync at 10,000 (where built)
   ${"scale".padEnd(column)} a node starting into 10,000 and 60,000 identities, per backend, beside
   ${"".padEnd(column)} Cilium's node where ../shared/cilium-node is built (not run by default)
+  ${
+  "k8s-scale".padEnd(column)
+} many simulated Kubernetes nodes on one API server: joins, races beside
+  ${"".padEnd(column)} Cilium's CRD nodes, GC; growth per node (not run by default; flags below)
   ${"runtimes".padEnd(column)} examples/node on Deno, Node.js and Bun side by side (IDALLOC_NODE,
   ${"".padEnd(column)} IDALLOC_BUN or PATH; not run by default)
 
@@ -57,12 +66,22 @@ Cilium's node) is skipped with a note.
 
 Options:
   --runs N   cold runs per cell of the backend groups (default 3)
-  -h, --help this help`;
+  -h, --help this help
+
+${SCALE_USAGE}`;
 
 const args = [...Deno.args];
 if (args.includes("--help") || args.includes("-h")) {
   console.log(USAGE);
   Deno.exit(0);
+}
+let scaleOptions;
+try {
+  scaleOptions = parseScaleArgs(args);
+} catch (err) {
+  if (!(err instanceof ScaleUsageError)) throw err;
+  console.error(err.message);
+  Deno.exit(1);
 }
 const runsAt = args.indexOf("--runs");
 const runs = runsAt === -1 ? 3 : Number(args.splice(runsAt, 2)[1]);
@@ -83,13 +102,15 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   telemetry: () => benchTelemetry(),
   "k8s-cilium": () => benchK8sCilium(runs),
   scale: () => benchScale(),
+  "k8s-scale": () => benchK8sScale(scaleOptions),
   runtimes: () => benchRuntimes(runs),
 };
 
-// `scale` fills stores with 60,000 identities, `runtimes` needs Node.js and Bun: only when asked for.
+// `scale` fills stores with 60,000 identities, `k8s-scale` runs hundreds of nodes, `runtimes`
+// needs Node.js and Bun: only when asked for.
 const chosen = args.length > 0
   ? args
-  : Object.keys(groups).filter((g) => g !== "scale" && g !== "runtimes");
+  : Object.keys(groups).filter((g) => !["scale", "k8s-scale", "runtimes"].includes(g));
 const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];

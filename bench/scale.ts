@@ -142,10 +142,10 @@ async function fill(filler: IdentityAllocator, from: number, to: number): Promis
   return (to - from) / ((performance.now() - t) / 1000);
 }
 
-/** Reads a child's stdout line by line as it comes. */
-async function* linesOf(
+/** Reads a child's stdout (or any stream) line by line as it comes: each JSON line, parsed. */
+export async function* linesOf<T = Record<string, number>>(
   stream: ReadableStream<Uint8Array>,
-): AsyncGenerator<Record<string, number>> {
+): AsyncGenerator<T> {
   let buffer = "";
   for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
     buffer += chunk;
