@@ -335,7 +335,8 @@ class AcquireRun {
   /** Stores this node's reference to `id` under `epoch` (the node's own object, `refs.ts`). */
   async #hold(id: number, epoch: string): Promise<void> {
     this.#touched.add(id);
-    await this.#parts.refs.hold(id, this.#req.key, epoch, this.#req.signal);
+    const { key, signal, roundTrips } = this.#req;
+    await this.#parts.refs.hold(id, key, epoch, signal, roundTrips);
   }
 
   /** The index's identity `id` after a write of it (`obj`), or as the index shows it. */
@@ -388,7 +389,8 @@ class AcquireRun {
   /** Drops this node's references of the key to the IDs this call wrote and did not answer. */
   async #leave(answered: number): Promise<void> {
     const others = [...this.#touched].filter((id) => id !== answered);
-    if (others.length > 0) await this.#parts.refs.drop(this.#req.key, others, this.#req.signal);
+    if (others.length === 0) return;
+    await this.#parts.refs.drop(this.#req.key, others, this.#req.signal, this.#req.roundTrips);
   }
 
   async #newClaim(epoch: string): Promise<Next> {

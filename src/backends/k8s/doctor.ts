@@ -51,19 +51,19 @@ import {
   CLAIM_SELECTOR,
   claimName,
   type ClaimRecord,
+  heldAnnotation,
   type IdentityRecord,
   NODE_SELECTOR,
   nodeLeaseName,
   type NodeLeaseRecord,
   nodeOfRefAnnotation,
+  type NodeRefsRecord,
   readClaim,
   readIdentity,
   readNodeLease,
   readNodeRefs,
   REF_PREFIX,
   REFS_SELECTOR,
-  heldAnnotation,
-  type NodeRefsRecord,
 } from "./layout.ts";
 import { referenceObjects, referencesById } from "./refs.ts";
 import { leaseLive, refLive } from "./liveness.ts";
@@ -431,7 +431,9 @@ export async function removeDamage(
     );
   }
   const shown = token.what === "annotation" || token.what === "held"
-    ? `${token.what === "held" ? ctx.namespace : ctx.resourceName}/${token.name} ${token.annotation}`
+    ? `${
+      token.what === "held" ? ctx.namespace : ctx.resourceName
+    }/${token.name} ${token.annotation}`
     : `${token.what} ${token.name}`;
   if (token.held !== undefined) throw new LiveEntryError(shorten(shown), token.held);
   let removed: boolean;

@@ -215,18 +215,20 @@ export async function gcMark(
 }
 
 /**
- * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`
- * (any acquire, mark removal or reference change since refuses it), then its key's claim if that
- * still names the ID. A candidate listed in use is never deleted: the version precondition only
- * proves nothing changed since the listing, and what the listing saw was a live reference (an
- * epoch never comes back to life, so a reference listed dead stays dead at the same version).
+ * Deletes `candidate`'s identity only if it was listed unused **and marked** and is still at
+ * `candidate.version` (a joiner's removal of the mark since refuses it), then its key's claim if
+ * that still names the ID. A candidate listed in use is never deleted: the version precondition
+ * only proves nothing changed since the listing, and what the listing saw was a live reference
+ * (an epoch never comes back to life, so a reference listed dead stays dead at the same
+ * version). Nor is one listed unmarked: a join writes the joiner's reference object, not the
+ * identity, so only the mark, which joiners remove, lets the version show a join (`refs.ts`).
  */
 export async function gcDelete(
   ctx: K8sContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
-  if (candidate.inUse) return false;
+  if (candidate.inUse || candidate.markedAt === undefined) return false;
   // Claims are judged quiet at a time before the delete: a re-creation of the identity comes after.
   const judgedAt = ctx.settings.now();
   let deleted: boolean;

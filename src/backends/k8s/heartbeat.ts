@@ -23,7 +23,6 @@ import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
 
-
 /** See the module doc. */
 export class MarkKeeper {
   readonly #ctx: K8sContext;

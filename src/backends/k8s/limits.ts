@@ -32,7 +32,9 @@ export const MAX_REFS_PER_NODE: number = Math.floor(
 /** The annotation bytes a reference object's references take (the API server's measure). */
 export function refsBytes(refs: Iterable<readonly [number, string]>): number {
   let bytes = 0;
-  for (const [id, epoch] of refs) bytes += "held.idalloc.io/".length + String(id).length + epoch.length;
+  for (const [id, epoch] of refs) {
+    bytes += "held.idalloc.io/".length + String(id).length + epoch.length;
+  }
   return bytes;
 }
 

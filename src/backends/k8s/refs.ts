@@ -204,9 +204,15 @@ export class RefKeeper {
   }
 
   /** {@linkcode stage}, then {@linkcode flush}: resolves once the reference is stored. */
-  async hold(id: number, key: string, epoch: string, signal: AbortSignal): Promise<void> {
+  async hold(
+    id: number,
+    key: string,
+    epoch: string,
+    signal: AbortSignal,
+    tally?: Tally,
+  ): Promise<void> {
     this.stage(id, key, epoch);
-    await this.flush(signal);
+    await this.flush(signal, tally);
   }
 
   /**
@@ -223,9 +229,14 @@ export class RefKeeper {
   }
 
   /** {@linkcode unstage}, then {@linkcode flush}. */
-  async drop(key: string, ids: Iterable<number>, signal: AbortSignal): Promise<void> {
+  async drop(
+    key: string,
+    ids: Iterable<number>,
+    signal: AbortSignal,
+    tally?: Tally,
+  ): Promise<void> {
     this.unstage(key, ids);
-    await this.flush(signal);
+    await this.flush(signal, tally);
   }
 
   /** Drops every reference to `id`, whatever keys this node held there. */
@@ -236,10 +247,14 @@ export class RefKeeper {
   /**
    * Writes what differs from what the object holds; resolves once every change made before the
    * call is stored (a write under way when it is called is followed by one more). `signal` bounds
-   * the caller's wait only: the write itself runs until the session closes.
+   * the caller's wait only: the write itself runs until the session closes. `tally` counts the
+   * requests of the write this call queued (none when an earlier one carried its change).
    */
-  flush(signal: AbortSignal): Promise<void> {
-    const run = this.#chain.then(() => this.#write());
+  flush(signal: AbortSignal, tally?: Tally): Promise<void> {
+    const run = this.#chain.then(async () => {
+      const requests = await this.#write();
+      if (tally !== undefined) tally.count += requests;
+    });
     this.#chain = run.catch(() => {});
     return abortable(run, signal);
   }
@@ -271,8 +286,8 @@ export class RefKeeper {
     for (const [id, w] of this.#wanted) yield [id, w.epoch];
   }
 
-  /** One write of the difference (see the module doc). */
-  async #write(): Promise<void> {
+  /** One write of the difference (see the module doc); returns the requests it made. */
+  async #write(): Promise<number> {
     const { client, namespace, node } = this.#ctx;
     const signal = this.#signal;
     const wanted = new Map(this.#wantedEpochs());
@@ -283,8 +298,10 @@ export class RefKeeper {
     for (const id of this.#written.keys()) {
       if (!wanted.has(id)) changes[heldAnnotation(id)] = null;
     }
-    if (Object.keys(changes).length === 0 && (this.#exists || wanted.size === 0)) return;
+    if (Object.keys(changes).length === 0 && (this.#exists || wanted.size === 0)) return 0;
+    let requests = 0;
     if (this.#exists) {
+      requests++;
       try {
         await client.patch(LEASES, refsName(node), { metadata: { annotations: changes } }, {
           type: "merge",
@@ -293,24 +310,26 @@ export class RefKeeper {
         });
         this.writes++;
         this.#written = wanted;
-        return;
+        return requests;
       } catch (err) {
         if (!isStatus(err, 404)) throw err;
         log.info("the reference object of {node} was removed: writing it again", { node });
       }
     }
     try {
+      requests++;
       await client.create(LEASES, nodeRefsObject(node, wanted), { namespace, signal });
       this.writes++;
       this.#exists = true;
       this.#written = wanted;
+      return requests;
     } catch (err) {
       if (!isStatus(err, 409)) throw err;
       // Created meanwhile (by an earlier session of this node whose write was still under way):
       // its content is unknown, so the next write sets every reference.
       this.#exists = true;
       this.#written = new Map();
-      await this.#write();
+      return requests + await this.#write();
     }
   }
 }
