@@ -336,7 +336,7 @@ export class RefKeeper {
 
 /** Every node's reference object in the namespace (one paged list), by node. */
 export async function readReferenceObjects(
-  ctx: K8sContext,
+  ctx: Pick<K8sContext, "client" | "namespace">,
   signal: AbortSignal,
   tally?: Tally,
 ): Promise<Map<string, NodeRefsRecord>> {
