@@ -136,7 +136,7 @@ export async function ensure(
   const reports: (EnsureReport | undefined)[] = parts.fresh()
     ? await fromIndex(parts, held, signal)
     : new Array(held.length);
-  const rest = held.flatMap((h, i) => (reports[i] === undefined ? [i] : []));
+  const rest = held.flatMap((_, i) => (reports[i] === undefined ? [i] : []));
   let next = 0;
   const worker = async () => {
     while (next < rest.length) {
@@ -161,8 +161,8 @@ async function fromIndex(
 ): Promise<(EnsureReport | undefined)[]> {
   const { lease, informer, refs } = parts;
   const epoch = lease.epoch;
-  const staged: number[] = [];
-  const reports = held.map((h, i): EnsureReport | undefined => {
+  let staged = 0;
+  const reports = held.map((h): EnsureReport | undefined => {
     const record = informer.index.get(h.id);
     if (record === undefined) return undefined;
     const read = { ok: true as const, record, badRefs: [] };
@@ -171,10 +171,10 @@ async function fromIndex(
     if (plan.kind === "ok") return { ...h, master: "ok", reference: "ok" };
     if (plan.kind !== "reference" || record.mark !== undefined) return undefined;
     refs.stage(h.id, h.key, epoch);
-    staged.push(i);
+    staged++;
     return { ...h, master: "ok", reference: "recreated" };
   });
-  if (staged.length > 0) await refs.flush(signal);
+  if (staged > 0) await refs.flush(signal);
   return reports;
 }
 

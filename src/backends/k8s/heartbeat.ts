@@ -32,6 +32,8 @@ export class MarkKeeper {
   readonly #spawn: (task: Promise<unknown>) => void;
   readonly #signal: AbortSignal;
   readonly #inFlight = new Set<number>();
+  /** When the reference object was last written again for a mark (`performance.now()`). */
+  #reassertedAt = -Infinity;
   /** Marks removed since the session opened (for tests and status). */
   unmarked = 0;
 
@@ -91,7 +93,12 @@ export class MarkKeeper {
         id: record.id,
       });
       this.#informer().observe(written);
-      await this.#refs.reassert(this.#signal);
+      // Once per lease TTL at most: Cilium's operator marks every identity no endpoint names,
+      // held or not, and one rewrite answers every mark of that round.
+      if (performance.now() - this.#reassertedAt >= this.#lease.ttlMs) {
+        this.#reassertedAt = performance.now();
+        await this.#refs.reassert(this.#signal);
+      }
     } catch (err) {
       if (this.#signal.aborted || isStatus(err, 404)) return;
       // The next sweep (at the next renewal) tries again.
