@@ -269,6 +269,8 @@ k8sTest(
     assert.equal(await keyOf(), KEY, "repaired");
     assert.equal(await fx.identity(400), undefined);
     await corrupt();
+    // ensure reads what the informer shows wrong: a damaged identity leaves the index.
+    await eventually(() => a.informer.index.get(id) === undefined, "a's informer saw the damage");
     const [report] = await a.ensure([{ key: KEY, id }], deadline());
     assert.deepEqual([report.master, report.reference], ["recreated", "recreated"]);
     assert.equal(await keyOf(), KEY, "repaired by the holder");
