@@ -20,7 +20,7 @@ import { LEASES } from "./options.ts";
 import { NODE_SELECTOR } from "./layout.ts";
 import { listAll } from "./paging.ts";
 import { dropReferencePatch } from "./patch.ts";
-import { readReferenceObjects, referencesById, referencesOf } from "./refs.ts";
+import { readReferenceObjects, referencesById, referencesOf, referencingNodes } from "./refs.ts";
 
 const log = idallocLogger("k8s");
 
@@ -108,11 +108,11 @@ export class K8sAdmin implements BackendAdmin {
     const skew = this.#ctx.settings.maxClockSkewMs;
     records.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.id - b.id));
     for (const r of records) {
-      const live = new Map<string, boolean>();
-      for (const [node, epoch] of referencesOf(r, byId)) {
-        live.set(node, live.get(node) === true || refLive(epoch, leases.get(node), now, skew));
-      }
-      for (const [node, isLive] of live) yield { key: r.key, node, id: r.id, live: isLive };
+      const nodes = referencingNodes(
+        referencesOf(r, byId),
+        (node, epoch) => refLive(epoch, leases.get(node), now, skew),
+      );
+      for (const [node, live] of nodes) yield { key: r.key, node, id: r.id, live };
     }
   }
 

@@ -374,6 +374,19 @@ export function referencesById(
 }
 
 /**
+ * Each node among `refs` (node → epoch pairs, a node possibly twice: once per layout) and whether
+ * it references live: a node is live when any of its references is, by `live`.
+ */
+export function referencingNodes(
+  refs: Iterable<readonly [node: string, epoch: string]>,
+  live: (node: string, epoch: string) => boolean,
+): Map<string, boolean> {
+  const out = new Map<string, boolean>();
+  for (const [node, epoch] of refs) out.set(node, out.get(node) === true || live(node, epoch));
+  return out;
+}
+
+/**
  * Every reference to identity `record` a judge counts: the annotations of the older layout on it
  * and the nodes' reference objects naming it (node → epoch; a node in both counts once, live if
  * either epoch is).

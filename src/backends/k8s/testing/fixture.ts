@@ -59,7 +59,7 @@ import {
 } from "../layout.ts";
 import { MAX_KEY_BYTES, utf8Length } from "../limits.ts";
 import { refLive } from "../liveness.ts";
-import { readReferenceObjects, referencesById } from "../refs.ts";
+import { readReferenceObjects, referencesById, referencingNodes } from "../refs.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
@@ -314,12 +314,11 @@ export class K8sStoreFixture implements StoreFixture {
       const key = read.ok ? read.record.key : claimed.get(id ?? 0);
       if (id === undefined || key === undefined) continue;
       // Both layouts: the nodes' reference objects, and annotations on the identity.
-      const live = new Map<string, boolean>();
-      for (const [node, epoch] of [...refsOf(obj), ...byId.get(id) ?? []]) {
-        const isLive = refLive(epoch, leases.get(node), now, this.#skew.get(node) ?? 500);
-        live.set(node, live.get(node) === true || isLive);
-      }
-      for (const [node, isLive] of live) out.push({ key, node, id, live: isLive });
+      const nodes = referencingNodes(
+        [...refsOf(obj), ...byId.get(id) ?? []],
+        (node, epoch) => refLive(epoch, leases.get(node), now, this.#skew.get(node) ?? 500),
+      );
+      for (const [node, live] of nodes) out.push({ key, node, id, live });
     }
     return out;
   }

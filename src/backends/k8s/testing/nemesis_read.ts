@@ -51,7 +51,7 @@ import {
   readNodeRefs,
 } from "../layout.ts";
 import { refLive } from "../liveness.ts";
-import { referenceObjects, referencesById, referencesOf } from "../refs.ts";
+import { referenceObjects, referencesById, referencesOf, referencingNodes } from "../refs.ts";
 
 /**
  * The objects a snapshot is made of, as listed: identities first, then the reference objects,
@@ -119,12 +119,11 @@ export function k8sSnapshot(listed: ListedStore): StoreSnapshot {
     }
     const { id, key } = read.record;
     masters.push({ id, key });
-    const live = new Map<string, boolean>();
-    for (const [node, epoch] of referencesOf(read.record, byId)) {
-      const isLive = refLive(epoch, leases.get(node), listed.now, listed.skewMs);
-      live.set(node, live.get(node) === true || isLive);
-    }
-    for (const [node, isLive] of live) refs.push({ key, node, id, live: isLive });
+    const nodes = referencingNodes(
+      referencesOf(read.record, byId),
+      (node, epoch) => refLive(epoch, leases.get(node), listed.now, listed.skewMs),
+    );
+    for (const [node, live] of nodes) refs.push({ key, node, id, live });
     for (const _ of read.badRefs) skip("reference annotation without a node or an epoch");
   }
   return { at: listed.now, masters, refs, strictMasters: true, skipped };
