@@ -48,7 +48,7 @@ import {
   readIdentity,
   rfc3339Nano,
 } from "./layout.ts";
-import { readNodeLeases } from "./liveness.ts";
+import { readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES, storeGraceMs } from "./options.ts";
 import { sweepLeases } from "./lease_gc.ts";
 import { listAll } from "./paging.ts";
@@ -215,26 +215,38 @@ export async function gcMark(
 }
 
 /**
- * Deletes `candidate`'s identity only if it was listed unused **and marked** and is still at
- * `candidate.version` (a joiner's removal of the mark since refuses it), then its key's claim if
- * that still names the ID. A candidate listed in use is never deleted: the version precondition
- * only proves nothing changed since the listing, and what the listing saw was a live reference
- * (an epoch never comes back to life, so a reference listed dead stays dead at the same
- * version). Nor is one listed unmarked: a join writes the joiner's reference object, not the
- * identity, so only the mark, which joiners remove, lets the version show a join (`refs.ts`).
+ * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`,
+ * marked (a joiner's removal of the mark since refuses it), then its key's claim if that still
+ * names the ID. A candidate listed in use is never deleted: the version precondition only proves
+ * nothing changed since the listing, and what the listing saw was a live reference (an epoch never
+ * comes back to life, so a reference listed dead stays dead at the same version).
+ *
+ * A join writes the joiner's reference object, not the identity, so only the mark, which joiners
+ * remove, lets the version show a join (`refs.ts`). A candidate listed unmarked (a direct call,
+ * not GC's passes, which mark first and delete a grace later) is marked now under its listed
+ * version, its references are read again, and it is deleted under the marked version only if none
+ * is live: a join before that read is seen; one after it meets the mark, or, if its informer has
+ * not shown the mark yet, loses the identity and re-creates it from the claim (`refs.ts`, case 3;
+ * GC's grace is what makes that case need a watch trailing by the whole grace).
  */
 export async function gcDelete(
   ctx: K8sContext,
   candidate: GcCandidate,
   signal: AbortSignal,
 ): Promise<boolean> {
-  if (candidate.inUse || candidate.markedAt === undefined) return false;
+  if (candidate.inUse) return false;
   // Claims are judged quiet at a time before the delete: a re-creation of the identity comes after.
   const judgedAt = ctx.settings.now();
+  let version = candidate.version;
+  if (candidate.markedAt === undefined) {
+    const marked = await gcMark(ctx, candidate, signal);
+    if (marked === undefined || await referencedNow(ctx, candidate.id, signal)) return false;
+    version = marked;
+  }
   let deleted: boolean;
   try {
     deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {
-      resourceVersion: candidate.version,
+      resourceVersion: version,
       signal,
     });
   } catch (err) {
@@ -253,6 +265,20 @@ export async function gcDelete(
     });
   }
   return true;
+}
+
+/**
+ * Whether a live node's reference object names identity `id` now (the objects read, then the
+ * Leases that judge them, as a listing reads them).
+ */
+async function referencedNow(ctx: K8sContext, id: number, signal: AbortSignal): Promise<boolean> {
+  const byId = referencesById((await readReferenceObjects(ctx, signal)).values());
+  const leases = await readNodeLeases(ctx, signal);
+  const { now, maxClockSkewMs } = ctx.settings;
+  const at = now();
+  return [...byId.get(id) ?? []].some(([node, epoch]) =>
+    refLive(epoch, leases.get(node), at, maxClockSkewMs)
+  );
 }
 
 /**

@@ -250,7 +250,7 @@ k8sTest(
 );
 
 k8sTest(
-  "a guarded delete is refused when a joiner removed the mark after the listing; an unmarked identity is never deleted",
+  "a guarded delete is refused when a joiner removed the mark after the listing; an unmarked candidate is marked and its references read again first",
   async () => {
     await using fx = await fixture();
     const s = await fx.session("a", QUICK);
@@ -260,9 +260,16 @@ k8sTest(
     const unmarked = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
     assert.deepEqual([unmarked.id, unmarked.inUse, unmarked.markedAt], [300, false, undefined]);
     // A join writes only the joiner's reference object: the version cannot show it, so a
-    // candidate GC has not marked is never deleted.
-    assert.equal(await s.gcDelete(unmarked, deadline()), false, "never marked");
-    assert.ok(await s.gcMark!(unmarked, deadline()));
+    // candidate GC has not marked is marked, and its references read again, before any delete.
+    const joiner = await fx.session("j", QUICK);
+    await joiner.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
+    assert.equal(await s.gcDelete(unmarked, deadline()), false, "the joiner's reference is read");
+    assert.ok(await fx.identity(300));
+    // (The joiner removes the mark that delete left, as a holder does.)
+    await joiner.release("k;", id, deadline());
+    await pastHeartbeat();
+    const listed = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+    if (listed.markedAt === undefined) assert.ok(await s.gcMark!(listed, deadline()));
     await pastHeartbeat();
     const marked = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
     assert.deepEqual([marked.id, marked.inUse, marked.markedAt !== undefined], [300, false, true]);
