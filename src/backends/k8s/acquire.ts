@@ -2,11 +2,15 @@
  * `acquire` on Kubernetes: reference the key's identity, or create one through the key's claim.
  *
  * - **Known key** (the informer's index holds an identity of it): Cilium's answer (the oldest) is
- *   joined with one JSON patch: `test` that it still carries the key, add this node's reference,
- *   remove Cilium's GC mark (its `AcquireReference`). 1 round trip.
- * - **New key**: create the claim Lease `idalloc-key-<hash>` naming a candidate ID, then create
- *   the identity under that ID with this node's reference (the create by name is the atomic
- *   allocation, as in Cilium). 2 round trips.
+ *   joined by writing this node's reference to its own reference object (`refs.ts`), then looking
+ *   at the identity in the index: marked by GC (or not recording the coordination namespace) → one
+ *   JSON patch that `test`s it still carries the key and removes the mark (Cilium's
+ *   `AcquireReference`) before answering; gone or relabelled → read it and follow the claim. 1
+ *   round trip, on the node's own object: the identity is not written, so a join costs its
+ *   watchers nothing (`refs.ts` has why GC stays safe against it).
+ * - **New key**: create the claim Lease `idalloc-key-<hash>` naming a candidate ID and, in
+ *   parallel, write this node's reference to it; then create the identity under that ID (the
+ *   create by name is the atomic allocation, as in Cilium). 2 round trips.
  * - **Claim taken** (409): another idalloc node claimed the key; read the claim and follow it: join
  *   the identity it names, or, when it is missing, touch the claim under the version read and
  *   create that identity (a racing node's create then gets 409 and joins). A claim whose ID
@@ -24,7 +28,7 @@
  * **Cilium's answer, after the write.** Cilium's agents create identities without a lock: an older
  * identity of the key may reach the informer while this call writes. After every successful
  * write the index's answer is checked again; an older identity there is joined instead, and this
- * node's reference is removed from the one it left (GC then collects that one, if unused), so the
+ * node's reference to the one it left is dropped (GC then collects that one, if unused), so the
  * call answers what Cilium's own lookup answers. Later arrivals are the core's to catch (a second
  * master of a held key).
  *
@@ -35,16 +39,22 @@
  *
  * **A create whose answer was lost** (the connection broke, the request timed out): the next
  * attempt of the allocation (`AttemptTrail.unconfirmed`) reads the identity and the key's claim
- * first. The identity is this call's creation when it carries the key and this node's reference
- * under the epoch the create wrote, and the claim is still at the resource version this node's
- * own write gave it just before the create (compared for equality only): every idalloc create
- * follows its node's own write of the claim, so no other idalloc node created it since, and
- * Cilium's agents write no idalloc references.
+ * first. The identity is this call's creation when it carries the key and names this node and
+ * the epoch the create wrote as its creator (`idalloc.io/creator`), and the claim is still at the
+ * resource version this node's own write gave it just before the create (compared for equality
+ * only): every idalloc create follows its node's own write of the claim, so no other idalloc node
+ * created it since, and Cilium's agents write no idalloc annotations.
  *
  * Every step is planned by a plain function of what was read ({@linkcode firstStep},
  * {@linkcode afterClaimRead}, {@linkcode afterIdentityRead}), tested on plain data; the loop
- * applies them, bounded by `MAX_ACQUIRE_ROUNDS` writes. An ID is answered only from a write that
- * proved the object carries the key: the create wrote it, the patch's `test` checked it.
+ * applies them, bounded by `MAX_ACQUIRE_ROUNDS` writes. An ID is answered after this node's
+ * reference to it is stored, from what shows the object carries the key: the create wrote it, a
+ * patch's `test` checked it, or the informer shows it (as Cilium's agents answer from theirs; a
+ * later change of it reaches the allocator's re-check through the watch).
+ *
+ * References this call wrote to IDs it did not answer (a candidate taken by another key, an
+ * identity it left for an older one) are dropped from the node's reference object when it
+ * answers.
  *
  * @module
  */
@@ -66,6 +76,7 @@ import {
   claimName,
   claimObject,
   type ClaimRecord,
+  CREATOR_ANNOTATION,
   type IdentityRead,
   type IdentityRecord,
   readClaim,
@@ -73,9 +84,10 @@ import {
 } from "./layout.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
-import { createMaster } from "./master.ts";
+import { createMaster, creatorOf } from "./master.ts";
 import { LEASES } from "./options.ts";
-import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
+import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
+import type { RefKeeper } from "./refs.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
@@ -203,6 +215,8 @@ export interface AcquireParts {
   readonly ctx: K8sContext;
   readonly lease: LeaseKeeper;
   readonly informer: IdentityInformer;
+  /** The node's reference object. */
+  readonly refs: RefKeeper;
 }
 
 /** The steps that write (the others read). */
@@ -234,8 +248,10 @@ class AcquireRun {
   #chases = 0;
   /** The identity this call created (a later chase of a replaced lease only joins it). */
   #createdId: number | undefined;
-  /** Identities this call wrote its reference on, then left for an older one of the key. */
+  /** Identities this call joined, then left for an older one of the key. */
   readonly #left = new Set<number>();
+  /** Identities this call wrote a reference to (dropped when it answers another). */
+  readonly #touched = new Set<number>();
   /** When the call started (monotonic ms): everything it decided on was read after. */
   readonly #since = performance.now();
 
@@ -272,7 +288,7 @@ class AcquireRun {
       case "join":
         return this.#join(step, epoch);
       case "claim":
-        return this.#newClaim();
+        return this.#newClaim(epoch);
       case "readClaim":
         return this.#readClaim();
       case "touch":
@@ -289,13 +305,12 @@ class AcquireRun {
   }
 
   /**
-   * The written object's result; a join of an older identity of the key the index shows now
-   * (Cilium's answer, see the module doc); or (the lease was replaced meanwhile) a join under the
-   * new epoch.
+   * The answer `id` (at `version`, the object carrying the key); a join of an older identity of
+   * the key the index shows now (Cilium's answer, see the module doc); or (the lease was replaced
+   * meanwhile) a join under the new epoch.
    */
-  #written(id: number, obj: KubeObject, epoch: string, claimRv?: string): Next {
+  #written(id: number, version: string, epoch: string, claimRv?: string): Next {
     const { informer, lease } = this.#parts;
-    informer.observe(obj);
     if (lease.epoch === epoch) {
       const older = informer.index.answer(this.#req.key);
       if (
@@ -306,7 +321,7 @@ class AcquireRun {
         return { kind: "join", id: older.id, annotated: older.annotated };
       }
       const created = this.#createdId === id;
-      return { kind: "done", result: { id, created, version: rvOf(obj) } };
+      return { kind: "done", result: { id, created, version } };
     }
     // The reference names a dead epoch: write it again under the new one.
     if (++this.#chases > MAX_LEASE_CHASES) {
@@ -317,45 +332,68 @@ class AcquireRun {
     return { kind: "join", id, annotated: true, ...(claimRv ? { claimRv } : {}) };
   }
 
+  /** Stores this node's reference to `id` under `epoch` (the node's own object, `refs.ts`). */
+  async #hold(id: number, epoch: string): Promise<void> {
+    this.#touched.add(id);
+    const { key, signal, roundTrips } = this.#req;
+    await this.#parts.refs.hold(id, key, epoch, signal, roundTrips);
+  }
+
+  /** The index's identity `id` after a write of it (`obj`), or as the index shows it. */
+  #observed(id: number, obj?: KubeObject): IdentityRecord | undefined {
+    if (obj !== undefined) this.#parts.informer.observe(obj);
+    return this.#parts.informer.index.get(id);
+  }
+
+  /**
+   * Reference first, then the identity as the index shows it (`refs.ts`: why this order keeps GC
+   * from deleting what is answered): marked, or not recording the namespace → unmarked by a
+   * patch testing the key; gone or another key's → read it.
+   */
   async #join(step: Extract<AcquireStep, { kind: "join" }>, epoch: string): Promise<Next> {
     const { ctx } = this.#parts;
-    const ops = joinPatch(this.#req.key, ctx.node, epoch, step.annotated, ctx.namespace);
-    const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
-    if (written === undefined) {
-      return {
-        kind: "readIdentity",
-        id: step.id,
-        ...(step.claimRv ? { claimRv: step.claimRv } : {}),
-      };
+    const { key, signal } = this.#req;
+    const reread: Next = {
+      kind: "readIdentity",
+      id: step.id,
+      ...(step.claimRv ? { claimRv: step.claimRv } : {}),
+    };
+    await this.#hold(step.id, epoch);
+    const record = this.#observed(step.id);
+    if (record === undefined || record.key !== key) return reread;
+    if (record.mark === undefined && record.leaseNamespace !== undefined) {
+      return this.#written(step.id, record.rv, epoch, step.claimRv);
     }
-    return this.#written(step.id, written, epoch, step.claimRv);
+    const ops = joinPatch(key, record.annotated, ctx.namespace);
+    const written = await patchOrUndefined(this.#client, ctx, step.id, ops, signal);
+    if (written === undefined) return reread;
+    this.#observed(step.id, written);
+    return this.#written(step.id, rvOf(written), epoch, step.claimRv);
   }
 
   async #repair(step: Extract<AcquireStep, { kind: "repair" }>, epoch: string): Promise<Next> {
     const { ctx } = this.#parts;
-    const ops = repairPatch(this.#req.key, step.rv, ctx.node, epoch, step.annotated, ctx.namespace);
+    await this.#hold(step.id, epoch);
+    const ops = repairPatch(this.#req.key, step.rv, step.annotated, ctx.namespace);
     const written = await patchOrUndefined(this.#client, ctx, step.id, ops, this.#req.signal);
     // Changed since it was read: read it again.
     if (written === undefined) return { kind: "readIdentity", id: step.id, claimRv: step.claimRv };
+    this.#observed(step.id, written);
     log.warning("repaired the labels of identity {id} of {key} (its claim names it)", {
       id: step.id,
       key: this.#req.key,
     });
-    return this.#written(step.id, written, epoch, step.claimRv);
+    return this.#written(step.id, rvOf(written), epoch, step.claimRv);
   }
 
-  /** Removes this node's reference from the identities it left for `answered`. */
+  /** Drops this node's references of the key to the IDs this call wrote and did not answer. */
   async #leave(answered: number): Promise<void> {
-    const { ctx, informer } = this.#parts;
-    for (const id of this.#left) {
-      if (id === answered) continue;
-      const ops = releasePatch(this.#req.key, ctx.node);
-      const written = await patchOrUndefined(this.#client, ctx, id, ops, this.#req.signal);
-      if (written !== undefined) informer.observe(written);
-    }
+    const others = [...this.#touched].filter((id) => id !== answered);
+    if (others.length === 0) return;
+    await this.#parts.refs.drop(this.#req.key, others, this.#req.signal, this.#req.roundTrips);
   }
 
-  async #newClaim(): Promise<Next> {
+  async #newClaim(epoch: string): Promise<Next> {
     const { ctx, informer } = this.#parts;
     const { key, range, signal } = this.#req;
     // An identity of the key may have reached the index meanwhile: never create beside it.
@@ -365,14 +403,19 @@ class AcquireRun {
       return firstStep(key, answer, range);
     }
     const id = pickCandidate(this.#req, this.#exclude);
-    try {
-      const obj = claimObject(this.#claim, key, id, ctx.node, ctx.settings.now());
-      const created = await this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal });
-      return { kind: "create", id, claimRv: rvOf(created) };
-    } catch (err) {
-      if (!isStatus(err, 409)) throw err;
-      return { kind: "readClaim" };
+    const obj = claimObject(this.#claim, key, id, ctx.node, ctx.settings.now());
+    // The reference to the candidate goes out beside the claim: the identity is referenced from
+    // the instant it exists (`refs.ts`), at no extra round trip. Both settle before either counts.
+    const [claimed, held] = await Promise.allSettled([
+      this.#client.create(LEASES, obj, { namespace: ctx.namespace, signal }),
+      this.#hold(id, epoch),
+    ]);
+    if (held.status === "rejected") throw held.reason;
+    if (claimed.status === "fulfilled") {
+      return { kind: "create", id, claimRv: rvOf(claimed.value) };
     }
+    if (!isStatus(claimed.reason, 409)) throw claimed.reason;
+    return { kind: "readClaim" };
   }
 
   async #readClaim(): Promise<Next> {
@@ -397,6 +440,8 @@ class AcquireRun {
   async #create(step: Extract<AcquireStep, { kind: "create" }>, epoch: string): Promise<Next> {
     const { ctx, lease } = this.#parts;
     const { key, signal, trail } = this.#req;
+    // Stored before the create (already, when it went out beside the claim).
+    await this.#hold(step.id, epoch);
     if (trail) trail.unconfirmed = { id: step.id, mark: createMark(epoch, step.claimRv) };
     const made = await createMaster(this.#client, ctx, { id: step.id, key, epoch }, signal);
     if (trail) trail.unconfirmed = undefined;
@@ -415,7 +460,8 @@ class AcquireRun {
       }
     }
     this.#createdId = step.id;
-    return this.#written(step.id, made, epoch, step.claimRv);
+    this.#observed(step.id, made);
+    return this.#written(step.id, rvOf(made), epoch, step.claimRv);
   }
 
   /**
@@ -435,8 +481,11 @@ class AcquireRun {
     informer.observe(obj);
     const read = readIdentity(obj);
     if (!read.ok || read.record.key !== this.#req.key) return;
-    const epoch = read.record.refs.get(ctx.node);
-    if (epoch !== undefined && createMark(epoch, rvOf(claim)) === mark) trail.created = id;
+    const creator = obj.metadata.annotations?.[CREATOR_ANNOTATION] ?? "";
+    const epoch = creator.slice(ctx.node.length + 1);
+    if (creator === creatorOf(ctx.node, epoch) && createMark(epoch, rvOf(claim)) === mark) {
+      trail.created = id;
+    }
   }
 
   async #readIdentity(step: Extract<AcquireStep, { kind: "readIdentity" }>): Promise<Next> {

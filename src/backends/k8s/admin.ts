@@ -1,8 +1,10 @@
 /**
  * The Kubernetes backend's {@linkcode BackendAdmin}: node Leases are the node leases; references
- * are the `ref.idalloc.io/<node>` annotations on the identities, live while their node's Lease is
- * live and carries their epoch. Deleting one is a merge patch guarded by the identity's version,
- * refused while the node's Lease is live.
+ * are the entries of the nodes' reference objects (`refs.ts`) and, from stores written before
+ * them, the `ref.idalloc.io/<node>` annotations on the identities, each live while its node's
+ * Lease is live and carries its epoch. Deleting one is a merge patch guarded by the version of the
+ * object that carries it (the node's reference object, the identity), refused while the node's
+ * Lease is live.
  *
  * @module
  */
@@ -12,12 +14,13 @@ import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
 import { checkRecords } from "./coordination.ts";
 import { isStatus } from "./kube.ts";
-import { type IdentityRecord, readIdentity } from "./layout.ts";
+import { heldAnnotation, type IdentityRecord, readIdentity } from "./layout.ts";
 import { leaseLive, readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { NODE_SELECTOR } from "./layout.ts";
 import { listAll } from "./paging.ts";
 import { dropReferencePatch } from "./patch.ts";
+import { readReferenceObjects, referencesById, referencesOf, referencingNodes } from "./refs.ts";
 
 const log = idallocLogger("k8s");
 
@@ -95,24 +98,30 @@ export class K8sAdmin implements BackendAdmin {
   }
 
   async *references(signal: AbortSignal): AsyncGenerator<StoredReference> {
-    // Identities first: every reference listed then predates the Lease it is judged by.
+    // Identities, then references, then Leases (as GC): every reference listed then predates the
+    // Lease it is judged by.
     const records = await readIdentities(this.#ctx, signal);
     checkRecords(records, this.#ctx.namespace);
+    const byId = referencesById((await readReferenceObjects(this.#ctx, signal)).values());
     const leases = await readNodeLeases(this.#ctx, signal);
     const now = this.#ctx.settings.now();
     const skew = this.#ctx.settings.maxClockSkewMs;
     records.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.id - b.id));
     for (const r of records) {
-      for (const [node, epoch] of r.refs) {
-        yield { key: r.key, node, id: r.id, live: refLive(epoch, leases.get(node), now, skew) };
-      }
+      const nodes = referencingNodes(
+        referencesOf(r, byId),
+        (node, epoch) => refLive(epoch, leases.get(node), now, skew),
+      );
+      for (const [node, live] of nodes) yield { key: r.key, node, id: r.id, live };
     }
   }
 
   /**
-   * Removes `node`'s reference from every identity of `key` that carries one, each guarded by the
-   * identity's version; refused with {@linkcode LiveEntryError} while `node`'s Lease is live
-   * (whatever epoch its references name: the node is there and would write them back).
+   * Removes `node`'s references to every identity of `key`: from its reference object (one merge
+   * patch guarded by the object's version) and, from a store of the older layout, the annotations
+   * on the identities (each guarded by the identity's version); refused with
+   * {@linkcode LiveEntryError} while `node`'s Lease is live (whatever epoch its references name:
+   * the node is there and would write them back).
    */
   async deleteReference(key: string, node: string, signal: AbortSignal): Promise<boolean> {
     const { client, identities, settings } = this.#ctx;
@@ -121,13 +130,27 @@ export class K8sAdmin implements BackendAdmin {
       const all = await readIdentities(this.#ctx, signal);
       // Judged by the wrong namespace's Leases, a live node would look dead.
       checkRecords(all, this.#ctx.namespace);
+      const object = (await readReferenceObjects(this.#ctx, signal)).get(node);
+      const ids = all.filter((r) => r.key === key && object?.refs.has(r.id)).map((r) => r.id);
       const records = all.filter((r) => r.key === key && r.refs.has(node));
-      if (records.length === 0) return existed;
+      if (records.length === 0 && ids.length === 0) return existed;
       const lease = (await readNodeLeases(this.#ctx, signal)).get(node);
       if (leaseLive(lease, settings.now(), settings.maxClockSkewMs)) {
         throw new LiveEntryError(`node ${node}'s reference to '${key}'`, [node]);
       }
       let changed = false;
+      if (ids.length > 0) {
+        const annotations = Object.fromEntries(ids.map((id) => [heldAnnotation(id), null]));
+        try {
+          await client.patch(LEASES, object!.name, {
+            metadata: { resourceVersion: object!.rv, annotations },
+          }, { type: "merge", namespace: this.#ctx.namespace, signal });
+          existed = true;
+        } catch (err) {
+          if (!isStatus(err, 409) && !isStatus(err, 404)) throw err;
+          changed = true;
+        }
+      }
       for (const r of records) {
         try {
           await client.patch(identities, String(r.id), dropReferencePatch(r.rv, node), {

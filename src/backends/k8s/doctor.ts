@@ -7,9 +7,10 @@
  * - identities named not as a decimal ID (`master-bad-id`), whose `security-labels` do not
  *   decode (`master-undecodable`) or decode to a key over the layout's limit (`master-oversized`);
  *   removing one also removes the key's claim naming it, if that was quiet when listed;
- * - reference annotations that name no node or no epoch (`reference-bad-key`,
- *   `reference-undecodable`), and (with valid ranges) references on an identity outside them
- *   (`reference-out-of-range`);
+ * - references that name no node, ID or epoch (`reference-bad-key`, `reference-undecodable`):
+ *   annotations `ref.idalloc.io/…` on identities (the older layout) and `held.idalloc.io/…` in the
+ *   nodes' reference objects (`refs.ts`); and (with valid ranges) references to an identity outside
+ *   them (`reference-out-of-range`), in either place;
  * - keys with several identities (`key-duplicate`, one finding per identity that is not Cilium's
  *   answer: the oldest stays; removing a duplicate deletes it);
  * - claims that name no key or ID (`claim-undecodable`) or whose identity is gone or carries
@@ -50,16 +51,21 @@ import {
   CLAIM_SELECTOR,
   claimName,
   type ClaimRecord,
+  heldAnnotation,
   type IdentityRecord,
   NODE_SELECTOR,
   nodeLeaseName,
   type NodeLeaseRecord,
   nodeOfRefAnnotation,
+  type NodeRefsRecord,
   readClaim,
   readIdentity,
   readNodeLease,
+  readNodeRefs,
   REF_PREFIX,
+  REFS_SELECTOR,
 } from "./layout.ts";
+import { referenceObjects, referencesById } from "./refs.ts";
 import { leaseLive, refLive } from "./liveness.ts";
 import { endpointUsers, readEndpoints, usedBy } from "./users.ts";
 import { LEASES, storeGraceMs } from "./options.ts";
@@ -72,7 +78,7 @@ const TAG = "k8s";
 
 const tokenSchema = z.object({
   /** What the entry is: an identity, one annotation of it, a claim or a node Lease. */
-  what: z.enum(["identity", "annotation", "claim", "lease"]),
+  what: z.enum(["identity", "annotation", "claim", "lease", "held"]),
   /** The store: the identity resource and the namespace. */
   store: z.string(),
   name: z.string().min(1),
@@ -95,6 +101,8 @@ export interface DamageSnapshot {
   /** The time (own clock) before the identities were listed; claims are judged quiet at it. */
   readonly readAt?: number;
   readonly identities: readonly KubeObject[];
+  /** The nodes' reference objects (`refs.ts`), listed after the identities (none: absent). */
+  readonly refObjects?: readonly KubeObject[];
   readonly nodeLeases: readonly KubeObject[];
   readonly claims: readonly KubeObject[];
   /** The `CiliumEndpoint`s of all namespaces (none when absent). */
@@ -109,9 +117,11 @@ async function readSnapshot(ctx: K8sContext, signal: AbortSignal): Promise<Damag
     listAll(ctx.client, LEASES, { namespace: ctx.namespace, labelSelector, signal });
   const readAt = ctx.settings.now();
   const identities = (await listAll(ctx.client, ctx.identities, { signal })).items;
+  const refObjects = (await leases(REFS_SELECTOR)).items;
   const nodeLeases = (await leases(NODE_SELECTOR)).items;
   const claims = (await leases(CLAIM_SELECTOR)).items;
-  return { readAt, identities, nodeLeases, claims, ...await readEndpoints(ctx, signal) };
+  const endpoints = await readEndpoints(ctx, signal);
+  return { readAt, identities, refObjects, nodeLeases, claims, ...endpoints };
 }
 
 /** Lists the damaged entries of the store (see the module doc). Reads only. */
@@ -134,6 +144,7 @@ export function judgeDamage(
   const out: DamageFinding[] = [];
   for (const obj of snapshot.identities) out.push(...scan.identity(obj, records));
   out.push(...scan.duplicates(records));
+  out.push(...scan.referenceObjects());
   for (const obj of snapshot.claims) out.push(...scan.claim(obj));
   for (const obj of snapshot.nodeLeases) out.push(...scan.nodeLease(obj));
   return out;
@@ -155,6 +166,10 @@ class Scan {
   readonly #readAt: number;
   /** ID → the Cilium objects naming it. */
   readonly #users: ReadonlyMap<number, readonly string[]>;
+  /** The nodes' reference objects, by node. */
+  readonly #refObjects: ReadonlyMap<string, NodeRefsRecord>;
+  /** Their references: ID → node → epoch. */
+  readonly #refs: ReadonlyMap<number, ReadonlyMap<string, string>>;
 
   constructor(
     ctx: Pick<K8sContext, "resourceName" | "namespace" | "settings">,
@@ -166,6 +181,10 @@ class Scan {
     this.#now = ctx.settings.now();
     this.#readAt = snapshot.readAt ?? this.#now;
     this.#users = endpointUsers(snapshot.endpoints ?? [], snapshot.endpointSlices ?? []);
+    this.#refObjects = referenceObjects(
+      (snapshot.refObjects ?? []).flatMap((obj) => readNodeRefs(obj) ?? []),
+    );
+    this.#refs = referencesById(this.#refObjects.values());
     for (const obj of snapshot.nodeLeases) {
       const l = readNodeLease(obj);
       if (l !== undefined && l.name === nodeLeaseName(l.node)) this.#leases.set(l.node, l);
@@ -190,7 +209,7 @@ class Scan {
   /** What keeps `record` in use, by GC's rule (`users.ts`). */
   #usedBy(record: IdentityRecord): string[] {
     const { settings } = this.#ctx;
-    const use = { leases: this.#leases, users: this.#users, now: this.#now };
+    const use = { refs: this.#refs, leases: this.#leases, users: this.#users, now: this.#now };
     const graceMs = storeGraceMs(settings);
     return usedBy(record, {
       ...use,
@@ -218,8 +237,8 @@ class Scan {
     holders: readonly string[] = [],
   ): DamageFinding {
     const { namespace, resourceName } = this.#ctx;
-    const entry = token.what === "claim" || token.what === "lease"
-      ? `${namespace}/${token.name}`
+    const entry = token.what === "claim" || token.what === "lease" || token.what === "held"
+      ? `${namespace}/${token.name}${token.annotation === undefined ? "" : ` ${token.annotation}`}`
       : `${resourceName}/${token.name}${
         token.annotation === undefined ? "" : ` ${token.annotation}`
       }`;
@@ -244,6 +263,7 @@ class Scan {
       // Cilium's agents may use what idalloc cannot read: an endpoint naming it keeps it too.
       const holders = [
         ...this.#holders(obj.metadata.annotations ?? {}),
+        ...(damage.id === undefined ? [] : this.#heldBy(damage.id)),
         ...(damage.id === undefined ? [] : this.#users.get(damage.id) ?? []),
       ];
       // Removing it removes the key's claim naming it too, when quiet (else the claim is stale).
@@ -284,7 +304,44 @@ class Scan {
         this.#live(node, epoch) ? [node] : [],
       ));
     }
+    for (const [node, epoch] of this.#refs.get(record.id) ?? []) {
+      const object = this.#refObjects.get(node)!;
+      out.push(this.#finding(
+        "reference-out-of-range",
+        { what: "held", name: object.name, annotation: heldAnnotation(record.id), rv: object.rv },
+        check.outside(record.id, record.key),
+        { ...about, node },
+        this.#live(node, epoch) ? [node] : [],
+      ));
+    }
     return out;
+  }
+
+  /** The live nodes whose reference objects name identity `id`. */
+  #heldBy(id: number): string[] {
+    return [...this.#refs.get(id) ?? []].flatMap(([node, epoch]) =>
+      this.#live(node, epoch) ? [node] : []
+    );
+  }
+
+  /**
+   * The entries of the nodes' reference objects that are no reference (an annotation under
+   * `held.idalloc.io/` naming no ID, or without an epoch): held while the node's Lease is live.
+   */
+  referenceObjects(): DamageFinding[] {
+    const { maxClockSkewMs } = this.#ctx.settings;
+    return [...this.#refObjects.values()].flatMap((o) => {
+      const live = leaseLive(this.#leases.get(o.node), this.#now, maxClockSkewMs);
+      return o.bad.map((bad) =>
+        this.#finding(
+          bad.reason === "the epoch is empty" ? "reference-undecodable" : "reference-bad-key",
+          { what: "held", name: o.name, annotation: bad.annotation, rv: o.rv },
+          bad.reason,
+          { node: o.node },
+          live ? [o.node] : [],
+        )
+      );
+    });
   }
 
   /** Every identity of a key that is not Cilium's answer for it. */
@@ -373,8 +430,10 @@ export async function removeDamage(
       `damage token of ${token.store}, not of this store (${storeOf(ctx)})`,
     );
   }
-  const shown = token.what === "annotation"
-    ? `${ctx.resourceName}/${token.name} ${token.annotation}`
+  const shown = token.what === "annotation" || token.what === "held"
+    ? `${
+      token.what === "held" ? ctx.namespace : ctx.resourceName
+    }/${token.name} ${token.annotation}`
     : `${token.what} ${token.name}`;
   if (token.held !== undefined) throw new LiveEntryError(shorten(shown), token.held);
   let removed: boolean;
@@ -391,6 +450,12 @@ export async function removeDamage(
         await ctx.client.patch(ctx.identities, token.name, {
           metadata: { resourceVersion: token.rv, annotations: { [token.annotation ?? ""]: null } },
         }, { type: "merge", signal });
+        removed = true;
+        break;
+      case "held":
+        await ctx.client.patch(LEASES, token.name, {
+          metadata: { resourceVersion: token.rv, annotations: { [token.annotation ?? ""]: null } },
+        }, { type: "merge", namespace: ctx.namespace, signal });
         removed = true;
         break;
       case "claim":

@@ -1,11 +1,18 @@
 /**
- * `ensure` on Kubernetes, in phases: **read** each held key's identity (one GET each, a few at a
- * time), **classify** what it shows against the index (Cilium's answer for the key), **plan** the
- * write, **apply** it; a write that meets a changed object reads it again and classifies anew.
+ * `ensure` on Kubernetes, in phases: **look** at each held key's identity in the informer's index
+ * (no request) and at this node's reference object as last written; what is fine there needs
+ * nothing, and references missing or of an older epoch are **staged** for all keys at once and
+ * stored in one write of the node's reference object (`refs.ts`). Only a key the index shows
+ * wrong (its identity missing, marked, of another key, not Cilium's answer), or any key while the
+ * informer's watch is failing, is **read** (one GET each, a few at a time), **classified**,
+ * **planned** and **applied**; a write that meets a changed object reads it again and classifies
+ * anew. So a node that holds its keys sends nothing at a sync: only its Lease renewals.
  *
  * A held key K → N is `ok` when identity N exists, carries K, is Cilium's answer for K (no older
- * identity of K), carries this node's reference under the current epoch and no GC mark. Then:
- * - reference missing, of an older epoch, or a mark set → one patch (`reference: recreated`);
+ * identity of K), carries no GC mark, and this node's reference object holds N under the current
+ * epoch. Then:
+ * - reference missing or of an older epoch → staged, one write for every such key
+ *   (`reference: recreated`); a mark set → one patch removing it (after the reference is stored);
  * - identity missing → re-created under N, only through the claim rule: the key's claim names N
  *   (touched first, under the version read), is absent (then it is created naming N) or names
  *   nothing readable (rewritten to name N); a re-creation slower than half a lease TTL confirms
@@ -43,6 +50,7 @@ import { ENSURE_CONCURRENCY, MAX_ENSURE_ROUNDS } from "./limits.ts";
 import { createMaster } from "./master.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, releasePatch, repairPatch } from "./patch.ts";
+import type { RefKeeper } from "./refs.ts";
 import type { IdentityInformer } from "./watch.ts";
 
 const log = idallocLogger("k8s");
@@ -59,15 +67,15 @@ export type EnsurePlan =
   | { readonly kind: "conflict"; readonly why: string };
 
 /**
- * Classifies held `held` from its identity as read (`undefined`: missing) and the index's
- * identities of the key (`others`; the read one may be among them, older or newer).
+ * Classifies held `held` from its identity as read (`undefined`: missing), the index's identities
+ * of the key (`others`; the read one may be among them, older or newer), and whether this node's
+ * reference object holds the ID under the current epoch (`referenced`).
  */
 export function classifyHeld(
   held: HeldKey,
   read: IdentityRead | undefined,
   others: readonly Pick<IdentityRecord, "id" | "created">[],
-  node: string,
-  epoch: string,
+  referenced: boolean,
 ): EnsurePlan {
   if (read === undefined) {
     const answer = answerOf(others.filter((r) => r.id !== held.id));
@@ -89,7 +97,7 @@ export function classifyHeld(
   if (answer !== undefined && answer.id !== held.id) {
     return { kind: "conflict", why: `identity ${answer.id} of the key is older (Cilium's answer)` };
   }
-  if (record.refs.get(node) === epoch && record.mark === undefined) return { kind: "ok" };
+  if (referenced && record.mark === undefined) return { kind: "ok" };
   return { kind: "reference", annotated: record.annotated };
 }
 
@@ -106,6 +114,10 @@ export interface EnsureParts {
   readonly ctx: K8sContext;
   readonly lease: LeaseKeeper;
   readonly informer: IdentityInformer;
+  /** The node's reference object. */
+  readonly refs: RefKeeper;
+  /** Whether the informer's watch is answering (else every held key is read with a GET). */
+  readonly fresh: () => boolean;
   /**
    * The keys the session may hold a reference to: a reference of this node on an identity that
    * now carries a key not among them is left over from a relabelled identity, and removed.
@@ -121,15 +133,48 @@ export async function ensure(
 ): Promise<EnsureReport[]> {
   await parts.informer.waitSynced(signal);
   await parts.lease.ensureFresh(signal);
-  const reports: EnsureReport[] = new Array(held.length);
+  const reports: (EnsureReport | undefined)[] = parts.fresh()
+    ? await fromIndex(parts, held, signal)
+    : new Array(held.length);
+  const rest = held.flatMap((_, i) => (reports[i] === undefined ? [i] : []));
   let next = 0;
   const worker = async () => {
-    while (next < held.length) {
-      const i = next++;
+    while (next < rest.length) {
+      const i = rest[next++];
       reports[i] = await ensureOne(parts, held[i], signal);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(ENSURE_CONCURRENCY, held.length) }, worker));
+  await Promise.all(Array.from({ length: Math.min(ENSURE_CONCURRENCY, rest.length) }, worker));
+  return reports as EnsureReport[];
+}
+
+/**
+ * The held keys the index shows fine (its identity there, of the key, Cilium's answer, unmarked):
+ * `ok`, or, when this node's reference object lacks the reference under the current epoch,
+ * staged and stored in one write for all (`reference: recreated`). `undefined` for the others:
+ * they are read.
+ */
+async function fromIndex(
+  parts: EnsureParts,
+  held: readonly HeldKey[],
+  signal: AbortSignal,
+): Promise<(EnsureReport | undefined)[]> {
+  const { lease, informer, refs } = parts;
+  const epoch = lease.epoch;
+  let staged = 0;
+  const reports = held.map((h): EnsureReport | undefined => {
+    const record = informer.index.get(h.id);
+    if (record === undefined) return undefined;
+    const read = { ok: true as const, record, badRefs: [] };
+    const others = informer.index.ofKey(h.key);
+    const plan = classifyHeld(h, read, others, refs.holds(h.id, epoch));
+    if (plan.kind === "ok") return { ...h, master: "ok", reference: "ok" };
+    if (plan.kind !== "reference" || record.mark !== undefined) return undefined;
+    refs.stage(h.id, h.key, epoch);
+    staged++;
+    return { ...h, master: "ok", reference: "recreated" };
+  });
+  if (staged > 0) await refs.flush(signal);
   return reports;
 }
 
@@ -138,14 +183,15 @@ async function ensureOne(
   held: HeldKey,
   signal: AbortSignal,
 ): Promise<EnsureReport> {
-  const { ctx, lease, informer } = parts;
+  const { ctx, lease, informer, refs } = parts;
   for (let round = 0; round < MAX_ENSURE_ROUNDS; round++) {
     const since = performance.now();
     const obj = await ctx.client.get(ctx.identities, String(held.id), { signal });
     if (obj !== undefined) informer.observe(obj);
     const read = obj === undefined ? undefined : readIdentity(obj);
     const epoch = lease.epoch;
-    const plan = classifyHeld(held, read, informer.index.ofKey(held.key), ctx.node, epoch);
+    const others = informer.index.ofKey(held.key);
+    const plan = classifyHeld(held, read, others, refs.holds(held.id, epoch));
     switch (plan.kind) {
       case "ok":
         return { ...held, master: "ok", reference: "ok" };
@@ -154,10 +200,15 @@ async function ensureOne(
         if (read?.ok) await leaveRelabelled(parts, read.record, signal);
         return { ...held, master: "conflict", reference: "skipped" };
       case "reference": {
-        const ops = joinPatch(held.key, ctx.node, epoch, plan.annotated, ctx.namespace);
-        const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
-        if (written === undefined) continue;
-        informer.observe(written);
+        // Reference first, then the mark (`refs.ts`).
+        await refs.hold(held.id, held.key, epoch, signal);
+        const record = read!.ok ? read!.record : undefined;
+        if (record?.mark !== undefined || record?.leaseNamespace === undefined) {
+          const ops = joinPatch(held.key, plan.annotated, ctx.namespace);
+          const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
+          if (written === undefined) continue;
+          informer.observe(written);
+        }
         return { ...held, master: "ok", reference: "recreated" };
       }
       case "repair": {
@@ -178,19 +229,29 @@ async function ensureOne(
 }
 
 /**
- * Removes this node's reference from `record` when it carries a key this session does not hold
- * (it was relabelled under the node: the reference was to the old key, which the allocator now
+ * Drops this node's reference to `record` when it carries a key this session does not hold (it
+ * was relabelled under the node: the reference was to the old key, which the allocator now
  * re-acquires elsewhere), so that it does not keep a foreign key in use and show this node as its
- * holder. Guarded by the version read: a write since (this node joining that key after all)
- * keeps it; a failure leaves it to GC's sweep once the node is gone.
+ * holder. A reference of the older layout (an annotation of this node) is removed too, guarded by
+ * the version read: a write since keeps it; a failure leaves it to GC's sweep once the node is
+ * gone.
  */
 async function leaveRelabelled(
   parts: EnsureParts,
   record: IdentityRecord,
   signal: AbortSignal,
 ): Promise<void> {
-  const { ctx, informer, referenced } = parts;
-  if (referenced === undefined || referenced.has(record.key) || !record.refs.has(ctx.node)) return;
+  const { ctx, informer, referenced, refs } = parts;
+  if (referenced === undefined || referenced.has(record.key)) return;
+  if (refs.wants(record.id)) {
+    refs.forget(record.id);
+    await refs.flush(signal);
+    log.info("dropped this node's reference to identity {id}, relabelled to {key}", {
+      id: record.id,
+      key: record.key,
+    });
+  }
+  if (!record.refs.has(ctx.node)) return;
   const ops = [
     { op: "test" as const, path: "/metadata/resourceVersion", value: record.rv },
     ...releasePatch(record.key, ctx.node),
@@ -202,12 +263,7 @@ async function leaveRelabelled(
       404,
       422,
     );
-    if (written === undefined) return;
-    informer.observe(written);
-    log.info("removed this node's reference from identity {id}, relabelled to {key}", {
-      id: record.id,
-      key: record.key,
-    });
+    if (written !== undefined) informer.observe(written);
   } catch (err) {
     if (signal.aborted) throw err;
     log.warning("could not remove this node's reference from relabelled identity {id}: {err}", {
@@ -227,14 +283,15 @@ async function repair(
   at: { readonly rv: string; readonly annotated: boolean; readonly epoch: string },
   signal: AbortSignal,
 ): Promise<"repaired" | "conflict" | "again"> {
-  const { ctx, informer } = parts;
+  const { ctx, informer, refs } = parts;
   const name = claimName(ctx.resourceName, held.key);
   const found = await ctx.client.get(LEASES, name, { namespace: ctx.namespace, signal });
   if (found !== undefined && !claimAllows(readClaim(found), held.key, held.id)) {
     log.warning("cannot repair {key} → {id}: its claim names another ID", { ...held });
     return "conflict";
   }
-  const ops = repairPatch(held.key, at.rv, ctx.node, at.epoch, at.annotated, ctx.namespace);
+  await refs.hold(held.id, held.key, at.epoch, signal);
+  const ops = repairPatch(held.key, at.rv, at.annotated, ctx.namespace);
   const written = await patchOrUndefined(ctx.client, ctx, held.id, ops, signal);
   if (written === undefined) return "again";
   informer.observe(written);
@@ -253,8 +310,12 @@ async function recreate(
   at: { readonly epoch: string; readonly since: number },
   signal: AbortSignal,
 ): Promise<"created" | "conflict" | "again"> {
-  const { ctx, informer, lease } = parts;
-  const claimRv = await writeClaim(ctx, held, signal);
+  const { ctx, informer, lease, refs } = parts;
+  // The reference beside the claim write, as a new key's (`acquire.ts`).
+  const [claimRv] = await Promise.all([
+    writeClaim(ctx, held, signal),
+    refs.hold(held.id, held.key, at.epoch, signal),
+  ]);
   if (claimRv === "conflict" || claimRv === undefined) return claimRv ?? "again";
   const master = { id: held.id, key: held.key, epoch: at.epoch };
   const created = await createMaster(ctx.client, ctx, master, signal);

@@ -2,15 +2,20 @@
  * GC support on Kubernetes, by Cilium's operator rule with idalloc's references added: mark in the
  * store, then delete with a resource-version precondition.
  *
- * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the node Leases,
- *   then the `CiliumEndpoint`s of all namespaces and the `CiliumEndpointSlice`s. An identity is in
- *   use by `users.ts`'s rule: a live reference on it (`liveness.ts`), an endpoint or slice naming
- *   it, or a creation or mark less than the grace ago (the allocator's `gcGraceMs`, by default
- *   Cilium's heartbeat timeout on this store: `K8sBackend.defaultGcGraceMs`). The order matters: a reference
- *   written after the Lease list would be judged by an older Lease; listed first, every reference
- *   predates the Lease it is judged by, and epochs are never revived.
- * - **Version** = the identity's resource version. Every acquire (a patch on the identity itself),
- *   release, mark and unmark changes it, so one precondition on the delete covers them all.
+ * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the nodes'
+ *   reference objects (`refs.ts`), **then** the node Leases, then the `CiliumEndpoint`s of all
+ *   namespaces and the `CiliumEndpointSlice`s. An identity is in use by `users.ts`'s rule: a live
+ *   reference to it (`liveness.ts`; in a reference object, or an annotation of the older layout),
+ *   an endpoint or slice naming it, or a creation or mark less than the grace ago (the allocator's
+ *   `gcGraceMs`, by default Cilium's heartbeat timeout on this store:
+ *   `K8sBackend.defaultGcGraceMs`). The order matters: references listed after the identities
+ *   catch every join that the identity's version does not show (`refs.ts` has the argument), and
+ *   listed before the Leases, every reference predates the Lease it is judged by, and epochs are
+ *   never revived.
+ * - **Version** = the identity's resource version. A join writes the joiner's reference object,
+ *   not the identity, unless the identity is marked: then the joiner removes the mark, which
+ *   changes the version; mark and unmark change it too, so the delete's precondition refuses a
+ *   delete of an identity a joiner saw marked (`refs.ts`: each interleaving).
  * - **Mark** ({@linkcode gcMark}): Cilium's own `io.cilium.heartbeat` annotation (RFC 3339 time),
  *   written under the listed version; Cilium's agents and idalloc's nodes remove it when they use
  *   the identity. The candidate's `markedAt` is the mark's time, whoever wrote it (a previous
@@ -20,8 +25,9 @@
  *   key's claim, if it still names the ID and is quiet (guarded by its own version; a claim a
  *   node wrote recently may be that node re-creating the identity, see `claim.ts`: a later
  *   pass's sweep removes it once quiet).
- * - **Sweep** (a writable session's listing, `sweep.ts`): dead references of identities in use,
- *   and quiet stale claims.
+ * - **Sweep** (a writable session's listing, `sweep.ts`, `lease_gc.ts`): dead references (of the
+ *   older layout) on identities in use, quiet stale claims, lapsed node Leases and the reference
+ *   objects of nodes that are not live.
  *
  * @module
  */
@@ -36,16 +42,18 @@ import {
   claimName,
   type IdentityRecord,
   type NodeLeaseRecord,
+  type NodeRefsRecord,
   parseTime,
   readClaim,
   readIdentity,
   rfc3339Nano,
 } from "./layout.ts";
-import { readNodeLeases } from "./liveness.ts";
+import { readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES, storeGraceMs } from "./options.ts";
 import { sweepLeases } from "./lease_gc.ts";
 import { listAll } from "./paging.ts";
 import { markPatch } from "./patch.ts";
+import { readReferenceObjects, referencesById } from "./refs.ts";
 import {
   deadReferences,
   listClaims,
@@ -74,6 +82,10 @@ interface GcSnapshot {
   /** The time (own clock) before the identities were listed. */
   readonly listedAt: number;
   readonly items: readonly KubeObject[];
+  /** The nodes' reference objects, by node. */
+  readonly refObjects: ReadonlyMap<string, NodeRefsRecord>;
+  /** Their references by identity: ID → node → epoch. */
+  readonly refs: ReadonlyMap<number, ReadonlyMap<string, string>>;
   readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
   /** ID → the Cilium objects naming it (`users.ts`). */
   readonly users: ReadonlyMap<number, readonly string[]>;
@@ -86,9 +98,11 @@ async function readGcSnapshot(
 ): Promise<GcSnapshot> {
   const listedAt = ctx.settings.now();
   const { items } = await listAll(countedClient(ctx.client, tally), ctx.identities, { signal });
+  const refObjects = await readReferenceObjects(ctx, signal, tally);
   const leases = await readNodeLeases(ctx, signal, tally);
   const users = await readEndpointUsers(ctx, signal, tally);
-  return { listedAt, items, leases, users };
+  const refs = referencesById(refObjects.values());
+  return { listedAt, items, refObjects, refs, leases, users };
 }
 
 /**
@@ -132,7 +146,8 @@ export async function* gcList(
       });
     }
     const at = now();
-    const used = inUse(record, { leases: snap.leases, users: snap.users, now: at, settings: use });
+    const { leases, users, refs } = snap;
+    const used = inUse(record, { refs, leases, users, now: at, settings: use });
     const gone = deadReferences(record, snap.leases, at, maxClockSkewMs);
     if (used && gone.size > 0) dead.set(record.id, gone);
     yield candidateOf(record, used);
@@ -164,7 +179,7 @@ async function sweep(
     const claims = await listClaims(client, ctx, signal);
     const stale = removableClaims(claims, pass.holders, pass.range, pass.snap.listedAt, ctx);
     await sweepClaims(client, ctx, stale, signal);
-    await sweepLeases(client, ctx, pass.snap.leases, signal);
+    await sweepLeases(client, ctx, pass.snap.leases, pass.snap.refObjects, signal);
   } catch (err) {
     if (signal.aborted) throw err;
     log.warning("GC's sweep of dead references and stale claims failed: {err}", { err });
@@ -200,11 +215,19 @@ export async function gcMark(
 }
 
 /**
- * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`
- * (any acquire, mark removal or reference change since refuses it), then its key's claim if that
- * still names the ID. A candidate listed in use is never deleted: the version precondition only
- * proves nothing changed since the listing, and what the listing saw was a live reference (an
- * epoch never comes back to life, so a reference listed dead stays dead at the same version).
+ * Deletes `candidate`'s identity only if it was listed unused and is still at `candidate.version`,
+ * marked (a joiner's removal of the mark since refuses it), then its key's claim if that still
+ * names the ID. A candidate listed in use is never deleted: the version precondition only proves
+ * nothing changed since the listing, and what the listing saw was a live reference (an epoch never
+ * comes back to life, so a reference listed dead stays dead at the same version).
+ *
+ * A join writes the joiner's reference object, not the identity, so only the mark, which joiners
+ * remove, lets the version show a join (`refs.ts`). A candidate listed unmarked (a direct call,
+ * not GC's passes, which mark first and delete a grace later) is marked now under its listed
+ * version, its references are read again, and it is deleted under the marked version only if none
+ * is live: a join before that read is seen; one after it meets the mark, or, if its informer has
+ * not shown the mark yet, loses the identity and re-creates it from the claim (`refs.ts`, case 3;
+ * GC's grace is what makes that case need a watch trailing by the whole grace).
  */
 export async function gcDelete(
   ctx: K8sContext,
@@ -214,10 +237,16 @@ export async function gcDelete(
   if (candidate.inUse) return false;
   // Claims are judged quiet at a time before the delete: a re-creation of the identity comes after.
   const judgedAt = ctx.settings.now();
+  let version = candidate.version;
+  if (candidate.markedAt === undefined) {
+    const marked = await gcMark(ctx, candidate, signal);
+    if (marked === undefined || await referencedNow(ctx, candidate.id, signal)) return false;
+    version = marked;
+  }
   let deleted: boolean;
   try {
     deleted = await ctx.client.delete(ctx.identities, String(candidate.id), {
-      resourceVersion: candidate.version,
+      resourceVersion: version,
       signal,
     });
   } catch (err) {
@@ -236,6 +265,20 @@ export async function gcDelete(
     });
   }
   return true;
+}
+
+/**
+ * Whether a live node's reference object names identity `id` now (the objects read, then the
+ * Leases that judge them, as a listing reads them).
+ */
+async function referencedNow(ctx: K8sContext, id: number, signal: AbortSignal): Promise<boolean> {
+  const byId = referencesById((await readReferenceObjects(ctx, signal)).values());
+  const leases = await readNodeLeases(ctx, signal);
+  const { now, maxClockSkewMs } = ctx.settings;
+  const at = now();
+  return [...byId.get(id) ?? []].some(([node, epoch]) =>
+    refLive(epoch, leases.get(node), at, maxClockSkewMs)
+  );
 }
 
 /**

@@ -10,11 +10,17 @@
  *   metadata.labels                  the k8s: labels valid as Kubernetes labels (Cilium's
  *                                    SanitizeK8sLabels, filtered to what the API accepts)
  *   metadata.annotations
- *     ref.idalloc.io/<node>          <epoch>: node's reference, live while its Lease has that epoch
  *     io.cilium.heartbeat            Cilium's GC mark (RFC 3339 time): unused since then
  *     idalloc.io/lease-namespace     the coordination namespace of its references' Leases
+ *     idalloc.io/creator             <node>/<epoch> of the idalloc node that created it
+ *     ref.idalloc.io/<node>          <epoch>: a reference in the layout before issue 37 (read, and
+ *                                    counted, during the migration; never written any more)
  * Lease idalloc-node-<node>          in the coordination namespace: the node's liveness
  *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
+ * Lease idalloc-refs-<node>          in the coordination namespace: the node's references, written
+ *   by that node only (`refs.ts`); spec.holderIdentity = node;
+ *   annotations held.idalloc.io/<id> = <epoch>: a reference to identity <id>, live while the
+ *   node's Lease is live and carries that epoch
  * Lease idalloc-key-<hash>           in the coordination namespace: the key claim
  *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it;
  *   spec.renewTime = its last write (writer's clock), annotation idalloc.io/touch = a nonce that
@@ -39,14 +45,21 @@
 import { createHash } from "node:crypto";
 import { Labels, labelsCodec } from "../../identity/labels.ts";
 import { SERVER_TIME_RESOLUTION_MS, serverRenewTimeOf } from "./clock.ts";
-import { recordedNamespace } from "./coordination.ts";
+import { LEASE_NAMESPACE_ANNOTATION, recordedNamespace } from "./coordination.ts";
 import { MAX_KEY_BYTES, utf8Length } from "./limits.ts";
 import { type KubeObject, rvOf } from "./kube.ts";
 
 /** Cilium's GC mark (`identitybackend.HeartBeatAnnotation`). */
 export const HEARTBEAT_ANNOTATION = "io.cilium.heartbeat";
-/** The prefix of a node's reference annotation: `ref.idalloc.io/<node>`. */
+/**
+ * The prefix of a node's reference annotation on an identity, `ref.idalloc.io/<node>`: the layout
+ * before the per-node reference objects, still read (and counted) during the migration.
+ */
 export const REF_PREFIX = "ref.idalloc.io/";
+/** The prefix of a reference in a node's reference object: `held.idalloc.io/<id>` → epoch. */
+export const HELD_PREFIX = "held.idalloc.io/";
+/** The idalloc node that created an identity: `<node>/<epoch>` (`acquire.ts` recognises it). */
+export const CREATOR_ANNOTATION = "idalloc.io/creator";
 /** The epoch of a node Lease. */
 export const EPOCH_ANNOTATION = "idalloc.io/epoch";
 /** The key a claim Lease is for. */
@@ -65,11 +78,15 @@ export const RESERVED_KEY_LABEL = "idalloc:key";
 export const NODE_LEASE_PREFIX = "idalloc-node-";
 /** The name prefix of claim Leases. */
 export const CLAIM_PREFIX = "idalloc-key-";
+/** The name prefix of the nodes' reference objects (Leases). */
+export const REFS_PREFIX = "idalloc-refs-";
 
 /** Label selector of the node Leases. */
 export const NODE_SELECTOR = `${MANAGED_BY_LABEL}=idalloc,${ROLE_LABEL}=node`;
 /** Label selector of the claim Leases. */
 export const CLAIM_SELECTOR = `${MANAGED_BY_LABEL}=idalloc,${ROLE_LABEL}=claim`;
+/** Label selector of the nodes' reference objects. */
+export const REFS_SELECTOR = `${MANAGED_BY_LABEL}=idalloc,${ROLE_LABEL}=refs`;
 
 /** Cilium's `k8sNamespaceLabelPrefix`: synthesized labels of namespace labels (user input). */
 const K8S_NAMESPACE_LABELS = "k8s:io.cilium.k8s.namespace.labels.";
@@ -237,6 +254,16 @@ export function nodeLeaseName(node: string): string {
   return NODE_LEASE_PREFIX + dnsSafe(node);
 }
 
+/** The name of `node`'s reference object. */
+export function refsName(node: string): string {
+  return REFS_PREFIX + dnsSafe(node);
+}
+
+/** The annotation of a reference to `id` in a node's reference object. */
+export function heldAnnotation(id: number): string {
+  return HELD_PREFIX + String(id);
+}
+
 /**
  * The name of the claim of `key` for the identity resource `resource` (`<plural>.<group>`): the
  * resource is hashed in, so that two resources sharing a namespace never read each other's claims.
@@ -283,7 +310,10 @@ export interface IdentityRecord {
   readonly rv: string;
   /** `creationTimestamp` in ms (second resolution). */
   readonly created: number;
-  /** idalloc references: node → epoch. */
+  /**
+   * idalloc references written as annotations on the identity (the layout before the per-node
+   * reference objects): node → epoch. New references live in the nodes' reference objects.
+   */
   readonly refs: ReadonlyMap<string, string>;
   /** Cilium's GC mark, if set (its raw value). */
   readonly mark?: string;
@@ -305,7 +335,10 @@ export interface IdentityDamage {
   readonly reason: string;
   /** Its resource version. */
   readonly rv: string;
-  /** Whether it carries idalloc references (annotations `ref.idalloc.io/…`): idalloc made it. */
+  /**
+   * Whether idalloc made it or references it: it carries `ref.idalloc.io/…` annotations, a
+   * creator or a recorded coordination namespace.
+   */
   readonly referenced: boolean;
   /** Whether the object has any annotation (see {@linkcode IdentityRecord.annotated}). */
   readonly annotated: boolean;
@@ -331,7 +364,9 @@ export function readIdentity(obj: KubeObject): IdentityRead {
   const rv = rvOf(obj);
   const annotations = meta.annotations ?? {};
   const marks = {
-    referenced: Object.keys(annotations).some((a) => a.startsWith(REF_PREFIX)),
+    referenced: Object.keys(annotations).some((a) =>
+      a.startsWith(REF_PREFIX) || a === CREATOR_ANNOTATION || a === LEASE_NAMESPACE_ANNOTATION
+    ),
     annotated: Object.keys(annotations).length > 0,
   };
   const id = idOfName(name);
@@ -535,5 +570,55 @@ export function claimObject(
       annotations: { [KEY_ANNOTATION]: key },
     },
     spec: { holderIdentity: node, renewTime: microTime(now) },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference objects
+
+/** A node's reference object as read. */
+export interface NodeRefsRecord {
+  /** The object's name. */
+  readonly name: string;
+  /** `spec.holderIdentity`: the node. */
+  readonly node: string;
+  /** Its references: ID → the epoch it was written under. */
+  readonly refs: ReadonlyMap<number, string>;
+  /** Annotations under `held.idalloc.io/` that are no reference (bad ID, empty epoch). */
+  readonly bad: readonly BadReference[];
+  /** Its resource version. */
+  readonly rv: string;
+}
+
+/** Reads a node's reference object; `undefined` for one that names no holder. */
+export function readNodeRefs(obj: KubeObject): NodeRefsRecord | undefined {
+  const node = (obj.spec as { holderIdentity?: unknown } | undefined)?.holderIdentity;
+  if (typeof node !== "string" || node === "") return undefined;
+  const refs = new Map<number, string>();
+  const bad: BadReference[] = [];
+  for (const [annotation, epoch] of Object.entries(obj.metadata.annotations ?? {})) {
+    if (!annotation.startsWith(HELD_PREFIX)) continue;
+    const id = idOfName(annotation.slice(HELD_PREFIX.length));
+    if (id === undefined) bad.push({ annotation, reason: "not held.idalloc.io/<id>" });
+    else if (typeof epoch !== "string" || epoch === "") {
+      bad.push({ annotation, reason: "the epoch is empty" });
+    } else refs.set(id, epoch);
+  }
+  return { name: String(obj.metadata.name ?? ""), node, refs, bad, rv: rvOf(obj) };
+}
+
+/** `node`'s reference object holding `refs` (ID → epoch). */
+export function nodeRefsObject(node: string, refs: ReadonlyMap<number, string>): KubeObject {
+  const annotations: Record<string, string> = {};
+  for (const [id, epoch] of refs) annotations[heldAnnotation(id)] = epoch;
+  return {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      name: refsName(node),
+      labels: { [MANAGED_BY_LABEL]: "idalloc", [ROLE_LABEL]: "refs" },
+      ...(refs.size > 0 ? { annotations } : {}),
+    },
+    spec: { holderIdentity: node },
   };
 }

@@ -1,7 +1,13 @@
 /**
- * GC's collection of lapsed node Leases (a writable session's `gcList`, after a complete
- * listing), as Deno KV's GC removes its expired lease records: a node that exited holding
- * references leaves its Lease to lapse, and nothing else ever deletes it.
+ * GC's collection of lapsed node Leases and of the reference objects of nodes that are not live
+ * (a writable session's `gcList`, after a complete listing), as Deno KV's GC removes its expired
+ * lease records: a node that exited holding references leaves its Lease to lapse and its reference
+ * object (`refs.ts`) behind, and nothing else ever deletes them.
+ *
+ * A reference object is deleted when its node's Lease (listed after it) is missing or not live:
+ * every reference in it is dead then, for good. The delete is guarded by the version the object
+ * was listed at: a node that came back and wrote its object since keeps it (409); one that writes
+ * after the delete finds it gone and creates it again with what it holds.
  *
  * Deleting a lapsed Lease changes no verdict: a reference is live only while its node's Lease is
  * live and carries its epoch, and a lapsed epoch never lives again (a node takes a new epoch
@@ -25,7 +31,7 @@
  */
 import type { K8sContext } from "./context.ts";
 import type { KubeClient } from "./kube.ts";
-import type { NodeLeaseRecord } from "./layout.ts";
+import type { NodeLeaseRecord, NodeRefsRecord } from "./layout.ts";
 import { leaseLive } from "./liveness.ts";
 import { deleteListedLeases } from "./sweep.ts";
 
@@ -41,21 +47,34 @@ export function lapsedLeases(
 }
 
 /**
- * Deletes the node Leases of `leases` (as GC listed them) that have lapsed now, each guarded by
- * its listed resource version; returns how many went.
+ * The reference objects of `objects` (listed before `leases`) whose node's Lease is missing or not
+ * live at `now`: every reference in them is dead.
  */
-export function sweepLeases(
+export function deadReferenceObjects(
+  objects: ReadonlyMap<string, NodeRefsRecord>,
+  leases: ReadonlyMap<string, NodeLeaseRecord>,
+  now: number,
+  maxClockSkewMs: number,
+): NodeRefsRecord[] {
+  return [...objects.values()].filter((o) => !leaseLive(leases.get(o.node), now, maxClockSkewMs));
+}
+
+/**
+ * Deletes the node Leases of `leases` (as GC listed them) that have lapsed now, and the reference
+ * objects of `objects` whose node is not live, each guarded by its listed resource version;
+ * returns how many went.
+ */
+export async function sweepLeases(
   client: KubeClient,
   ctx: K8sContext,
   leases: ReadonlyMap<string, NodeLeaseRecord>,
+  objects: ReadonlyMap<string, NodeRefsRecord>,
   signal: AbortSignal,
 ): Promise<number> {
   const { now, maxClockSkewMs } = ctx.settings;
-  return deleteListedLeases(
-    client,
-    ctx,
-    lapsedLeases(leases, now(), maxClockSkewMs),
-    "lapsed node Leases",
-    signal,
-  );
+  const at = now();
+  const dead = deadReferenceObjects(objects, leases, at, maxClockSkewMs);
+  const lapsed = lapsedLeases(leases, at, maxClockSkewMs);
+  return await deleteListedLeases(client, ctx, dead, "reference objects of dead nodes", signal) +
+    await deleteListedLeases(client, ctx, lapsed, "lapsed node Leases", signal);
 }

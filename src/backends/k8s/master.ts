@@ -30,7 +30,7 @@ import { errorMessage, InvalidKeyError } from "../../errors.ts";
 import type { K8sContext } from "./context.ts";
 import { LEASE_NAMESPACE_ANNOTATION } from "./coordination.ts";
 import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
-import { identityObject, refAnnotation } from "./layout.ts";
+import { CREATOR_ANNOTATION, identityObject } from "./layout.ts";
 
 /** What {@linkcode createMaster} needs of the backend's context. */
 export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "node"> & {
@@ -38,18 +38,21 @@ export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "nod
   readonly namespace?: string;
 };
 
-/** The identity to create: `id` for `key`, carrying this node's reference under `epoch`. */
+/**
+ * The identity to create: `id` for `key`, by this node under `epoch` (its reference goes to the
+ * node's reference object first, `refs.ts`; the identity records its creator).
+ */
 export interface NewMaster {
   /** The ID: the object's name. */
   readonly id: number;
   /** The key: its `security-labels`. */
   readonly key: string;
-  /** The epoch of this node's Lease, the value of its reference annotation. */
+  /** The epoch of this node's Lease: `idalloc.io/creator` is `<node>/<epoch>`. */
   readonly epoch: string;
 }
 
 /**
- * Creates identity `master.id` of `master.key` with this node's reference (see the module doc).
+ * Creates identity `master.id` of `master.key`, recording its creator (see the module doc).
  * Returns the object as created, or `undefined` when the ID is taken (409: another identity has
  * the name). Throws {@linkcode InvalidKeyError} when the API server's validation refuses the
  * object (422, see {@linkcode identityRefused}); the client's errors otherwise.
@@ -61,7 +64,7 @@ export async function createMaster(
   signal: AbortSignal,
 ): Promise<KubeObject | undefined> {
   const obj = identityObject(target.identityKind, master.id, master.key, {
-    [refAnnotation(target.node)]: master.epoch,
+    [CREATOR_ANNOTATION]: creatorOf(target.node, master.epoch),
     ...(target.namespace === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: target.namespace }),
   });
   try {
@@ -83,4 +86,9 @@ export function identityRefused(key: string, err: unknown): InvalidKeyError {
     `the API server refuses an identity of key '${key}': ${errorMessage(err)}`,
     { cause: err },
   );
+}
+
+/** The value of `idalloc.io/creator` for `node` under `epoch`. */
+export function creatorOf(node: string, epoch: string): string {
+  return `${node}/${epoch}`;
 }

@@ -39,7 +39,7 @@ export type {
   K8sEndpointSliceResourceOptions,
   K8sResourceOptions,
 } from "./options.ts";
-export { MAX_KEY_BYTES, MAX_NODES_PER_IDENTITY } from "./limits.ts";
+export { MAX_KEY_BYTES, MAX_REFS_PER_NODE } from "./limits.ts";
 export { NodeInUseError } from "../../errors.ts";
 // The coordination namespace (`namespace` option) and the clock check of a writable session.
 export {

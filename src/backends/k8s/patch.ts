@@ -21,7 +21,7 @@
  * ```ts
  * import assert from "node:assert/strict";
  * import { joinPatch } from "./patch.ts";
- * assert.deepEqual(joinPatch("x", "n1", "e1", true).map((op) => op.op), [
+ * assert.deepEqual(joinPatch("x", true, "idalloc-system").map((op) => op.op), [
  *   "test",
  *   "add",
  *   "add",
@@ -55,29 +55,29 @@ export function testKey(key: string): JsonPatchOp {
 }
 
 /**
- * `node`'s reference with `epoch` added to an identity that carries `key`, and Cilium's GC mark
- * removed (Cilium's `AcquireReference`), in one write; with `namespace`, the coordination
- * namespace recorded on it too (`coordination.ts`). `annotated`: whether the object has
- * annotations as last read (a wrong guess fails the patch, and the caller reads again).
+ * What a joiner writes on an identity that carries `key` when it must (`refs.ts`): Cilium's GC
+ * mark removed (Cilium's `AcquireReference`) and, with `namespace`, the coordination namespace
+ * recorded (`coordination.ts`), in one write that changes its resource version. The reference
+ * itself goes to the joiner's reference object. `annotated`: whether the object has annotations
+ * as last read (a wrong guess fails the patch, and the caller reads again).
  */
-export function joinPatch(
-  key: string,
-  node: string,
-  epoch: string,
-  annotated: boolean,
-  namespace?: string,
-): JsonPatchOp[] {
+export function joinPatch(key: string, annotated: boolean, namespace?: string): JsonPatchOp[] {
   const recorded = namespace === undefined ? {} : { [LEASE_NAMESPACE_ANNOTATION]: namespace };
   if (!annotated) {
     return [
       testKey(key),
       { op: "test", path: ANNOTATIONS, value: null },
-      { op: "add", path: ANNOTATIONS, value: { [refAnnotation(node)]: epoch, ...recorded } },
+      // An empty map is dropped by the API server: the mark's removal then needs no op.
+      {
+        op: "add",
+        path: ANNOTATIONS,
+        value: { [HEARTBEAT_ANNOTATION]: "", ...recorded },
+      },
+      { op: "remove", path: HEARTBEAT },
     ];
   }
   return [
     testKey(key),
-    { op: "add", path: pointer("metadata", "annotations", refAnnotation(node)), value: epoch },
     ...Object.entries(recorded).map(([name, value]): JsonPatchOp => ({
       op: "add",
       path: pointer("metadata", "annotations", name),
@@ -91,14 +91,12 @@ export function joinPatch(
 
 /**
  * Identity damage repaired: its `security-labels` (and Kubernetes labels) set to `key`'s, only if
- * it is still at `rv`, with `node`'s reference added and the GC mark removed as in
+ * it is still at `rv`, with the GC mark removed and the namespace recorded as in
  * {@linkcode joinPatch}, in one write.
  */
 export function repairPatch(
   key: string,
   rv: string,
-  node: string,
-  epoch: string,
   annotated: boolean,
   namespace?: string,
 ): JsonPatchOp[] {
@@ -108,14 +106,14 @@ export function repairPatch(
     // `add` of an existing member replaces it.
     { op: "add", path: pointer("security-labels"), value: map },
     { op: "add", path: pointer("metadata", "labels"), value: sanitizedLabels(map) },
-    ...joinPatch(key, node, epoch, annotated, namespace).slice(1),
+    ...joinPatch(key, annotated, namespace).slice(1),
   ];
 }
 
 /**
- * `node`'s reference removed from an identity that carries `key`. It fails (422) when the object
- * carries another key or has no annotations at all: in both cases it holds no reference of
- * `node` to `key`.
+ * `node`'s reference annotation (the older layout) removed from an identity that carries `key`.
+ * It fails (422) when the object carries another key or has no annotations at all: in both cases
+ * it holds no reference of `node` to `key`.
  */
 export function releasePatch(key: string, node: string): JsonPatchOp[] {
   const path = pointer("metadata", "annotations", refAnnotation(node));

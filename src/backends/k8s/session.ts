@@ -1,7 +1,7 @@
 /**
- * A Kubernetes session: the node's Lease, the informer over the identities, the mark keeper and
- * the protocol's writes. Each protocol lives in its own module (`acquire.ts`, `ensure.ts`,
- * `gc.ts`, `watch.ts`, `lease.ts`, `heartbeat.ts`); this class wires them to the
+ * A Kubernetes session: the node's Lease, its reference object, the informer over the identities,
+ * the mark keeper and the protocol's writes. Each protocol lives in its own module (`acquire.ts`,
+ * `ensure.ts`, `gc.ts`, `watch.ts`, `lease.ts`, `refs.ts`, `heartbeat.ts`); this class wires them to the
  * {@linkcode BackendSession} contract and owns the lifecycle.
  *
  * @example
@@ -29,7 +29,7 @@ import type {
 import { errorMessage } from "../../errors.ts";
 import { closeSession, writableLease } from "../shared/session_gate.ts";
 import { TaskGroup } from "../../task_group.ts";
-import { acquire, patchOrUndefined } from "./acquire.ts";
+import { acquire } from "./acquire.ts";
 import type { K8sContext } from "./context.ts";
 import { CoordinationNamespaceError } from "./coordination.ts";
 import { ensure } from "./ensure.ts";
@@ -45,8 +45,8 @@ import {
   readIdentity,
 } from "./layout.ts";
 import { LeaseKeeper } from "./lease.ts";
+import { RefKeeper } from "./refs.ts";
 import { checkLeaseTtl, LEASES } from "./options.ts";
-import { releasePatch } from "./patch.ts";
 import { IdentityInformer } from "./watch.ts";
 
 /** What a writable session does with Leases (its node's, the key claims): probed at open. */
@@ -61,6 +61,7 @@ export class K8sSession implements BackendSession {
   readonly #group = new TaskGroup("Kubernetes session");
   readonly #informer: IdentityInformer;
   readonly #lease: LeaseKeeper | undefined;
+  readonly #refs: RefKeeper | undefined;
   readonly #marks: MarkKeeper | undefined;
   readonly #onClose: (session: K8sSession) => void;
   /** Keys this session may hold a reference to (acquired or ensured, and not released since). */
@@ -87,9 +88,11 @@ export class K8sSession implements BackendSession {
         signal,
         () => this.#marks?.sweep(),
       );
+      this.#refs = new RefKeeper(ctx, signal);
       this.#marks = new MarkKeeper(
         ctx,
         this.#lease,
+        this.#refs,
         () => this.#informer,
         (task) => this.#group.spawn(task),
         signal,
@@ -130,10 +133,9 @@ export class K8sSession implements BackendSession {
           timeoutMs: ctx.settings.connectTimeoutMs,
           ...(options.signal === undefined ? {} : { signal: options.signal }),
         });
-        await session.#lease.start(
-          options.restart === true,
-          session.#group.bound(options.signal),
-        );
+        const bound = session.#group.bound(options.signal);
+        await session.#lease.start(options.restart === true, bound);
+        await session.#refs!.start(bound);
       } catch (err) {
         await session.close();
         throw err;
@@ -152,6 +154,11 @@ export class K8sSession implements BackendSession {
     return this.#informer;
   }
 
+  /** The node's reference object's writer (undefined for read-only sessions); for tests. */
+  get refs(): RefKeeper | undefined {
+    return this.#refs;
+  }
+
   /** Cilium GC marks this session removed from identities it holds; for tests. */
   get unmarked(): number {
     return this.#marks?.unmarked ?? 0;
@@ -163,34 +170,22 @@ export class K8sSession implements BackendSession {
     // Before the call: a failed acquire may still have written its reference.
     this.#referenced.add(request.key);
     return await acquire(
-      { ctx: this.#ctx, lease, informer: this.#informer },
+      { ctx: this.#ctx, lease, informer: this.#informer, refs: this.#refs! },
       { ...request, signal: this.#group.bound(request.signal) },
     );
   }
 
   /**
-   * Removes this node's reference to `key` from every identity the index shows it on, and from
-   * `id`'s; each patch tests that the identity carries `key` (a reference on an ID that now
-   * carries another key is that key's, and stays).
+   * Drops this node's references for `key`: to `id` and to every identity of the key the index
+   * shows, in one write of the node's reference object; an ID another key of this node is held on
+   * stays referenced (`refs.ts`).
    */
   async release(key: string, id: number, signal: AbortSignal): Promise<void> {
     this.#writable("release");
     const bound = this.#group.bound(signal);
-    const { node } = this.#ctx;
-    const ids = new Set(
-      this.#informer.index.ofKey(key).filter((r) => r.refs.has(node)).map((r) => r.id),
-    );
+    const ids = new Set(this.#informer.index.ofKey(key).map((r) => r.id));
     if (id > 0) ids.add(id);
-    await Promise.all([...ids].map(async (target) => {
-      const written = await patchOrUndefined(
-        this.#ctx.client,
-        this.#ctx,
-        target,
-        releasePatch(key, node),
-        bound,
-      );
-      if (written !== undefined) this.#informer.observe(written);
-    }));
+    await this.#refs!.drop(key, ids, bound);
     this.#referenced.delete(key);
   }
 
@@ -199,7 +194,14 @@ export class K8sSession implements BackendSession {
     await this.#coordinated(signal);
     for (const { key } of held) this.#referenced.add(key);
     return await ensure(
-      { ctx: this.#ctx, lease, informer: this.#informer, referenced: this.#referenced },
+      {
+        ctx: this.#ctx,
+        lease,
+        informer: this.#informer,
+        refs: this.#refs!,
+        fresh: () => this.#watchError === undefined,
+        referenced: this.#referenced,
+      },
       held,
       this.#group.bound(signal),
     );
@@ -310,8 +312,16 @@ export class K8sSession implements BackendSession {
    * references. Idempotent.
    */
   close(): Promise<void> {
+    const lease = this.#lease;
+    const refs = this.#refs;
     return closeSession(this.#group, {
-      lease: this.#lease,
+      lease: lease && {
+        close: async (release?: boolean) => {
+          // Nothing referenced: the reference object goes with the Lease.
+          if (release) await refs?.removeIfEmpty(AbortSignal.timeout(2_000));
+          await lease.close(release);
+        },
+      },
       release: this.#referenced.size === 0,
       after: () => this.#onClose(this),
     });

@@ -1,9 +1,9 @@
 /**
  * The GC pass's sweep on Kubernetes (a writable session's `gcList`, after a complete listing), of
  * what nothing else removes:
- * - **dead references on identities in use**: an identity that a live node or a
- *   `CiliumEndpoint` keeps is never collected, so the `ref.idalloc.io/<node>` annotations of
- *   nodes that are gone (their Lease lapsed, was deleted, or carries another epoch) would stay on
+ * - **dead references on identities in use** (annotations of the layout before the nodes'
+ *   reference objects, `refs.ts`): an identity that a live node or a `CiliumEndpoint` keeps is
+ *   never collected, so the `ref.idalloc.io/<node>` annotations of nodes that are gone (their Lease lapsed, was deleted, or carries another epoch) would stay on
  *   it for good. Each is removed by a JSON patch that `test`s the dead epoch first: a reference
  *   that its node wrote again since (under a new epoch) fails the patch and stays. An epoch judged
  *   dead never lives again (a node never renews a lease near its end; it takes a new epoch), and

@@ -2,7 +2,8 @@
  * What keeps an identity in use on Kubernetes, the one rule GC and the doctor judge by: Cilium
  * operator's (v1.16, CRD mode) with idalloc's references added. An identity is in use while
  *
- * - a **live idalloc node** references it (`liveness.ts`);
+ * - a **live idalloc node** references it (`liveness.ts`): in its reference object (`refs.ts`),
+ *   or by an annotation of the older layout on the identity (counted during the migration);
  * - a **`CiliumEndpoint`** names it (`status.identity.id`), or an entry of a
  *   **`CiliumEndpointSlice`** does (`endpoints[].id`; clusters with CES enabled, where Cilium's
  *   operator counts the slices too);
@@ -45,6 +46,7 @@ import { countedClient, type KubeObject, type KubeResource, type Tally } from ".
 import { type IdentityRecord, type NodeLeaseRecord, parseTime } from "./layout.ts";
 import { refLive } from "./liveness.ts";
 import { listAll } from "./paging.ts";
+import { referencesOf } from "./refs.ts";
 
 const log = idallocLogger("k8s");
 
@@ -56,8 +58,15 @@ export interface UseSettings {
   readonly graceMs: number;
 }
 
-/** What one judgement reads: the node Leases, the Cilium users by ID, the time. */
+/**
+ * What one judgement reads: the nodes' references, their Leases, the Cilium users by ID, the time.
+ */
 export interface IdentityUse {
+  /**
+   * The references in the nodes' reference objects: ID → node → epoch (`refs.ts`), read after the
+   * identities and before the Leases. Absent: none.
+   */
+  readonly refs?: ReadonlyMap<number, ReadonlyMap<string, string>>;
   /** Node Leases by node. */
   readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
   /** ID → the Cilium objects naming it (`CiliumEndpoint ns/name`, `CiliumEndpointSlice name`). */
@@ -174,8 +183,9 @@ export function usedBy(
 ): string[] {
   const { leases, users, now, settings } = use;
   const out: string[] = [];
-  for (const [node, epoch] of record.refs) {
-    if (refLive(epoch, leases.get(node), now, settings.maxClockSkewMs)) out.push(node);
+  for (const [node, epoch] of referencesOf(record, use.refs ?? new Map())) {
+    const live = refLive(epoch, leases.get(node), now, settings.maxClockSkewMs);
+    if (live && !out.includes(node)) out.push(node);
   }
   out.push(...users.get(record.id) ?? []);
   const until = recentUntil(record, settings);

@@ -10,7 +10,13 @@ import type { SessionOptions } from "../../../src/allocator/backend.ts";
 import { Allocator } from "../../../src/allocator/allocator.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { KubeClient, KubeObject, KubeResource } from "../../../src/backends/k8s/kube.ts";
-import { type IdentityRecord, readIdentity } from "../../../src/backends/k8s/layout.ts";
+import {
+  type IdentityRecord,
+  readIdentity,
+  readNodeRefs,
+  refsName,
+} from "../../../src/backends/k8s/layout.ts";
+import { LEASES } from "../../../src/backends/k8s/options.ts";
 import type { K8sBackendOptions } from "../../../src/backends/k8s/options.ts";
 import { listAll } from "../../../src/backends/k8s/paging.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
@@ -100,6 +106,10 @@ export interface K8sFixture extends AsyncDisposable {
   createIdentity(id: number, labels: Record<string, string>): Promise<KubeObject>;
   /** Merge-patches identity `id` directly. */
   patchIdentity(id: number, body: unknown): Promise<KubeObject>;
+  /** `node`'s references as its reference object stores them (ID → epoch), read directly. */
+  held(node: string): Promise<Map<number, string>>;
+  /** Merge-patches `node`'s reference object directly. */
+  patchHeld(node: string, body: unknown): Promise<KubeObject>;
   /** Creates a CiliumEndpoint naming identity `id` (as a Cilium agent would). */
   endpoint(name: string, id: number): Promise<void>;
   /**
@@ -187,6 +197,12 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
       }, { signal: deadline() }),
     patchIdentity: (id, body) =>
       client.patch(identities, String(id), body, { type: "merge", signal: deadline() }),
+    async held(node) {
+      const obj = await client.get(LEASES, refsName(node), { namespace, signal: deadline() });
+      return new Map(obj === undefined ? [] : readNodeRefs(obj)?.refs ?? []);
+    },
+    patchHeld: (node, body) =>
+      client.patch(LEASES, refsName(node), body, { type: "merge", namespace, signal: deadline() }),
     async endpoint(name, id) {
       await client.create(endpoints, {
         apiVersion: `${group}/v2`,

@@ -42,8 +42,10 @@ k8sTest(
     );
     assert.equal(await admin.deleteReference("k2;", "b", deadline()), true);
     assert.equal(await admin.deleteReference("k2;", "b", deadline()), false);
-    // The identity keeps only the record of its coordination namespace.
-    assert.deepEqual(Object.keys((await fx.identity(301))!.metadata.annotations ?? {}), [
+    // b's reference object keeps only k1's; the identity never carried one.
+    assert.deepEqual([...(await fx.held("b")).keys()], [k1.id]);
+    assert.deepEqual(Object.keys((await fx.identity(301))!.metadata.annotations ?? {}).sort(), [
+      "idalloc.io/creator",
       "idalloc.io/lease-namespace",
     ]);
   },

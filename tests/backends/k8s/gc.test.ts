@@ -249,21 +249,38 @@ k8sTest(
   },
 );
 
-k8sTest("a guarded delete is refused when the identity changed after it was listed", async () => {
-  await using fx = await fixture();
-  const s = await fx.session("a", QUICK);
-  const { id } = await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
-  await s.release("k;", id, deadline());
-  await pastHeartbeat();
-  const candidates = [];
-  for await (const c of s.gcList({ min: 1, max: 65535 }, deadline())) candidates.push(c);
-  assert.deepEqual(candidates.map((c) => [c.id, c.inUse]), [[300, false]]);
-  const other = await fx.session("b", QUICK);
-  await other.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
-  assert.equal(await s.gcDelete(candidates[0], deadline()), false);
-  assert.ok(await fx.identity(300));
-  assert.equal(await s.gcMark!(candidates[0], deadline()), undefined, "the mark is refused too");
-});
+k8sTest(
+  "a guarded delete is refused when a joiner removed the mark after the listing; an unmarked candidate is marked and its references read again first",
+  async () => {
+    await using fx = await fixture();
+    const s = await fx.session("a", QUICK);
+    const { id } = await s.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+    await s.release("k;", id, deadline());
+    await pastHeartbeat();
+    const unmarked = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+    assert.deepEqual([unmarked.id, unmarked.inUse, unmarked.markedAt], [300, false, undefined]);
+    // A join writes only the joiner's reference object: the version cannot show it, so a
+    // candidate GC has not marked is marked, and its references read again, before any delete.
+    const joiner = await fx.session("j", QUICK);
+    await joiner.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
+    assert.equal(await s.gcDelete(unmarked, deadline()), false, "the joiner's reference is read");
+    assert.ok(await fx.identity(300));
+    // (The joiner removes the mark that delete left, as a holder does.)
+    await joiner.release("k;", id, deadline());
+    await pastHeartbeat();
+    const listed = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+    if (listed.markedAt === undefined) assert.ok(await s.gcMark!(listed, deadline()));
+    await pastHeartbeat();
+    const marked = (await first(s.gcList({ min: 1, max: 65535 }, deadline())))!;
+    assert.deepEqual([marked.id, marked.inUse, marked.markedAt !== undefined], [300, false, true]);
+    const other = await fx.session("b", QUICK);
+    await eventually(() => other.informer.index.get(300)?.mark !== undefined, "b sees the mark");
+    await other.acquire({ key: "k;", pickCandidate: () => 999, signal: deadline() });
+    assert.equal(await s.gcDelete(marked, deadline()), false, "the joiner's unmark refuses it");
+    assert.ok(await fx.identity(300));
+    assert.equal(await s.gcMark!(marked, deadline()), undefined, "the mark is refused too");
+  },
+);
 
 k8sTest("gcDelete never deletes a candidate listed in use, unchanged as it is", async () => {
   await using fx = await fixture();
@@ -281,9 +298,16 @@ k8sTest(
     await using fx = await fixture();
     const a = await fx.session("a", QUICK);
     const b = await fx.session("b", QUICK);
-    const shared = await a.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
-    await b.acquire({ key: "k;", pickCandidate: () => 301, signal: deadline() }); // joins 300
-    const alone = await b.acquire({ key: "j;", pickCandidate: () => 302, signal: deadline() });
+    // References of the layout before the reference objects: annotations on the identities.
+    const ref = (node: string, epoch: string) => ({ [`ref.idalloc.io/${node}`]: epoch });
+    const shared = { id: 300 };
+    await fx.createIdentity(shared.id, { "idalloc:key": "k;" });
+    await fx.patchIdentity(shared.id, {
+      metadata: { annotations: { ...ref("a", a.lease!.epoch), ...ref("b", b.lease!.epoch) } },
+    });
+    const alone = { id: 302 };
+    await fx.createIdentity(alone.id, { "idalloc:key": "j;" });
+    await fx.patchIdentity(alone.id, { metadata: { annotations: ref("b", b.lease!.epoch) } });
     const dead = b.lease!.epoch;
     await b.close();
     await fx.client.delete(LEASES, nodeLeaseName("b"), {

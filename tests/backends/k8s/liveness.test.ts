@@ -12,7 +12,7 @@ import {
   LEASE_NAMESPACE_ANNOTATION,
 } from "../../../src/backends/k8s/coordination.ts";
 import { isStatus, type KubeClient } from "../../../src/backends/k8s/kube.ts";
-import { nodeLeaseName, refAnnotation } from "../../../src/backends/k8s/layout.ts";
+import { nodeLeaseName } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
 import { NAMESPACE_RESOURCE } from "../../../src/backends/k8s/testing/crds.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
@@ -166,7 +166,7 @@ k8sTest(
       await gc.runGc();
       await new Promise((resolve) => setTimeout(resolve, 1_000));
     }
-    assert.ok((await fx.identity(id))?.metadata.annotations?.[refAnnotation("slow")]);
+    assert.ok((await fx.held("slow")).has(id));
     const obj = await fx.client.get(LEASES, nodeLeaseName("slow"), {
       namespace: fx.namespace,
       signal: deadline(),
@@ -219,8 +219,7 @@ k8sTest(
     await eventually(() => s.informer.index.get(id)?.key === "b;", "the informer saw it");
     const [report] = await s.ensure([{ key: "a;", id }], deadline());
     assert.equal(report.master, "conflict");
-    const annotations = (await fx.identity(id))!.metadata.annotations ?? {};
-    assert.equal(annotations[refAnnotation("a")], undefined, "its reference is gone");
+    assert.equal((await fx.held("a")).has(id), false, "its reference is gone");
 
     // A reference to a key the node holds is kept, relabelled or not.
     const held = await s.acquire({ key: "c;", pickCandidate: () => 301, signal: deadline() });
@@ -228,6 +227,6 @@ k8sTest(
     await fx.patchIdentity(held.id, { "security-labels": { "idalloc:key": "d;" } });
     await eventually(() => s.informer.index.get(held.id)?.key === "d;", "the informer saw it");
     await s.ensure([{ key: "c;", id: held.id }], deadline());
-    assert.ok((await fx.identity(held.id))!.metadata.annotations?.[refAnnotation("a")]);
+    assert.ok((await fx.held("a")).has(held.id));
   },
 );

@@ -35,7 +35,7 @@ function losingCreates(client: KubeClient, lose: { count: number }): KubeClient 
 }
 
 k8sTest(
-  "createMaster creates the identity with the reference; a taken ID answers undefined",
+  "createMaster creates the identity recording its creator (no reference: that is the node's own object); a taken ID answers undefined",
   async () => {
     await using fx = await fixture();
     const target: MasterTarget = {
@@ -49,7 +49,11 @@ k8sTest(
     const read = readIdentity((await fx.identity(300))!);
     assert.ok(read.ok);
     assert.equal(read.record.key, key);
-    assert.deepEqual([...read.record.refs], [["node-a", "e1"]]);
+    assert.deepEqual([...read.record.refs], []);
+    assert.equal(
+      (await fx.identity(300))!.metadata.annotations?.["idalloc.io/creator"],
+      "node-a/e1",
+    );
     assert.equal(read.record.rv, String(made.metadata.resourceVersion));
 
     const again = { id: 300, key: "k8s:app=db;", epoch: "e1" };

@@ -59,6 +59,7 @@ import {
 } from "../layout.ts";
 import { MAX_KEY_BYTES, utf8Length } from "../limits.ts";
 import { refLive } from "../liveness.ts";
+import { readReferenceObjects, referencesById, referencingNodes } from "../refs.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
@@ -295,6 +296,12 @@ export class K8sStoreFixture implements StoreFixture {
     // Identities first, as the backend's admin reads them: every reference listed then predates
     // the Lease it is judged by.
     const objects = await this.#objects();
+    const byId = referencesById(
+      (await readReferenceObjects(
+        { client: this.#client, namespace: this.namespace },
+        AbortSignal.timeout(30_000),
+      )).values(),
+    );
     const leases = await this.#leases();
     const claimed = await this.#claimedKeys();
     const now = Date.now();
@@ -306,10 +313,12 @@ export class K8sStoreFixture implements StoreFixture {
       // claim names (the other layouts keep a reference's key beside it).
       const key = read.ok ? read.record.key : claimed.get(id ?? 0);
       if (id === undefined || key === undefined) continue;
-      for (const [node, epoch] of refsOf(obj)) {
-        const live = refLive(epoch, leases.get(node), now, this.#skew.get(node) ?? 500);
-        out.push({ key, node, id, live });
-      }
+      // Both layouts: the nodes' reference objects, and annotations on the identity.
+      const nodes = referencingNodes(
+        [...refsOf(obj), ...byId.get(id) ?? []],
+        (node, epoch) => refLive(epoch, leases.get(node), now, this.#skew.get(node) ?? 500),
+      );
+      for (const [node, live] of nodes) out.push({ key, node, id, live });
     }
     return out;
   }

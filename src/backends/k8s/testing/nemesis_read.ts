@@ -1,7 +1,8 @@
 /**
  * What the Kubernetes nemesis reads of a store, as plain functions of the listed objects: the
- * snapshot the store checks take (identities that decode as masters, reference annotations with
- * their liveness judged as the backend judges it, the rest counted as skipped), the entry counts of
+ * snapshot the store checks take (identities that decode as masters, references — in the nodes'
+ * reference objects and, from the older layout, annotations — with their liveness judged as the
+ * backend judges it, the rest counted as skipped), the entry counts of
  * the growth run, and its bounds. The store (`./nemesis_store.ts`) lists; these decide.
  *
  * @example
@@ -47,13 +48,20 @@ import {
   readClaim,
   readIdentity,
   readNodeLease,
+  readNodeRefs,
 } from "../layout.ts";
 import { refLive } from "../liveness.ts";
+import { referenceObjects, referencesById, referencesOf, referencingNodes } from "../refs.ts";
 
-/** The objects a snapshot is made of, as listed: identities first, then the node Leases. */
+/**
+ * The objects a snapshot is made of, as listed: identities first, then the reference objects,
+ * then the node Leases.
+ */
 export interface ListedStore {
   /** Every identity object of the resource. */
   readonly identities: readonly KubeObject[];
+  /** The nodes' reference objects (`idalloc.io/role=refs`; absent: none). */
+  readonly refObjects?: readonly KubeObject[];
   /** The node Leases of the namespace (`idalloc.io/role=node`). */
   readonly leases: readonly KubeObject[];
   /** When the Leases were listed (ms since the epoch). */
@@ -98,6 +106,9 @@ export function k8sSnapshot(listed: ListedStore): StoreSnapshot {
   const skipped: Record<string, number> = {};
   const skip = (what: string) => (skipped[what] = (skipped[what] ?? 0) + 1);
   const leases = nodeLeases(listed.leases, skip);
+  const byId = referencesById(
+    referenceObjects((listed.refObjects ?? []).flatMap((o) => readNodeRefs(o) ?? [])).values(),
+  );
   const masters: SnapshotMaster[] = [];
   const refs: SnapshotRef[] = [];
   for (const obj of listed.identities) {
@@ -108,10 +119,11 @@ export function k8sSnapshot(listed: ListedStore): StoreSnapshot {
     }
     const { id, key } = read.record;
     masters.push({ id, key });
-    for (const [node, epoch] of read.record.refs) {
-      const live = refLive(epoch, leases.get(node), listed.now, listed.skewMs);
-      refs.push({ key, node, id, live });
-    }
+    const nodes = referencingNodes(
+      referencesOf(read.record, byId),
+      (node, epoch) => refLive(epoch, leases.get(node), listed.now, listed.skewMs),
+    );
+    for (const [node, live] of nodes) refs.push({ key, node, id, live });
     for (const _ of read.badRefs) skip("reference annotation without a node or an epoch");
   }
   return { at: listed.now, masters, refs, strictMasters: true, skipped };

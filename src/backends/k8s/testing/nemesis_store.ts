@@ -25,7 +25,13 @@ import type {
 import type { StoreChange } from "../../../testing/store_changes.ts";
 import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
-import { CLAIM_SELECTOR, EPOCH_ANNOTATION, NODE_SELECTOR, nodeLeaseName } from "../layout.ts";
+import {
+  CLAIM_SELECTOR,
+  EPOCH_ANNOTATION,
+  NODE_SELECTOR,
+  nodeLeaseName,
+  REFS_SELECTOR,
+} from "../layout.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { identityResource, type KubeTestCluster } from "./cluster.ts";
@@ -139,8 +145,9 @@ export class K8sNemesisStore implements NemesisRunStore {
   async snapshot(): Promise<StoreSnapshot> {
     // Identities first, then the Leases that judge their references (as the backend's GC lists).
     const identities = await this.#identityObjects();
+    const refObjects = await this.#leases(REFS_SELECTOR);
     const leases = await this.#leases(NODE_SELECTOR);
-    return k8sSnapshot({ identities, leases, now: Date.now(), skewMs: this.skewMs });
+    return k8sSnapshot({ identities, refObjects, leases, now: Date.now(), skewMs: this.skewMs });
   }
 
   plant(kind: string, targets: GarbageTargets): Promise<Planted> {
@@ -179,9 +186,11 @@ export class K8sNemesisStore implements NemesisRunStore {
 
   async counts(): Promise<Record<string, number>> {
     const identities = await this.#identityObjects();
+    const refObjects = await this.#leases(REFS_SELECTOR);
     const leases = await this.#leases(NODE_SELECTOR);
     const claims = await this.#leases(CLAIM_SELECTOR);
-    return k8sCounts({ identities, leases, claims, now: Date.now(), skewMs: this.skewMs });
+    const now = Date.now();
+    return k8sCounts({ identities, refObjects, leases, claims, now, skewMs: this.skewMs });
   }
 
   fileBytes(): Promise<number> {
