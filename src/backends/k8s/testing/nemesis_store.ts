@@ -33,6 +33,7 @@ import { EndpointWriter, recordK8sChanges } from "./nemesis_cilium.ts";
 import { injectK8sFault } from "./nemesis_faults.ts";
 import { plantK8s } from "./nemesis_garbage.ts";
 import { k8sCounts, k8sSnapshot } from "./nemesis_read.ts";
+import { HARNESS_RETRY_MS, retryingClient, untilServed } from "./nemesis_retry.ts";
 
 /** How a nemesis process reaches a Kubernetes store. */
 const k8sSpecSchema = z.object({
@@ -64,9 +65,12 @@ export function k8sSpec(spec: NemesisStoreSpec): K8sNemesisSpec {
   return k8sSpecSchema.parse(spec);
 }
 
-/** A bound on one direct read of the store. */
-function bounded(): { signal: AbortSignal } {
-  return { signal: AbortSignal.timeout(30_000) };
+/**
+ * The signal of one attempt of a harness list: the whole bound, as each page's request has the
+ * client's own deadline, whose timeout is retryable (an abort of this signal would not be).
+ */
+function attempt(): { signal: AbortSignal } {
+  return { signal: AbortSignal.timeout(HARNESS_RETRY_MS) };
 }
 
 let planted = 0;
@@ -77,7 +81,14 @@ export class K8sNemesisStore implements NemesisRunStore {
   readonly kind = "k8s";
   readonly spec: K8sNemesisSpec;
   readonly skewMs: number;
+  /** The client the store's record and the endpoint writer use: they retry on their own. */
   readonly #client: KubeClient;
+  /**
+   * The harness's own calls (snapshots, counts, garbage, Lease revocations, a fault's reads):
+   * each retried through the API-server and etcd restarts the run injects
+   * (`./nemesis_retry.ts`), each attempt bounded by the client's request deadline.
+   */
+  readonly #harness: KubeClient;
   readonly #cluster?: KubeTestCluster;
   /** Where the API server's log is kept when the store stops (the run's directory). */
   readonly #logDir?: string;
@@ -96,6 +107,7 @@ export class K8sNemesisStore implements NemesisRunStore {
     this.spec = spec;
     this.skewMs = spec.maxClockSkewMs;
     this.#client = client;
+    this.#harness = retryingClient(client);
     this.#cluster = cluster;
     this.#logDir = logDir;
     this.#identities = identityResource(spec.group);
@@ -124,15 +136,23 @@ export class K8sNemesisStore implements NemesisRunStore {
   }
 
   async #identityObjects(): Promise<KubeObject[]> {
-    return (await listAll(this.#client, this.#identities, bounded())).items;
+    // The whole list is retried: a page's continue token does not survive a restart (410).
+    return (await untilServed(
+      "list identities",
+      () => listAll(this.#client, this.#identities, attempt()),
+    )).items;
   }
 
   async #leases(selector: string): Promise<KubeObject[]> {
-    const { items } = await listAll(this.#client, LEASES, {
-      namespace: this.spec.namespace,
-      labelSelector: selector,
-      ...bounded(),
-    });
+    const { items } = await untilServed(
+      `list Leases ${selector}`,
+      () =>
+        listAll(this.#client, LEASES, {
+          namespace: this.spec.namespace,
+          labelSelector: selector,
+          ...attempt(),
+        }),
+    );
     return items;
   }
 
@@ -146,7 +166,7 @@ export class K8sNemesisStore implements NemesisRunStore {
   plant(kind: string, targets: GarbageTargets): Promise<Planted> {
     return plantK8s(
       {
-        client: this.#client,
+        client: this.#harness,
         identities: this.#identities,
         endpoints: { ...this.#identities, plural: "ciliumendpoints", namespaced: true },
         namespace: this.spec.namespace,
@@ -163,13 +183,13 @@ export class K8sNemesisStore implements NemesisRunStore {
     revocations++;
     try {
       if (random() < 0.5) {
-        const deleted = await this.#client.delete(LEASES, name, { namespace, ...bounded() });
+        const deleted = await this.#harness.delete(LEASES, name, { namespace });
         return deleted ? `deleted ${node}'s Lease ${name}` : `${node} had no Lease`;
       }
       const epoch = `revoked${revocations}`;
-      await this.#client.patch(LEASES, name, {
+      await this.#harness.patch(LEASES, name, {
         metadata: { annotations: { [EPOCH_ANNOTATION]: epoch } },
-      }, { type: "merge", namespace, ...bounded() });
+      }, { type: "merge", namespace });
       return `changed the epoch of ${node}'s Lease ${name} to ${epoch}`;
     } catch (err) {
       if (isStatus(err, 404)) return `${node} had no Lease`;
@@ -192,7 +212,7 @@ export class K8sNemesisStore implements NemesisRunStore {
     const cluster = this.#cluster;
     if (cluster === undefined) throw new Error(`${kind}: the store has no API server of its own`);
     return await injectK8sFault(
-      { cluster, client: this.#client, identities: this.#identities },
+      { cluster, client: this.#harness, identities: this.#identities },
       kind,
       random,
     );
