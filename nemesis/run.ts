@@ -148,6 +148,12 @@ interface RunState {
   readonly identityIncs: Set<string>;
   readonly slots: Slot[];
   readonly probeLog: LineLog;
+  /**
+   * Each fault as it begins and as it ends (`faults.jsonl`): the report has them too, but a run
+   * whose harness failed writes no report, and which fault left the store down is then the first
+   * question.
+   */
+  readonly faultLog: LineLog;
   gc?: Child;
   cilium?: CiliumNodes;
   /** Cilium's operator GC (beside Cilium CRD-mode nodes). */
@@ -213,6 +219,7 @@ export async function runBackend(
     identityIncs: new Set<string>(["probe-identity@probe"]),
     slots: [],
     probeLog: new LineLog(`${dir}/probe.jsonl`),
+    faultLog: new LineLog(`${dir}/faults.jsonl`),
   };
   try {
     if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
@@ -378,7 +385,11 @@ function faultContext(run: RunState): FaultContext {
       slots[i] = await spawnWorker(run, i, node, generation);
       return target(slots[i]);
     },
-    record: (f) => run.faults.push(f),
+    record: (f) => {
+      run.faults.push(f);
+      run.faultLog.writeLine(JSON.stringify(f));
+    },
+    begin: (kind, start) => run.faultLog.writeLine(JSON.stringify({ begin: kind, start })),
     stopped: (w) => run.stops.push(w),
     overlapEveryMs: workload.faultEveryMs,
   };
@@ -508,6 +519,7 @@ async function shutdown(run: RunState): Promise<void> {
     await gc[Symbol.asyncDispose]();
   }
   run.probeLog.close();
+  run.faultLog.close();
   try {
     await run.storeLog?.[Symbol.asyncDispose]();
   } catch (err) {
