@@ -135,3 +135,34 @@ k8sTest(
     }
   },
 );
+
+k8sTest(
+  "k8s harness: the store's keeper starts its API server again when it dies outside a fault",
+  async () => {
+    // Three runs lost their API server for good a while in, with no fault restarting it: the keeper
+    // is what brings it back then.
+    const cluster = await startKubeApiServer();
+    const client = await cluster.client("admin", NAMESPACE);
+    const store = new K8sNemesisStore(
+      {
+        kind: "k8s",
+        kubeconfig: await cluster.kubeconfig("admin", { namespace: NAMESPACE }),
+        context: "nemesis",
+        namespace: NAMESPACE,
+        group: "cilium.io",
+        maxClockSkewMs: 500,
+        requestTimeoutMs: 3_000,
+      },
+      client,
+      cluster,
+    );
+    try {
+      Deno.kill(cluster.pid!, "SIGKILL");
+      await eventually(() => store.revived.length > 0, "the keeper's revival", 240_000);
+      assert.match(store.revived[0], /gone outside any fault; started again/);
+      assert.deepEqual((await store.snapshot()).masters, []);
+    } finally {
+      await store[Symbol.asyncDispose]();
+    }
+  },
+);

@@ -23,6 +23,7 @@ import type { KubeClient, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import type { KubeTestCluster } from "./cluster.ts";
 import { HARNESS_RETRY_MS } from "./nemesis_retry.ts";
+import { alive } from "../../etcd/testing/cluster.ts";
 
 /** The store's faults, each with the report's label. */
 export const K8S_STORE_FAULTS = {
@@ -142,6 +143,20 @@ async function again(
 async function restartEtcd(cluster: KubeTestCluster): Promise<void> {
   if (cluster.etcd.running(0)) await cluster.ready();
   else await cluster.etcd.restart(0);
+}
+
+/**
+ * Starts the run's API server again if its process is gone (killed by someone, crashed): what a
+ * kubelet does for a static pod. `true` when it did. Not while a fault holds it down on purpose:
+ * the caller knows.
+ */
+export async function reviveApiServer(cluster: KubeTestCluster): Promise<boolean> {
+  const pid = cluster.pid;
+  if (pid !== undefined && alive(pid)) return false;
+  // Dead under a PID the handle still holds: forget it (a kill of no process), then start anew.
+  if (pid !== undefined) await cluster.kill();
+  await cluster.restart();
+  return true;
 }
 
 /** The detail's note of a restart that took more than one attempt. */

@@ -30,7 +30,8 @@ import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { identityResource, type KubeTestCluster } from "./cluster.ts";
 import { EndpointWriter, recordK8sChanges } from "./nemesis_cilium.ts";
-import { injectK8sFault } from "./nemesis_faults.ts";
+import { injectK8sFault, reviveApiServer } from "./nemesis_faults.ts";
+import { sleep } from "../../../abort.ts";
 import { plantK8s } from "./nemesis_garbage.ts";
 import { k8sCounts, k8sSnapshot } from "./nemesis_read.ts";
 import { HARNESS_RETRY_MS, retryingClient, untilServed } from "./nemesis_retry.ts";
@@ -73,6 +74,9 @@ function attempt(): { signal: AbortSignal } {
   return { signal: AbortSignal.timeout(HARNESS_RETRY_MS) };
 }
 
+/** How often the keeper looks at the run's API server (`#keep`). */
+const KEEPER_INTERVAL_MS = 2_000;
+
 let planted = 0;
 let revocations = 0;
 
@@ -111,6 +115,7 @@ export class K8sNemesisStore implements NemesisRunStore {
     this.#cluster = cluster;
     this.#logDir = logDir;
     this.#identities = identityResource(spec.group);
+    if (cluster !== undefined) this.#keeper = this.#keep(cluster);
     if (cluster !== undefined && spec.heartbeatTimeoutMs !== undefined) {
       const writer = new EndpointWriter(client, this.#identities, spec.namespace);
       this.#endpoints = writer;
@@ -211,15 +216,56 @@ export class K8sNemesisStore implements NemesisRunStore {
   async injectFault(kind: string, random: () => number): Promise<StoreFaultOutcome> {
     const cluster = this.#cluster;
     if (cluster === undefined) throw new Error(`${kind}: the store has no API server of its own`);
-    return await injectK8sFault(
-      { cluster, client: this.#harness, identities: this.#identities },
-      kind,
-      random,
-    );
+    this.#faulting++;
+    try {
+      return await injectK8sFault(
+        { cluster, client: this.#harness, identities: this.#identities },
+        kind,
+        random,
+      );
+    } finally {
+      this.#faulting--;
+    }
+  }
+
+  /** Store faults in progress (the keeper leaves the API server to them meanwhile). */
+  #faulting = 0;
+  readonly #stopKeeper = new AbortController();
+  #keeper?: Promise<void>;
+  /** When and why the keeper started the API server again (see {@linkcode #keep}). */
+  readonly revived: string[] = [];
+
+  /**
+   * The keeper of a store with its own API server: every {@linkcode KEEPER_INTERVAL_MS}, outside
+   * a store fault, an API server whose process is gone is started again. Three runs in a row (at
+   * load 30–40) lost their API server for good a while into the run, each time with no restart
+   * attempted (no new process in its log, no fault record of it): a death outside any fault of
+   * the run, which no retry of the harness outlives. Each revival is written to stderr and kept
+   * in {@linkcode revived}.
+   */
+  async #keep(cluster: KubeTestCluster): Promise<void> {
+    const signal = this.#stopKeeper.signal;
+    while (!signal.aborted) {
+      await sleep(KEEPER_INTERVAL_MS, signal).catch(() => {});
+      if (signal.aborted || this.#faulting > 0) continue;
+      try {
+        const since = Date.now();
+        if (await reviveApiServer(cluster)) {
+          const line = `${new Date(since).toISOString()}: the run's kube-apiserver was gone ` +
+            `outside any fault; started again in ${Date.now() - since} ms`;
+          this.revived.push(line);
+          console.error(`nemesis k8s store: ${line}`);
+        }
+      } catch (err) {
+        console.error(`nemesis k8s store: could not start the run's kube-apiserver again: ${err}`);
+      }
+    }
   }
 
   /** Closes the client; stops the API server when the store owns it. */
   async [Symbol.asyncDispose](): Promise<void> {
+    this.#stopKeeper.abort();
+    await this.#keeper;
     try {
       await this.#endpoints?.[Symbol.asyncDispose]();
       await this.#client.close();
