@@ -14,7 +14,7 @@ import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts"
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
-import { Child } from "./child.ts";
+import { Child, START_BOUND_MS } from "./child.ts";
 import { CiliumNodes, type CiliumStore } from "./cilium.ts";
 import { CiliumOperator, OPERATOR_FAULT } from "./cilium_operator.ts";
 import { checkDeletions, DELETION_CHECK, type DeletionResult } from "./checks/deletions.ts";
@@ -269,7 +269,7 @@ async function spawnWorker(run: RunState, index: number, node: string, generatio
       evidence: { inc, stderr: `${files}.stderr` },
     });
   });
-  await child.waitFor("ready", 60_000);
+  await child.waitFor("ready", START_BOUND_MS);
   return slot;
 }
 
@@ -302,7 +302,7 @@ async function startProcesses(run: RunState): Promise<void> {
     ...(run.store.ciliumCrd ? { gcGraceMs: run.store.ciliumCrd.heartbeatTimeoutMs } : {}),
   };
   run.gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
-  await run.gc.waitFor("ready", 60_000);
+  await run.gc.waitFor("ready", START_BOUND_MS);
   for (let i = 0; i < options.nodes; i++) run.slots.push(await spawnWorker(run, i, `w${i}`, 0));
   const crd = run.store.ciliumCrd;
   const where: CiliumStore | undefined = crd
