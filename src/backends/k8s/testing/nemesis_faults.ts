@@ -22,7 +22,7 @@ import { between } from "../../../testing/prng.ts";
 import type { KubeClient, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import type { KubeTestCluster } from "./cluster.ts";
-import { HARNESS_RETRY_MS } from "./nemesis_retry.ts";
+import { API_SERVER_READY_MS, HARNESS_RETRY_MS } from "./nemesis_retry.ts";
 import { alive } from "../../etcd/testing/cluster.ts";
 
 /** The store's faults, each with the report's label. */
@@ -92,7 +92,11 @@ export async function injectK8sFault(
         restarting.at = Date.now();
         await again("restart etcd", restarting, () => restartEtcd(cluster));
       }
-      await again("wait for kube-apiserver", { attempts: 0 }, () => cluster.ready());
+      await again(
+        "wait for kube-apiserver",
+        { attempts: 0 },
+        () => cluster.ready(API_SERVER_READY_MS),
+      );
       return {
         detail: `SIGKILL etcd under the API server, down ${down} ms` +
           retries(restarting.attempts),
@@ -108,7 +112,8 @@ export async function injectK8sFault(
 
 /**
  * How long a fault tries to bring back what it stopped: the harness's bound
- * (`./nemesis_retry.ts`). The launcher's own readiness bound is 60 s per start.
+ * (`./nemesis_retry.ts`); each start of the API server waits up to `API_SERVER_READY_MS` for it
+ * to be ready (the run's API server is started with that bound).
  */
 const RESTART_BOUND_MS = HARNESS_RETRY_MS;
 
@@ -141,7 +146,7 @@ async function again(
  * instead of starting a second one.
  */
 async function restartEtcd(cluster: KubeTestCluster): Promise<void> {
-  if (cluster.etcd.running(0)) await cluster.ready();
+  if (cluster.etcd.running(0)) await cluster.ready(API_SERVER_READY_MS);
   else await cluster.etcd.restart(0);
 }
 
