@@ -11,27 +11,47 @@ import { injectK8sFault } from "../../src/backends/k8s/testing/nemesis_faults.ts
 import { recordK8sChanges } from "../../src/backends/k8s/testing/nemesis_cilium.ts";
 import { K8sNemesisStore } from "../../src/backends/k8s/testing/nemesis_store.ts";
 import { HarnessRetryError, untilServed } from "../../src/backends/k8s/testing/nemesis_retry.ts";
-import { identityResource, startKubeApiServer } from "../../src/backends/k8s/testing/cluster.ts";
+import {
+  identityResource,
+  type KubeTestCluster,
+  startKubeApiServer,
+} from "../../src/backends/k8s/testing/cluster.ts";
+import type { KubeClient } from "../../src/backends/k8s/client.ts";
 import { StoreConnectionRefusedError } from "../../src/errors.ts";
 import type { StoreChange } from "../../src/testing/store_changes.ts";
 import { eventually, k8sTest, sharedCluster } from "../backends/k8s/_helpers.ts";
 
 const NAMESPACE = "default";
 
+/**
+ * A nemesis store on `cluster` through an admin client; `owned`: the store's own API server (it
+ * keeps it, and stops it when disposed), else only read.
+ */
+async function storeOn(
+  cluster: KubeTestCluster,
+  owned: boolean,
+): Promise<{ store: K8sNemesisStore; client: KubeClient }> {
+  const client = await cluster.client("admin", NAMESPACE);
+  const spec = {
+    kind: "k8s" as const,
+    kubeconfig: await cluster.kubeconfig("admin", { namespace: NAMESPACE }),
+    context: "nemesis",
+    namespace: NAMESPACE,
+    group: "cilium.io",
+    maxClockSkewMs: 500,
+    requestTimeoutMs: 3_000,
+  };
+  const store = owned
+    ? new K8sNemesisStore(spec, client, cluster)
+    : new K8sNemesisStore(spec, client);
+  return { store, client };
+}
+
 k8sTest(
   "k8s harness: a snapshot and a fault's own restart ride out the API server being down",
   async () => {
     await using cluster = await startKubeApiServer();
-    const client = await cluster.client("admin", NAMESPACE);
-    const store = new K8sNemesisStore({
-      kind: "k8s",
-      kubeconfig: await cluster.kubeconfig("admin", { namespace: NAMESPACE }),
-      context: "nemesis",
-      namespace: NAMESPACE,
-      group: "cilium.io",
-      maxClockSkewMs: 500,
-      requestTimeoutMs: 3_000,
-    }, client);
+    const { store, client } = await storeOn(cluster, false);
     try {
       // Asked while nothing listens: the harness's call waits for the restart (it failed at once,
       // StoreConnectionRefusedError, before).
@@ -142,20 +162,7 @@ k8sTest(
     // Three runs lost their API server for good a while in, with no fault restarting it: the keeper
     // is what brings it back then.
     const cluster = await startKubeApiServer();
-    const client = await cluster.client("admin", NAMESPACE);
-    const store = new K8sNemesisStore(
-      {
-        kind: "k8s",
-        kubeconfig: await cluster.kubeconfig("admin", { namespace: NAMESPACE }),
-        context: "nemesis",
-        namespace: NAMESPACE,
-        group: "cilium.io",
-        maxClockSkewMs: 500,
-        requestTimeoutMs: 3_000,
-      },
-      client,
-      cluster,
-    );
+    const { store } = await storeOn(cluster, true);
     try {
       Deno.kill(cluster.pid!, "SIGKILL");
       await eventually(() => store.revived.length > 0, "the keeper's revival", 240_000);
