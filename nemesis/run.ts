@@ -50,6 +50,8 @@ import type { Workload } from "./workload.ts";
 
 /** The store's record of its changes, in the run's directory (beside Cilium nodes). */
 const STORE_LOG = "store.jsonl";
+/** The faults as they begin and end (`RunState.faultLog`). */
+const FAULT_LOG = "faults.jsonl";
 
 /** Check name of the drain. */
 export const DRAIN_CHECK = "GC collects every released key (drain)";
@@ -219,7 +221,7 @@ export async function runBackend(
     identityIncs: new Set<string>(["probe-identity@probe"]),
     slots: [],
     probeLog: new LineLog(`${dir}/probe.jsonl`),
-    faultLog: new LineLog(`${dir}/faults.jsonl`),
+    faultLog: new LineLog(`${dir}/${FAULT_LOG}`),
   };
   try {
     if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
@@ -594,8 +596,8 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   const { dir, harness, cilium, stops } = run;
   const logs: string[] = [];
   for await (const e of Deno.readDir(dir)) {
-    // The GC loop's passes and the store's record are no calls.
-    if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl" && e.name !== STORE_LOG) {
+    // The GC loop's passes, the store's record and the faults are no calls.
+    if (e.name.endsWith(".jsonl") && ![`gc.jsonl`, STORE_LOG, FAULT_LOG].includes(e.name)) {
       logs.push(`${dir}/${e.name}`);
     }
   }
