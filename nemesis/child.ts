@@ -10,6 +10,14 @@
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
+/**
+ * How long a process of the run may take to start (a worker, the GC loop, a Cilium node): its
+ * connect is retried through store faults for up to 60 s (`startWhenReachable`), on a machine
+ * that may be loaded far past its cores — at load 61 a worker was not ready within 60 s and
+ * failed the harness (seed 2 of the second mixed Kubernetes runs).
+ */
+export const START_BOUND_MS = 180_000;
+
 /** The signals the orchestrator sends (SIGUSR1/SIGUSR2 pause and resume a Cilium worker). */
 export type ChildSignal = "SIGKILL" | "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGUSR1" | "SIGUSR2";
 

@@ -20,7 +20,7 @@
 import { join } from "node:path";
 import { z } from "zod";
 import type { OpOutcomes } from "./checks/calls.ts";
-import { Child } from "./child.ts";
+import { Child, START_BOUND_MS } from "./child.ts";
 import type { FaultTarget } from "./faults.ts";
 import { LineLog, type LogRecord } from "./records.ts";
 
@@ -449,8 +449,13 @@ export class CiliumNodes implements AsyncDisposable {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
         () =>
-          reject(new Error(`Cilium node ${inc} made no call within 60 s (see ${files}.stderr)`)),
-        60_000,
+          reject(
+            new Error(
+              `Cilium node ${inc} made no call within ${START_BOUND_MS / 1_000} s ` +
+                `(see ${files}.stderr)`,
+            ),
+          ),
+        START_BOUND_MS,
       );
     });
     const died = child.status.then((status) => {

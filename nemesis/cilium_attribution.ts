@@ -14,7 +14,12 @@ import {
   IDALLOC_CLASSES,
 } from "./checks/attribution.ts";
 import type { StopWindow } from "./checks/calls.ts";
-import { type StoreChange, storeChangeSchema, StoreHistory } from "./checks/store_history.ts";
+import {
+  type KeyLookup,
+  type StoreChange,
+  storeChangeSchema,
+  StoreHistory,
+} from "./checks/store_history.ts";
 import { capViolations, type Violation } from "./checks/violation.ts";
 import type { FaultRecord } from "./faults.ts";
 import type { LogRecord } from "./records.ts";
@@ -38,7 +43,7 @@ export interface RunAttributionInput {
   readonly records: readonly LogRecord[];
   readonly leaseTtlMs: number;
   /** Which master of a key Cilium's lookup gives (see `AttributionInput.keyLookup`). */
-  readonly keyLookup?: "newest" | "oldest";
+  readonly keyLookup?: KeyLookup;
   /** Violations reported per check before the rest are only counted. */
   readonly limit: number;
 }

@@ -84,6 +84,8 @@ export interface FaultContext {
   restart(slot: number, rename: boolean): Promise<FaultTarget>;
   /** Called as faults end. */
   record(fault: FaultRecord): void;
+  /** Called as a fault starts (a fault that never ends is otherwise nowhere). */
+  begin?(kind: string, start: number): void;
   /** Called when a worker is stopped and continued. */
   stopped(window: StopWindow): void;
   /** Start a fault every `[min, max]` ms, overlapping those still running (see the module doc). */
@@ -169,6 +171,7 @@ export async function runNemesis(
       storeBusy);
     const run = async () => {
       const start = Date.now();
+      ctx.begin?.(garbage ? `garbage/${garbage}` : kind, start);
       try {
         ctx.record(await inject(ctx, kind, garbage, start, slot));
       } catch (err) {

@@ -9,7 +9,13 @@
  */
 import { Allocator } from "../src/allocator/allocator.ts";
 import { sleep } from "../src/abort.ts";
-import { configFromArgs, logToStderr, openBackend, stdinLines } from "./process_support.ts";
+import {
+  configFromArgs,
+  logToStderr,
+  openBackend,
+  startWhenReachable,
+  stdinLines,
+} from "./process_support.ts";
 import { gcConfigSchema, LineLog } from "./records.ts";
 
 const config = configFromArgs(gcConfigSchema);
@@ -17,22 +23,26 @@ const config = configFromArgs(gcConfigSchema);
 await logToStderr("info");
 const log = new LineLog(config.logPath);
 const closing = new AbortController();
-await using opened = await openBackend(config.store, config.node);
-await using alloc = await Allocator.open(opened.backend, {
-  min: config.range.min,
-  max: config.range.max,
-  leaseTtlMs: config.timings.leaseTtlMs,
-  syncIntervalMs: config.timings.syncIntervalMs,
-  // Passes every 500 ms–1 s, faster than the workers' leases, with a grace of the lease TTL (the
-  // workers' too) unless the run sets one (the mixed Kubernetes run: Cilium's heartbeat timeout):
-  // a revoked holder has had its lease deadline to fence itself before its ID can go to another
-  // key. On every store: Kubernetes' own default (Cilium's 30 min heartbeat timeout) would keep
-  // all a run makes. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default of explicit `runGc`
-  // calls, to see what the grace prevents).
-  gcGraceMs: Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
-    ? config.gcGraceMs ?? config.timings.leaseTtlMs
-    : Number(Deno.env.get("NEMESIS_GC_GRACE_MS")),
-});
+// Started like a worker: a connect or open that times out on a loaded machine (3 s; seed 2 of the
+// second mixed runs, load 32) or meets a store fault is tried again, not the harness's failure.
+await using opened = await startWhenReachable(() => openBackend(config.store, config.node));
+await using alloc = await startWhenReachable(() =>
+  Allocator.open(opened.backend, {
+    min: config.range.min,
+    max: config.range.max,
+    leaseTtlMs: config.timings.leaseTtlMs,
+    syncIntervalMs: config.timings.syncIntervalMs,
+    // Passes every 500 ms–1 s, faster than the workers' leases, with a grace of the lease TTL (the
+    // workers' too) unless the run sets one (the mixed Kubernetes run: Cilium's heartbeat timeout):
+    // a revoked holder has had its lease deadline to fence itself before its ID can go to another
+    // key. On every store: Kubernetes' own default (Cilium's 30 min heartbeat timeout) would keep
+    // all a run makes. `NEMESIS_GC_GRACE_MS` overrides it (0: the old default of explicit `runGc`
+    // calls, to see what the grace prevents).
+    gcGraceMs: Deno.env.get("NEMESIS_GC_GRACE_MS") === undefined
+      ? config.gcGraceMs ?? config.timings.leaseTtlMs
+      : Number(Deno.env.get("NEMESIS_GC_GRACE_MS")),
+  })
+);
 
 const loop = (async () => {
   const who = { node: config.node, inc: config.node };

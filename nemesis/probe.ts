@@ -9,7 +9,7 @@
 import { Allocator } from "../src/allocator/allocator.ts";
 import { IdentityAllocator, Labels } from "../src/identity/mod.ts";
 import type { Violation } from "./checks/violation.ts";
-import { openBackend } from "./process_support.ts";
+import { openBackend, startWhenReachable } from "./process_support.ts";
 import type { NemesisStoreSpec, NemesisTimings } from "../src/testing/nemesis.ts";
 import { failedCall, type LineLog } from "./records.ts";
 
@@ -35,16 +35,21 @@ export async function probeKeys(
   const violations: Violation[] = [];
   const options = { leaseTtlMs: timings.leaseTtlMs, syncIntervalMs: timings.syncIntervalMs };
   {
-    await using opened = await openBackend(spec, "probe");
-    await using alloc = await Allocator.open(opened.backend, { ...range, ...options });
+    // Opened as workers are: a connect that times out on a loaded machine is tried again.
+    await using opened = await startWhenReachable(() => openBackend(spec, "probe"));
+    await using alloc = await startWhenReachable(() =>
+      Allocator.open(opened.backend, { ...range, ...options })
+    );
     await probe("probe", families.plain, timings, log, violations, {
       allocate: async (key, signal) => (await alloc.allocate(key, { signal })).id,
       release: async (key, signal) => (await alloc.release(key, { signal })).lastUse,
     });
   }
   {
-    await using opened = await openBackend(spec, "probe-identity");
-    await using identities = await IdentityAllocator.open(opened.backend, options);
+    await using opened = await startWhenReachable(() => openBackend(spec, "probe-identity"));
+    await using identities = await startWhenReachable(() =>
+      IdentityAllocator.open(opened.backend, options)
+    );
     const held = new Map<string, Awaited<ReturnType<IdentityAllocator["allocate"]>>>();
     await probe("probe-identity", families.identity, timings, log, violations, {
       allocate: async (key, signal) => {

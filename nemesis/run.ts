@@ -14,7 +14,7 @@ import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts"
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
-import { Child } from "./child.ts";
+import { Child, START_BOUND_MS } from "./child.ts";
 import { CiliumNodes, type CiliumStore } from "./cilium.ts";
 import { CiliumOperator, OPERATOR_FAULT } from "./cilium_operator.ts";
 import { checkDeletions, DELETION_CHECK, type DeletionResult } from "./checks/deletions.ts";
@@ -50,6 +50,8 @@ import type { Workload } from "./workload.ts";
 
 /** The store's record of its changes, in the run's directory (beside Cilium nodes). */
 const STORE_LOG = "store.jsonl";
+/** The faults as they begin and end (`RunState.faultLog`). */
+const FAULT_LOG = "faults.jsonl";
 
 /** Check name of the drain. */
 export const DRAIN_CHECK = "GC collects every released key (drain)";
@@ -148,6 +150,12 @@ interface RunState {
   readonly identityIncs: Set<string>;
   readonly slots: Slot[];
   readonly probeLog: LineLog;
+  /**
+   * Each fault as it begins and as it ends (`faults.jsonl`): the report has them too, but a run
+   * whose harness failed writes no report, and which fault left the store down is then the first
+   * question.
+   */
+  readonly faultLog: LineLog;
   gc?: Child;
   cilium?: CiliumNodes;
   /** Cilium's operator GC (beside Cilium CRD-mode nodes). */
@@ -213,6 +221,7 @@ export async function runBackend(
     identityIncs: new Set<string>(["probe-identity@probe"]),
     slots: [],
     probeLog: new LineLog(`${dir}/probe.jsonl`),
+    faultLog: new LineLog(`${dir}/${FAULT_LOG}`),
   };
   try {
     if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
@@ -262,7 +271,7 @@ async function spawnWorker(run: RunState, index: number, node: string, generatio
       evidence: { inc, stderr: `${files}.stderr` },
     });
   });
-  await child.waitFor("ready", 60_000);
+  await child.waitFor("ready", START_BOUND_MS);
   return slot;
 }
 
@@ -295,7 +304,7 @@ async function startProcesses(run: RunState): Promise<void> {
     ...(run.store.ciliumCrd ? { gcGraceMs: run.store.ciliumCrd.heartbeatTimeoutMs } : {}),
   };
   run.gc = await Child.spawn("gc", "nemesis/gc_loop.ts", gcConfig, `${dir}/gc.stderr`);
-  await run.gc.waitFor("ready", 60_000);
+  await run.gc.waitFor("ready", START_BOUND_MS);
   for (let i = 0; i < options.nodes; i++) run.slots.push(await spawnWorker(run, i, `w${i}`, 0));
   const crd = run.store.ciliumCrd;
   const where: CiliumStore | undefined = crd
@@ -378,7 +387,11 @@ function faultContext(run: RunState): FaultContext {
       slots[i] = await spawnWorker(run, i, node, generation);
       return target(slots[i]);
     },
-    record: (f) => run.faults.push(f),
+    record: (f) => {
+      run.faults.push(f);
+      run.faultLog.writeLine(JSON.stringify(f));
+    },
+    begin: (kind, start) => run.faultLog.writeLine(JSON.stringify({ begin: kind, start })),
     stopped: (w) => run.stops.push(w),
     overlapEveryMs: workload.faultEveryMs,
   };
@@ -508,6 +521,7 @@ async function shutdown(run: RunState): Promise<void> {
     await gc[Symbol.asyncDispose]();
   }
   run.probeLog.close();
+  run.faultLog.close();
   try {
     await run.storeLog?.[Symbol.asyncDispose]();
   } catch (err) {
@@ -582,8 +596,8 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
   const { dir, harness, cilium, stops } = run;
   const logs: string[] = [];
   for await (const e of Deno.readDir(dir)) {
-    // The GC loop's passes and the store's record are no calls.
-    if (e.name.endsWith(".jsonl") && e.name !== "gc.jsonl" && e.name !== STORE_LOG) {
+    // The GC loop's passes, the store's record and the faults are no calls.
+    if (e.name.endsWith(".jsonl") && ![`gc.jsonl`, STORE_LOG, FAULT_LOG].includes(e.name)) {
       logs.push(`${dir}/${e.name}`);
     }
   }

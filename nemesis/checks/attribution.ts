@@ -13,6 +13,17 @@
  *   an idalloc write made the conflicting master while a live reference contradicted it;
  *   otherwise it is **inherited** from the Cilium side.
  *
+ * Beside Cilium's CRD mode (`keyLookup: "oldest"`) two rules read the store differently, as Cilium
+ * and idalloc do there. A key's preferred identity is its oldest by `creationTimestamp`, ties to
+ * the lowest ID (`prefers` in `store_history.ts`), not by revision. And an idalloc create beside a
+ * live reference to another identity of the key is held against idalloc only when that identity
+ * was in the record longer than `slackMs` before the create: Cilium's agents create without a
+ * lock, so an identity they write while an idalloc node creates is invisible to it (its watch;
+ * during an etcd restart the API server's watch cache lags the commits by a second or more), and
+ * nothing idalloc can take orders the two creates. That race is the documented limit (two
+ * identities; idalloc then joins the older one and drops its own), and the evidence names it
+ * (`raced`); what idalloc answers afterwards is still judged by the superseded rule.
+ *
  * What the store justified is read from its own history (`store_history.ts`). An idalloc answer
  * of key K with ID x was unjustified when, for longer than `slackMs` of the node's running time
  * (the watch's delay; a stopped process learns nothing), the store showed
@@ -43,7 +54,14 @@ import type { FaultRecord } from "../faults.ts";
 import type { CallFailed, LogRecord, ReassignedRecord } from "../records.ts";
 import type { StopWindow } from "./calls.ts";
 import { HISTORY_CHECK, type Run, SPLIT_CHECK } from "./history.ts";
-import type { MasterSpan, StoreHistory, Writer } from "./store_history.ts";
+import {
+  type KeyLookup,
+  type MasterSpan,
+  prefers,
+  type RefSpan,
+  type StoreHistory,
+  type Writer,
+} from "./store_history.ts";
 import { clock, type Violation } from "./violation.ts";
 
 /** The classes of a violation, as the report counts them. */
@@ -109,6 +127,12 @@ export interface Attribution {
     readonly writer?: Writer & { readonly side: "cilium" | "idalloc" };
     /** Live references that the store held against it when it was written (`node → id` of key). */
     readonly contradicted: readonly string[];
+    /**
+     * CRD mode, an idalloc create: those of `contradicted` that name another identity of the key
+     * recorded less than `slackMs` before it — a create race with a lock-free Cilium agent, not
+     * held against idalloc (see the module doc). Each with how long before the create.
+     */
+    readonly raced?: readonly string[];
   };
   /** Mixed: Cilium incarnations that answered idalloc's key and ID during the conflict. */
   readonly agreedWith?: readonly string[];
@@ -169,7 +193,7 @@ export interface AttributionInput {
    * oldest `creationTimestamp`). An idalloc answer is superseded by a referenced master that
    * lookup prefers to its own. @default {"newest"}
    */
-  readonly keyLookup?: "newest" | "oldest";
+  readonly keyLookup?: KeyLookup;
   /**
    * How long the store may contradict an answer before it counts (the watch's delay).
    * @default {1000}
@@ -251,7 +275,10 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
   } else if (idallocSide!.unjustified) {
     cls = "mixed (idalloc's)";
     why = `idalloc ${idallocSide!.unjustified.detail}`;
-  } else if (master?.writer?.side === "idalloc" && master.contradicted.length > 0) {
+  } else if (
+    master?.writer?.side === "idalloc" &&
+    master.contradicted.length > (master.raced?.length ?? 0)
+  ) {
     cls = "mixed (idalloc's)";
     why = `idalloc's write (${master.writer.node}) made master ${master.id} → ${master.key} ` +
       `beside live references ${master.contradicted.join(", ")}`;
@@ -261,6 +288,10 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
     why = c.unjustified
       ? `Cilium ${c.unjustified.detail}`
       : "both sides justified by the store, no idalloc write against a live reference";
+    if (master?.raced?.length) {
+      why += `; idalloc's create (${master.writer!.node}) raced a lock-free Cilium create ` +
+        `(${master.raced.join(", ")})`;
+    }
   }
   const mixed = cilium === 1 || ciliumMade;
   const idallocRun = idallocSide?.run;
@@ -400,14 +431,18 @@ function judge(
       })`,
     );
   }
-  // Superseded: a master of the key that Cilium's lookup prefers, with a live reference.
-  const oldest = input.keyLookup === "oldest";
-  const ownRevs = store.mastersOfKeyDuring(run.key, conflict.from, last)
-    .filter((m) => m.id === run.id).map((m) => m.fromRev);
-  const ownRev = ownRevs.length === 0 ? 0 : oldest ? Math.min(...ownRevs) : Math.max(...ownRevs);
+  // Superseded: a master of the key that Cilium's lookup prefers, with a live reference. Against
+  // the run's own master at its most preferred (it may have been deleted and written again); an
+  // exact tie of creation times excuses a Cilium answer (its sort is not stable), not idalloc's.
+  const lookup = input.keyLookup ?? "newest";
+  const oldest = lookup === "oldest";
+  const ties = side === "cilium" ? "either" : "lowest-id";
+  const ownMaster = store.mastersOfKeyDuring(run.key, conflict.from, last)
+    .filter((m) => m.id === run.id)
+    .reduce<MasterSpan | undefined>((a, b) => a && !prefers(b, a, lookup) ? a : b, undefined);
   for (const m of store.mastersOfKeyDuring(run.key, conflict.from, last)) {
-    if (m.id === run.id || ownRev === 0) continue;
-    if (oldest ? m.fromRev >= ownRev : m.fromRev <= ownRev) continue;
+    if (m.id === run.id || ownMaster === undefined) continue;
+    if (!prefers(m, ownMaster, lookup, ties)) continue;
     const refs = store.refsToDuring(run.key, m.id, Math.max(m.from, conflict.from), last)
       .filter((r) => r.lease !== "0");
     if (refs.length === 0) continue;
@@ -476,19 +511,46 @@ function conflictingMaster(
   // The newest of them made the conflict: the older one was there first.
   const m = candidates.sort((x, y) => y.fromRev - x.fromRev)[0];
   const writer = store.writerOf(m);
+  const side = writer && (input.ciliumNodes.has(writer.node) ? "cilium" : "idalloc");
+  const contradicted = store.contradictedAtWrite(m);
+  const raced = input.keyLookup === "oldest" && side === "idalloc"
+    ? racedCreates(m, contradicted, store, input.slackMs ?? 1_000)
+    : undefined;
   return {
     id: m.id,
     key: m.key,
     rev: m.fromRev,
     at: m.from,
-    contradicted: store.contradictedAtWrite(m).map((r) => `${r.key}@${r.node} → ${r.id}`),
-    writer: writer
-      ? {
-        ...writer,
-        side: input.ciliumNodes.has(writer.node) ? "cilium" : "idalloc",
-      }
-      : undefined,
+    contradicted: contradicted.map((r) => `${r.key}@${r.node} → ${r.id}`),
+    ...(raced ? { raced } : {}),
+    writer: writer ? { ...writer, side: side! } : undefined,
   };
+}
+
+/**
+ * CRD mode: the references of `contradicted` that name another identity of `master`'s key which
+ * the record had held for less than `slackMs` when `master` was written — an idalloc create that
+ * raced a lock-free Cilium create (see the module doc) — as `key@node → id (N ms before)`.
+ */
+function racedCreates(
+  master: MasterSpan,
+  contradicted: readonly RefSpan[],
+  store: StoreHistory,
+  slackMs: number,
+): string[] {
+  const out: string[] = [];
+  for (const r of contradicted) {
+    if (r.key !== master.key) continue;
+    const other = store.mastersOfIdDuring(r.id, master.from, master.from)
+      .find((o) => o.key === master.key && o.fromRev < master.fromRev);
+    if (!other || master.from - other.from >= slackMs) continue;
+    out.push(
+      `${r.key}@${r.node} → ${r.id}, whose identity was recorded ${
+        master.from - other.from
+      } ms before`,
+    );
+  }
+  return out;
 }
 
 /** Cilium incarnations whose answers of the idalloc run's key and ID overlapped the conflict. */
@@ -643,22 +705,20 @@ function attributeDrain(
 }
 
 /**
- * The master among `ids` naming `key` (at the end of the record) that Cilium's lookup prefers:
- * the newest or the oldest by revision.
+ * The master among `ids` naming `key` (at the end of the record) that Cilium's lookup prefers
+ * (`prefers`: the newest by revision, or the oldest by creation time).
  */
 function preferredReferenced(
   key: string,
   ids: readonly number[],
   store: StoreHistory,
-  lookup: "newest" | "oldest",
+  lookup: KeyLookup,
 ): number | undefined {
   let best: MasterSpan | undefined;
   for (const id of new Set(ids)) {
     const m = store.mastersOfIdDuring(id, Infinity, Infinity).find((x) => x.key === key);
     if (!m) continue;
-    if (!best || (lookup === "oldest" ? m.fromRev < best.fromRev : m.fromRev > best.fromRev)) {
-      best = m;
-    }
+    if (!best || prefers(m, best, lookup)) best = m;
   }
   return best?.id;
 }

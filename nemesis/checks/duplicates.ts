@@ -21,7 +21,7 @@
  * @module
  */
 import type { LogRecord } from "../records.ts";
-import type { StoreHistory } from "./store_history.ts";
+import { prefers, type StoreHistory } from "./store_history.ts";
 
 /** Answers of one side while a key had several identities. */
 export interface DuplicateAnswers {
@@ -72,7 +72,8 @@ export function ciliumActivity(
     if (live.length < 2 || !live.some((m) => m.id === r.id)) continue;
     const side = ciliumIncs.has(r.inc) ? cilium : idalloc;
     side.whileDuplicated++;
-    const oldest = live.reduce((a, b) => (b.fromRev < a.fromRev ? b : a));
+    // Cilium's answer and idalloc's: the oldest creationTimestamp, ties to the lowest ID.
+    const oldest = live.reduce((a, b) => (prefers(b, a, "oldest") ? b : a));
     if (oldest.id !== r.id) side.notOldest++;
   }
   return {

@@ -46,6 +46,37 @@ export interface Timed {
 export interface MasterSpan extends Timed {
   readonly id: number;
   readonly key: string;
+  /** Kubernetes: its `creationTimestamp` (ms, whole seconds), when the record has it. */
+  readonly created?: number;
+}
+
+/**
+ * Which of a key's masters Cilium's own lookup gives: the **newest** (kvstore mode:
+ * `cache.OnUpsert` keeps the last one seen) or the **oldest** (CRD mode: `crdBackend.get` sorts
+ * the key's identities by `creationTimestamp`).
+ */
+export type KeyLookup = "newest" | "oldest";
+
+/**
+ * Whether the lookup prefers master `a` to master `b` of one key. Newest: the later revision.
+ * Oldest: the older `creationTimestamp`, not the earlier revision — the API server stamps a create
+ * when it admits it, so while etcd is down a create admitted first can commit second (seed 2 of
+ * the first mixed runs: both identities of `k8s:app=k66;` committed within 111 ms, 4 s after
+ * Cilium's create was admitted). Equal timestamps (one-second resolution) go to the lower ID under
+ * idalloc's rule (`answerOf`); Cilium's `sort.Slice` is not stable, so with `ties: "either"` (a
+ * Cilium answer) an exact tie prefers neither. Without timestamps (etcd, older records), the
+ * revision order stands in.
+ */
+export function prefers(
+  a: MasterSpan,
+  b: MasterSpan,
+  lookup: KeyLookup,
+  ties: "lowest-id" | "either" = "lowest-id",
+): boolean {
+  if (lookup === "newest") return a.fromRev > b.fromRev;
+  if (a.created === undefined || b.created === undefined) return a.fromRev < b.fromRev;
+  if (a.created !== b.created) return a.created < b.created;
+  return ties === "lowest-id" && a.id < b.id;
 }
 
 /** A reference's life (one value on one lease). */
@@ -145,6 +176,7 @@ export class StoreHistory {
           fromRev: c.rev,
           from: c.at,
           fromEarly: early,
+          ...(c.created === undefined ? {} : { created: c.created }),
         };
         openMaster.set(c.id, span);
         push(this.#masters, c.id, span);

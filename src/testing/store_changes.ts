@@ -19,6 +19,13 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
     at: z.number(),
     id: z.number().int(),
     key: z.string().nullable(),
+    /**
+     * Kubernetes: the identity's `creationTimestamp` (ms, whole seconds), which orders a key's
+     * identities for Cilium's CRD-mode lookup and idalloc's (the oldest, ties to the lowest ID).
+     * It is the API server's clock when the create was admitted, so it can precede the commit
+     * (`rev`) by seconds while etcd is down, and two creates may commit in the other order.
+     */
+    created: z.number().optional(),
   }),
   z.object({
     t: z.literal("ref"),

@@ -577,3 +577,110 @@ Deno.test("attribution: beside CRD-mode nodes idalloc moving to a newer duplicat
   assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified?.reason, "superseded");
   assert.match(a.line, /older master 71/);
 });
+
+/** A master of Kubernetes' record: with its `creationTimestamp` (ms after `T`). */
+function identity(rev: number, at: number, id: number, key: string, created: number): StoreChange {
+  return { t: "master", rev, at: T + at, id, key, created: T + created };
+}
+
+/**
+ * Seed 2 of the first mixed Kubernetes runs (`k8s:app=k66;`), as recorded: Cilium's c1 and
+ * idalloc's w1 allocate the new key within 24 ms, right after an etcd restart. c1's identity 475
+ * commits first; w1, whose watch has not shown it yet, creates 344 with its reference 111 ms
+ * later (c1's endpoint naming 475 is already there), sees 475, joins it and drops 344. c1 and c0
+ * later take 344 from their own lookups and hold it; w0's lookup answers 475, the oldest.
+ */
+function racedCreate(
+  ciliumRecordedBeforeMs: number,
+): { store: StoreChange[]; records: LogRecord[] } {
+  const c = ciliumRecordedBeforeMs;
+  const store = [
+    identity(10, 0, 475, K, -1_000),
+    ref(11, c - 2, K, "c1", 475),
+    identity(12, c, 344, K, 0),
+    ref(12, c, K, "w1", 344),
+    ref(13, c + 100, K, "w1", 475),
+    ref(14, c + 5_000, K, "w1", null),
+    ref(15, c + 5_000, K, "c1", null),
+    ref(16, c + 7_000, K, "c1", 344),
+  ];
+  const records = [
+    answer("w1@2", "allocate", K, 475, c - 50, c + 150),
+    answer("c1@c2", "allocate", K, 344, c + 7_000),
+    answer("c1@c2", "get", K, 344, c + 30_000),
+    answer("w0@1", "getNoCache", K, 475, c + 20_000),
+  ];
+  return { store, records };
+}
+
+Deno.test("attribution: beside CRD-mode nodes an idalloc create racing a lock-free Cilium create is not idalloc's", () => {
+  const { store, records } = racedCreate(111);
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (idalloc's)"], 0, s.attributions.map((a) => a.line).join("\n"));
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.master?.id, 344);
+  assert.deepEqual(a.master?.contradicted, [`${K}@c1 → 475`]);
+  assert.deepEqual(a.master?.raced, [
+    `${K}@c1 → 475, whose identity was recorded 111 ms before`,
+  ]);
+  assert.match(a.line, /raced a lock-free Cilium create/);
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+});
+
+Deno.test("attribution: beside CRD-mode nodes an idalloc create of a duplicate it could have seen is idalloc's", () => {
+  // The same, but Cilium's identity was in the record 3 s before w1's create: its watch had it.
+  const { store, records } = racedCreate(3_000);
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (idalloc's)"], 1);
+  assert.deepEqual(s.attributions[0].master?.raced, []);
+  assert.match(s.attributions[0].line, /idalloc's write \(w1\) made master 344/);
+});
+
+Deno.test("attribution: beside CRD-mode nodes the oldest identity is the oldest creationTimestamp, not the first commit", () => {
+  // 71 commits first but was admitted a second after 73 (etcd was down: 73's create waited). c0
+  // holds 71, idalloc's w2 joined 73: Cilium's lookup and idalloc's give K 73.
+  const store = [
+    identity(10, 0, 71, K, 1_000),
+    ref(11, 5, K, "c0", 71),
+    identity(20, 100, 73, K, 0),
+    ref(21, 150, K, "c1", 73),
+    ref(30, 2_000, K, "w2", 73),
+  ];
+  const records = [
+    answer("c0@c1", "allocate", K, 71, 0),
+    answer("c0@c1", "get", K, 71, 6_000),
+    answer("w2@3", "allocate", K, 73, 2_000),
+    answer("w2@3", "get", K, 73, 5_000),
+  ];
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+  assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified?.reason, "superseded");
+  // Without creation times, the commit order stands in: then w2 would be the one off the oldest.
+  const byRev = store.map((c) => c.t === "master" ? { ...c, created: undefined } : c);
+  assert.equal(classify(records, byRev, { keyLookup: "oldest" }).counts["mixed (idalloc's)"], 1);
+});
+
+Deno.test("attribution: on an exact creation-time tie a Cilium answer of either ID is justified, idalloc's of the lower", () => {
+  // 71 and 73 created in the same second: idalloc's rule gives K 71 (the lower ID); Cilium's
+  // unstable sort may give either.
+  const store = [
+    identity(10, 0, 71, K, 0),
+    ref(11, 5, K, "w2", 71),
+    identity(20, 100, 73, K, 0),
+    ref(21, 150, K, "c0", 73),
+  ];
+  const records = [
+    answer("w2@3", "allocate", K, 71, 0),
+    answer("w2@3", "get", K, 71, 5_000),
+    answer("c0@c1", "allocate", K, 73, 100),
+    answer("c0@c1", "get", K, 73, 5_000),
+  ];
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified, undefined);
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+});

@@ -26,6 +26,7 @@ import { createKubeClient } from "../client.ts";
 import { loadKubeconfig } from "../kubeconfig.ts";
 import { type KubeTestCluster, startKubeApiServer } from "./cluster.ts";
 import { K8S_STORE_FAULTS } from "./nemesis_faults.ts";
+import { API_SERVER_READY_MS } from "./nemesis_retry.ts";
 import { K8S_GARBAGE } from "./nemesis_garbage.ts";
 import { checkK8sGrowth } from "./nemesis_read.ts";
 import { type K8sNemesisSpec, K8sNemesisStore, k8sSpec } from "./nemesis_store.ts";
@@ -58,7 +59,7 @@ async function startServer(
   skewMs: number,
   cilium = false,
 ): Promise<{ cluster: KubeTestCluster; spec: K8sNemesisSpec }> {
-  const cluster = await startKubeApiServer();
+  const cluster = await startKubeApiServer({ readyTimeoutMs: API_SERVER_READY_MS });
   try {
     const kubeconfig = await cluster.kubeconfig("admin", {
       context: CONTEXT,

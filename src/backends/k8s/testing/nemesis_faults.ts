@@ -22,6 +22,8 @@ import { between } from "../../../testing/prng.ts";
 import type { KubeClient, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import type { KubeTestCluster } from "./cluster.ts";
+import { API_SERVER_READY_MS, HARNESS_RETRY_MS } from "./nemesis_retry.ts";
+import { alive } from "../../etcd/testing/cluster.ts";
 
 /** The store's faults, each with the report's label. */
 export const K8S_STORE_FAULTS = {
@@ -58,29 +60,126 @@ export async function injectK8sFault(
       const down = between(random, 500, 3_000);
       const compact = random() < 0.5;
       await cluster.kill();
-      await sleep(down);
-      const revision = compact ? await cluster.compact() : undefined;
-      const restarting = Date.now();
-      await cluster.restart();
+      let compaction = "";
+      const restarting = { at: 0, attempts: 0 };
+      try {
+        await sleep(down);
+        // Best effort: a compaction that times out (5 s, at load 30–40) leaves the API server down
+        // no longer (seeds 1 and 3 lost it for the rest of the run, and the harness failed).
+        if (compact) {
+          compaction = await cluster.compact().then(
+            (revision) => `, etcd compacted at revision ${revision} meanwhile`,
+            (err) => `, etcd's compaction failed meanwhile (${err})`,
+          );
+        }
+      } finally {
+        restarting.at = Date.now();
+        await again("restart kube-apiserver", restarting, () => cluster.restart());
+      }
       return {
-        detail: `SIGKILL kube-apiserver, down ${down} ms` +
-          (revision === undefined ? "" : `, etcd compacted at revision ${revision} meanwhile`) +
-          `, ready ${Date.now() - restarting} ms after its restart`,
+        detail: `SIGKILL kube-apiserver, down ${down} ms${compaction}, ready ` +
+          `${Date.now() - restarting.at} ms after its restart` + retries(restarting.attempts),
         backAt: Date.now(),
       };
     }
     case "etcd-restart": {
       const down = between(random, 1_000, 4_000);
       await cluster.etcd.kill(0);
-      await sleep(down);
-      await cluster.etcd.restart(0);
-      await cluster.ready();
-      return { detail: `SIGKILL etcd under the API server, down ${down} ms`, backAt: Date.now() };
+      const restarting = { at: 0, attempts: 0 };
+      try {
+        await sleep(down);
+      } finally {
+        restarting.at = Date.now();
+        await again("restart etcd", restarting, () => restartEtcd(cluster));
+      }
+      await again(
+        "wait for kube-apiserver",
+        { attempts: 0 },
+        () => cluster.ready(API_SERVER_READY_MS),
+      );
+      return {
+        detail: `SIGKILL etcd under the API server, down ${down} ms` +
+          retries(restarting.attempts),
+        backAt: Date.now(),
+      };
     }
     case "watch-expiry":
       return { detail: await expireWatches(target) };
     default:
       throw new Error(`no store fault '${kind}' on k8s`);
+  }
+}
+
+/**
+ * How long a fault tries to bring back what it stopped: the harness's bound
+ * (`./nemesis_retry.ts`); each start of the API server waits up to `API_SERVER_READY_MS` for it
+ * to be ready (the run's API server is started with that bound).
+ */
+const RESTART_BOUND_MS = HARNESS_RETRY_MS;
+
+/**
+ * Runs `start` (a restart of a process the fault stopped) until it succeeds, for up to
+ * {@linkcode RESTART_BOUND_MS}, counting attempts in `tally`: a start that fails (not ready in
+ * time on a loaded machine, a port not yet free) must not leave the run's store down for good.
+ * After the bound, {@linkcode FaultRecoveryError}.
+ */
+async function again(
+  what: string,
+  tally: { attempts: number },
+  start: () => Promise<void>,
+): Promise<void> {
+  const deadline = Date.now() + RESTART_BOUND_MS;
+  for (;;) {
+    tally.attempts++;
+    try {
+      return await start();
+    } catch (err) {
+      if (Date.now() > deadline) throw new FaultRecoveryError(what, tally.attempts, err);
+      await sleep(1_000);
+    }
+  }
+}
+
+/**
+ * Starts the API server's etcd again. A start that did not turn healthy in time leaves its process
+ * running (slow, not dead): a later attempt then waits for the API server to be ready on it
+ * instead of starting a second one.
+ */
+async function restartEtcd(cluster: KubeTestCluster): Promise<void> {
+  if (cluster.etcd.running(0)) await cluster.ready(API_SERVER_READY_MS);
+  else await cluster.etcd.restart(0);
+}
+
+/**
+ * Starts the run's API server again if its process is gone (killed by someone, crashed): what a
+ * kubelet does for a static pod. `true` when it did. Not while a fault holds it down on purpose:
+ * the caller knows.
+ */
+export async function reviveApiServer(cluster: KubeTestCluster): Promise<boolean> {
+  const pid = cluster.pid;
+  if (pid !== undefined && alive(pid)) return false;
+  // Dead under a PID the handle still holds: forget it (a kill of no process), then start anew.
+  if (pid !== undefined) await cluster.kill();
+  await cluster.restart();
+  return true;
+}
+
+/** The detail's note of a restart that took more than one attempt. */
+function retries(attempts: number): string {
+  return attempts > 1 ? ` (${attempts} attempts to start it)` : "";
+}
+
+/** A fault could not bring back what it stopped within its bound; `cause`: the last failure. */
+export class FaultRecoveryError extends Error {
+  override readonly name = "FaultRecoveryError";
+
+  /**
+   * @param what what was being brought back
+   * @param attempts attempts made
+   * @param cause the last failure
+   */
+  constructor(what: string, attempts: number, cause: unknown) {
+    super(`${what}: failed ${attempts} times over ${RESTART_BOUND_MS} ms: ${cause}`, { cause });
   }
 }
 
@@ -98,7 +197,7 @@ async function expireWatches({ cluster, client, identities }: FaultTarget): Prom
   let revision: number;
   try {
     await cluster.etcd.kill(0);
-    await cluster.etcd.restart(0);
+    await again("restart etcd", { attempts: 0 }, () => restartEtcd(cluster));
     for (let i = 0; i < 2; i++) await putBehind(cluster.etcd.endpoints[0], i);
     revision = await cluster.compact();
   } finally {

@@ -36,9 +36,11 @@ import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { identityResource, type KubeTestCluster } from "./cluster.ts";
 import { EndpointWriter, recordK8sChanges } from "./nemesis_cilium.ts";
-import { injectK8sFault } from "./nemesis_faults.ts";
+import { injectK8sFault, reviveApiServer } from "./nemesis_faults.ts";
+import { sleep } from "../../../abort.ts";
 import { plantK8s } from "./nemesis_garbage.ts";
 import { k8sCounts, k8sSnapshot } from "./nemesis_read.ts";
+import { HARNESS_RETRY_MS, retryingClient, untilServed } from "./nemesis_retry.ts";
 
 /** How a nemesis process reaches a Kubernetes store. */
 const k8sSpecSchema = z.object({
@@ -70,10 +72,16 @@ export function k8sSpec(spec: NemesisStoreSpec): K8sNemesisSpec {
   return k8sSpecSchema.parse(spec);
 }
 
-/** A bound on one direct read of the store. */
-function bounded(): { signal: AbortSignal } {
-  return { signal: AbortSignal.timeout(30_000) };
+/**
+ * The signal of one attempt of a harness list: the whole bound, as each page's request has the
+ * client's own deadline, whose timeout is retryable (an abort of this signal would not be).
+ */
+function attempt(): { signal: AbortSignal } {
+  return { signal: AbortSignal.timeout(HARNESS_RETRY_MS) };
 }
+
+/** How often the keeper looks at the run's API server (`#keep`). */
+const KEEPER_INTERVAL_MS = 2_000;
 
 let planted = 0;
 let revocations = 0;
@@ -83,7 +91,14 @@ export class K8sNemesisStore implements NemesisRunStore {
   readonly kind = "k8s";
   readonly spec: K8sNemesisSpec;
   readonly skewMs: number;
+  /** The client the store's record and the endpoint writer use: they retry on their own. */
   readonly #client: KubeClient;
+  /**
+   * The harness's own calls (snapshots, counts, garbage, Lease revocations, a fault's reads):
+   * each retried through the API-server and etcd restarts the run injects
+   * (`./nemesis_retry.ts`), each attempt bounded by the client's request deadline.
+   */
+  readonly #harness: KubeClient;
   readonly #cluster?: KubeTestCluster;
   /** Where the API server's log is kept when the store stops (the run's directory). */
   readonly #logDir?: string;
@@ -102,9 +117,11 @@ export class K8sNemesisStore implements NemesisRunStore {
     this.spec = spec;
     this.skewMs = spec.maxClockSkewMs;
     this.#client = client;
+    this.#harness = retryingClient(client);
     this.#cluster = cluster;
     this.#logDir = logDir;
     this.#identities = identityResource(spec.group);
+    if (cluster !== undefined) this.#keeper = this.#keep(cluster);
     if (cluster !== undefined && spec.heartbeatTimeoutMs !== undefined) {
       const writer = new EndpointWriter(client, this.#identities, spec.namespace);
       this.#endpoints = writer;
@@ -130,15 +147,23 @@ export class K8sNemesisStore implements NemesisRunStore {
   }
 
   async #identityObjects(): Promise<KubeObject[]> {
-    return (await listAll(this.#client, this.#identities, bounded())).items;
+    // The whole list is retried: a page's continue token does not survive a restart (410).
+    return (await untilServed(
+      "list identities",
+      () => listAll(this.#client, this.#identities, attempt()),
+    )).items;
   }
 
   async #leases(selector: string): Promise<KubeObject[]> {
-    const { items } = await listAll(this.#client, LEASES, {
-      namespace: this.spec.namespace,
-      labelSelector: selector,
-      ...bounded(),
-    });
+    const { items } = await untilServed(
+      `list Leases ${selector}`,
+      () =>
+        listAll(this.#client, LEASES, {
+          namespace: this.spec.namespace,
+          labelSelector: selector,
+          ...attempt(),
+        }),
+    );
     return items;
   }
 
@@ -153,7 +178,7 @@ export class K8sNemesisStore implements NemesisRunStore {
   plant(kind: string, targets: GarbageTargets): Promise<Planted> {
     return plantK8s(
       {
-        client: this.#client,
+        client: this.#harness,
         identities: this.#identities,
         endpoints: { ...this.#identities, plural: "ciliumendpoints", namespaced: true },
         namespace: this.spec.namespace,
@@ -170,13 +195,13 @@ export class K8sNemesisStore implements NemesisRunStore {
     revocations++;
     try {
       if (random() < 0.5) {
-        const deleted = await this.#client.delete(LEASES, name, { namespace, ...bounded() });
+        const deleted = await this.#harness.delete(LEASES, name, { namespace });
         return deleted ? `deleted ${node}'s Lease ${name}` : `${node} had no Lease`;
       }
       const epoch = `revoked${revocations}`;
-      await this.#client.patch(LEASES, name, {
+      await this.#harness.patch(LEASES, name, {
         metadata: { annotations: { [EPOCH_ANNOTATION]: epoch } },
-      }, { type: "merge", namespace, ...bounded() });
+      }, { type: "merge", namespace });
       return `changed the epoch of ${node}'s Lease ${name} to ${epoch}`;
     } catch (err) {
       if (isStatus(err, 404)) return `${node} had no Lease`;
@@ -200,15 +225,56 @@ export class K8sNemesisStore implements NemesisRunStore {
   async injectFault(kind: string, random: () => number): Promise<StoreFaultOutcome> {
     const cluster = this.#cluster;
     if (cluster === undefined) throw new Error(`${kind}: the store has no API server of its own`);
-    return await injectK8sFault(
-      { cluster, client: this.#client, identities: this.#identities },
-      kind,
-      random,
-    );
+    this.#faulting++;
+    try {
+      return await injectK8sFault(
+        { cluster, client: this.#harness, identities: this.#identities },
+        kind,
+        random,
+      );
+    } finally {
+      this.#faulting--;
+    }
+  }
+
+  /** Store faults in progress (the keeper leaves the API server to them meanwhile). */
+  #faulting = 0;
+  readonly #stopKeeper = new AbortController();
+  #keeper?: Promise<void>;
+  /** When and why the keeper started the API server again (see {@linkcode #keep}). */
+  readonly revived: string[] = [];
+
+  /**
+   * The keeper of a store with its own API server: every {@linkcode KEEPER_INTERVAL_MS}, outside
+   * a store fault, an API server whose process is gone is started again. Three runs in a row (at
+   * load 30–40) lost their API server for good a while into the run, each time with no restart
+   * attempted (no new process in its log, no fault record of it): a death outside any fault of
+   * the run, which no retry of the harness outlives. Each revival is written to stderr and kept
+   * in {@linkcode revived}.
+   */
+  async #keep(cluster: KubeTestCluster): Promise<void> {
+    const signal = this.#stopKeeper.signal;
+    while (!signal.aborted) {
+      await sleep(KEEPER_INTERVAL_MS, signal).catch(() => {});
+      if (signal.aborted || this.#faulting > 0) continue;
+      try {
+        const since = Date.now();
+        if (await reviveApiServer(cluster)) {
+          const line = `${new Date(since).toISOString()}: the run's kube-apiserver was gone ` +
+            `outside any fault; started again in ${Date.now() - since} ms`;
+          this.revived.push(line);
+          console.error(`nemesis k8s store: ${line}`);
+        }
+      } catch (err) {
+        console.error(`nemesis k8s store: could not start the run's kube-apiserver again: ${err}`);
+      }
+    }
   }
 
   /** Closes the client; stops the API server when the store owns it. */
   async [Symbol.asyncDispose](): Promise<void> {
+    this.#stopKeeper.abort();
+    await this.#keeper;
     try {
       await this.#endpoints?.[Symbol.asyncDispose]();
       await this.#client.close();
