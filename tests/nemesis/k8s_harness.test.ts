@@ -17,6 +17,8 @@ import {
   startKubeApiServer,
 } from "../../src/backends/k8s/testing/cluster.ts";
 import type { KubeClient } from "../../src/backends/k8s/client.ts";
+import { HELD_PREFIX, nodeRefsObject, refsName } from "../../src/backends/k8s/layout.ts";
+import { LEASES } from "../../src/backends/k8s/options.ts";
 import { StoreConnectionRefusedError } from "../../src/errors.ts";
 import type { StoreChange } from "../../src/testing/store_changes.ts";
 import { eventually, k8sTest, sharedCluster } from "../backends/k8s/_helpers.ts";
@@ -152,6 +154,67 @@ k8sTest(
     } finally {
       await client.delete(identities, "400");
       await client.delete(identities, "401");
+    }
+  },
+);
+
+k8sTest(
+  "k8s record: a node's reference object is its references, written before or after the identity, and in a deleted identity's last state",
+  async () => {
+    // Nodes keep their references in their own objects (`idalloc-refs-<node>`), not on the
+    // identity: a record that read only annotations would see no idalloc node holding anything,
+    // and the deletions check could never find a held identity deleted.
+    const key = "k8s:app=k10;";
+    const cluster = await sharedCluster();
+    const identities = await cluster.installIdentityCrd();
+    await cluster.installCrd(endpointCrd(identities.group));
+    await using client = await cluster.client("admin", NAMESPACE);
+    const changes: StoreChange[] = [];
+    await using _recorder = await recordK8sChanges(
+      { client, identities, namespace: NAMESPACE },
+      (c) => changes.push(c),
+    );
+    const refs = () =>
+      changes.filter((c): c is Extract<StoreChange, { t: "ref" }> =>
+        c.t === "ref" && c.key === key
+      );
+    const drop = (id: number) =>
+      client.patch(LEASES, refsName("w1"), {
+        metadata: { annotations: { [`${HELD_PREFIX}${id}`]: null } },
+      }, { type: "merge", namespace: NAMESPACE });
+    try {
+      // The reference goes out beside the create, so it may land first.
+      await client.create(LEASES, nodeRefsObject("w1", new Map([[410, "e1"]])), {
+        namespace: NAMESPACE,
+      });
+      await sleep(300);
+      await client.create(identities, {
+        apiVersion: `${identities.group}/v2`,
+        metadata: { name: "410" },
+        "security-labels": { "k8s:app": "k10" },
+      });
+      await eventually(() => refs().length >= 1, "w1's reference recorded");
+      assert.deepEqual(refs().map((r) => [r.node, r.id]), [["w1", 410]]);
+      await client.delete(identities, "410");
+      const deleted = () =>
+        changes.find((c): c is Extract<StoreChange, { t: "deleted" }> =>
+          c.t === "deleted" && c.id === 410
+        );
+      await eventually(() => deleted() !== undefined, "the deletion recorded");
+      assert.deepEqual(deleted()!.refs, { w1: "e1" });
+      // Created again, then let go of by its node: the object's change is the drop.
+      await client.create(identities, {
+        apiVersion: `${identities.group}/v2`,
+        metadata: { name: "410" },
+        "security-labels": { "k8s:app": "k10" },
+      });
+      await eventually(() => refs().length >= 3, "the reference again");
+      await drop(410);
+      await eventually(() => refs().length >= 4, "the drop recorded");
+      assert.deepEqual(refs().map((r) => r.id), [410, null, 410, null]);
+    } finally {
+      await client.delete(identities, "410").catch(() => {});
+      await client.delete(LEASES, refsName("w1"), { namespace: NAMESPACE }).catch(() => {});
     }
   },
 );

@@ -1,11 +1,12 @@
 /**
  * The Kubernetes side of a nemesis run beside Cilium nodes in CRD mode (`--cilium N` on `k8s`):
  *
- * - **The store's record** ({@linkcode recordK8sChanges}): three list-and-watch loops — the
- *   identities (each a master; each `ref.idalloc.io/<node>` annotation a reference on the lease
- *   named by its epoch), the run's `CiliumEndpoint`s (each a Cilium node's reference, lease
- *   `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records in the
- *   store's order (resource versions are etcd revisions, one order for all three). A deleted
+ * - **The store's record** ({@linkcode recordK8sChanges}): four list-and-watch loops — the
+ *   identities (each a master), the nodes' reference objects (each `held.idalloc.io/<id>` a
+ *   reference on the lease named by its epoch, as is a `ref.idalloc.io/<node>` annotation of the
+ *   older layout on an identity), the run's `CiliumEndpoint`s (each a Cilium node's reference,
+ *   lease `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records in the
+ *   store's order (resource versions are etcd revisions, one order for all four). A deleted
  *   identity is also recorded with its last state (`deleted`: its references and mark), which
  *   the nemesis judges against the Leases and endpoints at that revision. A watch that ends is
  *   resumed; one that expires (`410`) or fails re-lists, records a `gap`, and infers what vanished
@@ -20,7 +21,14 @@ import { sleep } from "../../../abort.ts";
 import type { StoreChange } from "../../../testing/store_changes.ts";
 import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
-import { NODE_SELECTOR, readIdentity, readNodeLease } from "../layout.ts";
+import {
+  NODE_SELECTOR,
+  readIdentity,
+  readNodeLease,
+  readNodeRefs,
+  REFS_SELECTOR,
+  refsName,
+} from "../layout.ts";
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 
@@ -86,7 +94,7 @@ interface Kind {
  * and a removal is recorded only when no identity of the key carries the node's reference any more
  * (or as a move to the one it still carries).
  */
-function identityKind(res: KubeResourceDescriptor): Kind {
+function pairBook() {
   /** Per `key \0 node`: the IDs its references name now (ID → epoch), oldest addition first. */
   const held = new Map<string, Map<number, string>>();
   /** Per `key \0 node`: what the record says now (`id epoch`), to skip a change that is none. */
@@ -118,6 +126,27 @@ function identityKind(res: KubeResourceDescriptor): Kind {
     ids.set(id, epoch);
     held.set(pair, ids);
   };
+  return { pairRef, drop, add };
+}
+
+/**
+ * What the two kinds that carry idalloc's references share: the references of the nodes'
+ * reference objects by identity (ID → node → epoch) and the key each stored identity has, so that
+ * a reference is recorded under its key whichever of the two watches shows it first.
+ */
+interface RefsView {
+  readonly book: ReturnType<typeof pairBook>;
+  readonly byId: Map<number, Map<string, string>>;
+  readonly keys: Map<number, string>;
+}
+
+/** An identity's references: its annotations (the older layout) and the objects naming it. */
+function refsOf(view: RefsView, record: { id: number; refs: ReadonlyMap<string, string> }) {
+  return new Map([...record.refs, ...view.byId.get(record.id) ?? []]);
+}
+
+function identityKind(res: KubeResourceDescriptor, view: RefsView): Kind {
+  const { pairRef, drop, add } = view.book;
   return {
     res,
     diff(before, after, r, at, inferred) {
@@ -127,8 +156,10 @@ function identityKind(res: KubeResourceDescriptor): Kind {
       const now = a?.ok ? a.record : undefined;
       const out: StoreChange[] = [];
       if (was && (!now || now.key !== was.key)) {
+        view.keys.delete(was.id);
+        const wasRefs = refsOf(view, was);
         out.push({ t: "master", rev: r, at, id: was.id, key: null });
-        for (const node of was.refs.keys()) {
+        for (const node of wasRefs.keys()) {
           drop(was.key, node, was.id);
           out.push(...pairRef(r, at, was.key, node));
         }
@@ -139,13 +170,14 @@ function identityKind(res: KubeResourceDescriptor): Kind {
             at,
             id: was.id,
             key: was.key,
-            refs: Object.fromEntries(was.refs),
+            refs: Object.fromEntries(wasRefs),
             marked: was.mark !== undefined,
             ...(inferred ? { inferred } : {}),
           });
         }
       }
       if (!now) return out;
+      view.keys.set(now.id, now.key);
       const fresh = !was || now.key !== was.key;
       if (fresh) {
         out.push({
@@ -157,8 +189,10 @@ function identityKind(res: KubeResourceDescriptor): Kind {
           ...(now.created > 0 ? { created: now.created } : {}),
         });
       }
+      // A new identity takes the references its nodes' objects already name (written beside
+      // the create); later, its own events change only its annotations.
       const old = fresh ? new Map<string, string>() : was!.refs;
-      for (const [node, epoch] of now.refs) {
+      for (const [node, epoch] of fresh ? refsOf(view, now) : now.refs) {
         if (old.get(node) !== epoch) {
           add(now.key, node, now.id, epoch);
           out.push(...pairRef(r, at, now.key, node));
@@ -204,6 +238,53 @@ function endpointKind(res: KubeResourceDescriptor, namespace: string): Kind {
           id: a.id,
           lease: ENDPOINT_LEASE,
         });
+      }
+      return out;
+    },
+  };
+}
+
+/**
+ * The nodes' reference objects (`idalloc-refs-<node>`, one per node, written only by it): each
+ * ID added or removed is a reference of that node to the identity's key, recorded once the
+ * identity is known (else when it appears, by {@linkcode identityKind}).
+ */
+function refsKind(namespace: string, view: RefsView): Kind {
+  const { pairRef, drop, add } = view.book;
+  const read = (obj: KubeObject | undefined) => {
+    const r = obj ? readNodeRefs(obj) : undefined;
+    // An object named for another node does not speak for its holder (as the judges read it).
+    return r !== undefined && r.name === refsName(r.node) ? r : undefined;
+  };
+  return {
+    res: LEASES,
+    namespace,
+    labelSelector: REFS_SELECTOR,
+    diff(before, after, r, at) {
+      const b = read(before);
+      const a = read(after);
+      const node = a?.node ?? b?.node;
+      if (node === undefined) return [];
+      const out: StoreChange[] = [];
+      for (const [id, epoch] of a?.refs ?? []) {
+        if (b?.refs.get(id) === epoch) continue;
+        let nodes = view.byId.get(id);
+        if (nodes === undefined) view.byId.set(id, nodes = new Map());
+        nodes.set(node, epoch);
+        const key = view.keys.get(id);
+        if (key === undefined) continue;
+        add(key, node, id, epoch);
+        out.push(...pairRef(r, at, key, node));
+      }
+      for (const id of b?.refs.keys() ?? []) {
+        if (a?.refs.has(id)) continue;
+        const nodes = view.byId.get(id);
+        nodes?.delete(node);
+        if (nodes?.size === 0) view.byId.delete(id);
+        const key = view.keys.get(id);
+        if (key === undefined) continue;
+        drop(key, node, id);
+        out.push(...pairRef(r, at, key, node));
       }
       return out;
     },
@@ -317,8 +398,10 @@ export async function recordK8sChanges(
   record: (change: StoreChange) => void,
 ): Promise<AsyncDisposable> {
   const stop = new AbortController();
+  const view: RefsView = { book: pairBook(), byId: new Map(), keys: new Map() };
   const kinds = [
-    identityKind(identities),
+    identityKind(identities, view),
+    refsKind(namespace, view),
     endpointKind(endpointResource(identities), namespace),
     leaseKind(namespace),
   ];
