@@ -112,15 +112,15 @@ Deno.test("nemesis: .ci/run's invocations still parse, with their growth run", a
   // CI loops over the registry's kinds (through a shell function): each line runs once per backend.
   for (const line of lines) {
     for (const kind of BACKENDS.map((b) => b.kind)) {
-      const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").replace(/"\$(kind|1)"/, kind).split(
-        /\s+/,
-      );
+      const seconds = kind === "k8s" ? "90" : "60"; // the function's `seconds` per backend
+      const args = line.replace(/"\$\{[A-Z_]+\}"/g, "all").replace(/"\$(kind|1)"/, kind)
+        .replace(/"\$seconds"/, seconds).split(/\s+/);
       const o = parseOptions(args)!;
       assert.deepEqual(o.runs.map((r) => r.backend), [kind], line);
       // The default workload's runs carry a growth run; the key-side runs do not.
-      assert.equal(o.growthOps, o.workload === "keyside" ? 0 : 20_000, line);
-      // Kubernetes' API server takes longest to start: 48 s of faults there, 60 or more elsewhere.
-      assert.ok(o.runs.every((r) => r.seconds === 90 && r.faultSeconds >= 45), line);
+      assert.equal(o.growthOps, o.workload === "keyside" ? 0 : 10_000, line);
+      // Every backend gets 40 s of faults or more: Kubernetes' API server takes longest to start.
+      assert.ok(o.runs.every((r) => r.faultSeconds >= 40), `${kind}: ${line}`);
     }
   }
 });

@@ -43,6 +43,8 @@
  * import { K8sBackend } from "@idalloc/idalloc/k8s";
  * import { DoubleWriteBackend } from "./backend.ts";
  *
+ * // Needs etcd and an API server: a function here, so that the doc tests type-check it without
+ * // calling it.
  * async function migrate(): Promise<number> {
  *   await using kvstore = await EtcdBackend.connect({ endpoints: ["http://127.0.0.1:2379"], node: "n1" });
  *   await using crd = await K8sBackend.connect({ node: "n1", kubeconfig: "kubeconfig" });
