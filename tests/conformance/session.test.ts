@@ -14,6 +14,7 @@ import type {
 import { ReadOnlyError } from "../../src/errors.ts";
 import { testEachBackendAndMode } from "../_support/factories.ts";
 import type { StoreFixture } from "../../src/testing/fixture.ts";
+import { eventually } from "../_support/eventually.ts";
 import { openNode } from "./_helpers.ts";
 
 const ALL = { min: 0, max: Number.MAX_SAFE_INTEGER };
@@ -111,7 +112,15 @@ testEachBackendAndMode(
     const { id } = await a.acquire(request("mine;", 100));
 
     await fx.deleteMaster(id);
-    const [recreated] = await a.ensure([{ key: "mine;", id }], signal);
+    // A backend may check held keys from its watch (Kubernetes does, instead of a GET per key):
+    // until the deletion reaches it, the master still looks present, so ensure is asked again.
+    let recreated = (await a.ensure([{ key: "mine;", id }], signal))[0];
+    await eventually(async () => {
+      if (recreated.master === "ok") {
+        recreated = (await a.ensure([{ key: "mine;", id }], signal))[0];
+      }
+      return recreated.master !== "ok";
+    }, "ensure sees the master gone");
     assert.equal(recreated.master, "recreated");
     assert.equal((await fx.masters()).get(id), "mine;");
 

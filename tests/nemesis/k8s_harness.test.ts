@@ -104,6 +104,31 @@ Deno.test("k8s harness: a call still refused after its bound fails with HarnessR
   assert.ok(err.cause instanceof StoreConnectionRefusedError);
 });
 
+/**
+ * A fresh identity resource (and its endpoints, which the record lists too) on the shared server,
+ * an admin client of it and the store's record of it, stopped on dispose.
+ */
+async function recording() {
+  const cluster = await sharedCluster();
+  const identities = await cluster.installIdentityCrd();
+  await cluster.installCrd(endpointCrd(identities.group));
+  const client = await cluster.client("admin", NAMESPACE);
+  const changes: StoreChange[] = [];
+  const recorder = await recordK8sChanges(
+    { client, identities, namespace: NAMESPACE },
+    (c) => changes.push(c),
+  );
+  return {
+    client,
+    identities,
+    changes,
+    async [Symbol.asyncDispose]() {
+      await recorder[Symbol.asyncDispose]();
+      await client[Symbol.asyncDispose]();
+    },
+  };
+}
+
 k8sTest(
   "k8s record: a node moving from its duplicate to the key's older identity keeps its reference",
   async () => {
@@ -111,16 +136,8 @@ k8sTest(
     // idalloc node does when its create raced a Cilium agent's). Recorded per identity, the drop
     // read as w0 letting go of K while it held 400 (seed 1's `k8s:app=k71;`).
     const key = "k8s:app=k9;";
-    const cluster = await sharedCluster();
-    const identities = await cluster.installIdentityCrd();
-    // The record lists the endpoints too.
-    await cluster.installCrd(endpointCrd(identities.group));
-    await using client = await cluster.client("admin", NAMESPACE);
-    const changes: StoreChange[] = [];
-    await using _recorder = await recordK8sChanges(
-      { client, identities, namespace: NAMESPACE },
-      (c) => changes.push(c),
-    );
+    await using rec = await recording();
+    const { client, identities, changes } = rec;
     const create = (id: number, refs: Record<string, string>) =>
       client.create(identities, {
         apiVersion: `${identities.group}/v2`,
@@ -165,15 +182,8 @@ k8sTest(
     // identity: a record that read only annotations would see no idalloc node holding anything,
     // and the deletions check could never find a held identity deleted.
     const key = "k8s:app=k10;";
-    const cluster = await sharedCluster();
-    const identities = await cluster.installIdentityCrd();
-    await cluster.installCrd(endpointCrd(identities.group));
-    await using client = await cluster.client("admin", NAMESPACE);
-    const changes: StoreChange[] = [];
-    await using _recorder = await recordK8sChanges(
-      { client, identities, namespace: NAMESPACE },
-      (c) => changes.push(c),
-    );
+    await using rec = await recording();
+    const { client, identities, changes } = rec;
     const refs = () =>
       changes.filter((c): c is Extract<StoreChange, { t: "ref" }> =>
         c.t === "ref" && c.key === key

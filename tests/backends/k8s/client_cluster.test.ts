@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parse } from "../../../src/deps/yaml.ts";
-import { alive } from "../../../src/backends/etcd/testing/cluster.ts";
+import { alive } from "../../../src/testing/process_alive.ts";
 import { CILIUM_CRD_DIR, startKubeApiServer } from "../../../src/backends/k8s/testing/cluster.ts";
 import {
   type CrdManifest,

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { alive } from "../../../src/backends/etcd/testing/cluster.ts";
+import { alive } from "../../../src/testing/process_alive.ts";
 import { kubeApiserverUnavailable } from "../../../src/backends/k8s/testing/cluster.ts";
 import { main } from "../../../src/cli/main.ts";
 import { Capture } from "../../cli/_run.ts";

@@ -25,6 +25,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { connect as connectTls, type ConnectionOptions } from "node:tls";
 import { isFile, onPath } from "../../../testing/runtime.ts";
+import { alive } from "../../../testing/process_alive.ts";
 import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 
 /** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
@@ -176,18 +177,6 @@ export async function freePort(): Promise<number> {
   const port = await bindable(0);
   if (port === undefined) throw new Error("no free loopback port");
   return port;
-}
-
-/** Whether process `pid` runs (a zombie does not: it has released its ports). */
-export function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The state follows the parenthesised command name; a zombie has released its ports.
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-    return state !== "Z" && state !== "X";
-  } catch {
-    return false;
-  }
 }
 
 function delay(ms: number): Promise<void> {

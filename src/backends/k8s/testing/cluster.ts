@@ -38,13 +38,13 @@ import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import {
-  alive,
   attachEtcd,
   type EtcdCluster,
   freePort,
   startEtcd,
   WRAPPER,
 } from "../../etcd/testing/cluster.ts";
+import { alive } from "../../../testing/process_alive.ts";
 import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 import { createKubeClient, type KubeClient, type KubeResourceDescriptor } from "../client.ts";
 import { DEFAULT_NAMESPACE } from "../coordination.ts";

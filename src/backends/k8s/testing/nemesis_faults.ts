@@ -23,7 +23,7 @@ import type { KubeClient, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import type { KubeTestCluster } from "./cluster.ts";
 import { API_SERVER_READY_MS, HARNESS_RETRY_MS } from "./nemesis_retry.ts";
-import { alive } from "../../etcd/testing/cluster.ts";
+import { alive } from "../../../testing/process_alive.ts";
 
 /** The store's faults, each with the report's label. */
 export const K8S_STORE_FAULTS = {
