@@ -227,7 +227,12 @@ k8sTest(
       await plantClaim(fx, KEY, 500);
       await stall();
     };
-    const [report] = await s.ensure([{ key: KEY, id }], deadline());
+    // Held keys are checked from the watch: until the deletion reaches it, ensure sees no damage.
+    let [report] = await s.ensure([{ key: KEY, id }], deadline());
+    await eventually(async () => {
+      if (report.master === "ok") [report] = await s.ensure([{ key: KEY, id }], deadline());
+      return report.master !== "ok";
+    }, "ensure sees the identity gone");
     assert.equal(report.master, "conflict");
     assert.equal(await fx.identity(id), undefined, "the re-created identity was removed again");
   },
