@@ -111,7 +111,7 @@ export async function identityAllocateCommand(
   await aborted(ctx.interrupt);
   using grace = deadline(RELEASE_GRACE_MS);
   // The identity the labels have now: a held one whose ID went to other labels has moved.
-  const held = identities.lookup(identity.labels) ?? identity;
+  const held = await identities.resolve(identity.labels, { signal: grace }) ?? identity;
   if (held.id !== identity.id && !ctx.options.json) {
     output.warn(`${identity.labels} moved from identity ${identity.id} to ${held.id}`);
   }
