@@ -20,12 +20,12 @@ import { execFile } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { connect as connectTls, type ConnectionOptions } from "node:tls";
 import { isFile, onPath } from "../../../testing/runtime.ts";
 import { alive } from "../../../testing/process_alive.ts";
+import { serverDataRoot } from "../../../testing/server_data.ts";
 import { acquireSlot, type Slot } from "../../../testing/slots.ts";
 
 /** Where Debian's `etcd-server` puts the binary (used when `etcd` is not on PATH). */
@@ -282,7 +282,7 @@ async function planCluster(options: StartEtcdOptions): Promise<Plan> {
       "etcd is not installed (no `etcd` on PATH, no /usr/bin/etcd): apt-get install etcd-server",
     );
   }
-  const base = await mkdtemp(join(tmpdir(), "idalloc-etcd-"));
+  const base = await mkdtemp(join(serverDataRoot(), "idalloc-etcd-"));
   const members: Member[] = [];
   for (let i = 0; i < (options.members ?? 1); i++) {
     members.push({
