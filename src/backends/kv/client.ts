@@ -14,7 +14,7 @@ import {
 } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { KvContext } from "./context.ts";
-import { BUSY_MAX_DELAY_MS, BUSY_RETRIES, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
+import { BUSY_MAX_DELAY_MS, BUSY_MAX_WAIT_MS, MAX_GET_MANY, MAX_LIST_BATCH } from "./limits.ts";
 import { formatKey, isKvU64 } from "./schema.ts";
 import type { StoreTelemetry } from "../../telemetry/store.ts";
 
@@ -247,6 +247,7 @@ async function guard<T>(
   fn: () => Promise<T>,
   beforeRetry?: () => void,
 ): Promise<T> {
+  let busySince: number | undefined;
   for (let attempt = 0;; attempt++) {
     try {
       // Raced against the caller's signal: a call can wait on SQLite's write lock for as long as
@@ -259,7 +260,7 @@ async function guard<T>(
       // SQLite refuses a transaction while another handle or process writes the same file. The
       // transaction was not applied, so retrying is safe (and a retried guarded commit that did
       // apply would just fail its checks and take the re-read path).
-      if (isBusy(err) && attempt < BUSY_RETRIES) {
+      if (isBusy(err) && Date.now() - (busySince ??= Date.now()) < BUSY_MAX_WAIT_MS) {
         stats.telemetry?.retry(what, err);
         await sleep(Math.random() * Math.min(BUSY_MAX_DELAY_MS, 2 ** attempt), signal);
         beforeRetry?.();

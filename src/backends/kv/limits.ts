@@ -45,8 +45,13 @@ export const GC_FIXED_CHECKS = 3;
 /** Overhead allowed for the V8 serialization of a master value `{ key }`, in bytes. */
 export const MASTER_VALUE_OVERHEAD = 64;
 
-/** Retries of a round trip that SQLite refused as busy ("database is locked") before giving up. */
-export const BUSY_RETRIES = 100;
+/**
+ * How long a round trip that SQLite refuses as busy ("database is locked") is retried before it
+ * fails as unavailable, in ms. Time, not a count: the writer holding the lock may be another
+ * process the machine has not scheduled for seconds (100 retries, about 2.5 s, failed opens and
+ * commits of 3 processes on one file at load 40).
+ */
+export const BUSY_MAX_WAIT_MS = 30_000;
 /** Upper bound of the jittered wait between busy retries, in ms. */
 export const BUSY_MAX_DELAY_MS = 50;
 /**

@@ -17,6 +17,9 @@ await using backend = await K8sBackend.connect({
   namespace,
   resource: { group },
   maxClockSkewMs: 500,
+  // The race is about allocation, not connecting: three processes starting at once on a loaded
+  // machine waited on the API server's first answer for longer than the default 5 s.
+  connectTimeoutMs: 30_000,
 });
 await using alloc = await Allocator.open(backend, {
   min: 256,
