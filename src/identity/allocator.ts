@@ -445,23 +445,17 @@ export class IdentityAllocator implements AsyncDisposable {
    */
   async resolve(labels: Labels, options?: CallOptions): Promise<Identity | undefined> {
     this.#checkOpen();
-    if (labels.size > 0 && !this.reserved.lookupByLabels(labels) && this.#holds(labels)) {
+    const known = this.lookup(labels);
+    if (known !== undefined && this.#held.get(known.id)?.equals(labels)) {
       // A held label set is answered as the allocator's get answers it: while the node is fenced
       // and the set is being re-checked, once the re-check is done — the cache may still show the
       // ID it is leaving (a release reported with that ID would name the wrong identity).
       const id = await this.#main.get(labels, { signal: this.#signal(options) });
       if (id !== undefined && id <= MAX_NUMERIC_IDENTITY) return { id, labels };
     }
-    const known = this.lookup(labels);
     if (known || labels.size === 0 || this.#cacheFor(scopeForLabels(labels))) return known;
     const id = await this.#main.getNoCache(labels, { signal: this.#signal(options) });
     return id === undefined || id > MAX_NUMERIC_IDENTITY ? undefined : { id, labels };
-  }
-
-  /** Whether this node holds a global identity of `labels`. */
-  #holds(labels: Labels): boolean {
-    for (const held of this.#held.values()) if (held.equals(labels)) return true;
-    return false;
   }
 
   /**
