@@ -32,6 +32,12 @@
  * call answers what Cilium's own lookup answers. Later arrivals are the core's to catch (a second
  * master of a held key).
  *
+ * **Looking before creating, when the index may lag.** The index is the only thing that tells this
+ * node that an agent gave the key an identity. Where it is not provably current (the watch broke or
+ * went silent: `view_freshness.ts`), a create is preceded by a consistent list of the key's
+ * identities, and one found is joined instead. An index proven current costs nothing more: a new
+ * key stays 3 requests in 2 round trips.
+ *
  * An identity is created only right after this node's own guarded write of the claim (create,
  * move or touch), and a create that came more than half a lease TTL after the call started is
  * confirmed by another touch of the claim, or removed again (`claim.ts` has the argument: no
@@ -84,7 +90,7 @@ import {
 } from "./layout.ts";
 import type { LeaseKeeper } from "./lease.ts";
 import { MAX_ACQUIRE_ROUNDS, MAX_LEASE_CHASES } from "./limits.ts";
-import { createMaster, creatorOf } from "./master.ts";
+import { createMaster, creatorOf, identitiesOfKey } from "./master.ts";
 import { LEASES } from "./options.ts";
 import { guardedMergePatch, joinPatch, repairPatch } from "./patch.ts";
 import type { RefKeeper } from "./refs.ts";
@@ -442,6 +448,8 @@ class AcquireRun {
     const { key, signal, trail } = this.#req;
     // Stored before the create (already, when it went out beside the claim).
     await this.#hold(step.id, epoch);
+    const existing = await this.#lookFirst(step.id);
+    if (existing !== undefined) return existing;
     if (trail) trail.unconfirmed = { id: step.id, mark: createMark(epoch, step.claimRv) };
     const made = await createMaster(this.#client, ctx, { id: step.id, key, epoch }, signal);
     if (trail) trail.unconfirmed = undefined;
@@ -462,6 +470,40 @@ class AcquireRun {
     this.#createdId = step.id;
     this.#observed(step.id, made);
     return this.#written(step.id, rvOf(made), epoch, step.claimRv);
+  }
+
+  /**
+   * Before creating identity `id` on the index's word that the key has none: when the index is not
+   * provably current (its watch broke or went silent, `view_freshness.ts`), the key's identities as
+   * the store holds them now (a consistent list, `identitiesOfKey`) enter the index, and Cilium's
+   * answer among them is joined instead of creating (`undefined`: create). The common path, an
+   * index proven current, sends nothing more.
+   *
+   * Why idalloc nodes still never give a key two identities themselves (`claim.ts`): this step only
+   * ever replaces a create by a join, never adds one. Every identity an idalloc node creates still
+   * follows its own guarded write of the key's claim, within half a lease TTL of the call's start
+   * (the read counts against it: `#since` is the start) or confirmed by another touch afterwards;
+   * the claim, not this read, keeps two idalloc nodes from creating two identities of one key. The
+   * read only closes what the claim cannot: Cilium's agents create without it, so an agent's
+   * identity is known to this node only through the store, and a lagging index must not answer for
+   * the store. A claim left naming an identity not created (`id`) costs nothing: a node following
+   * it reads first too when its index lags (else its index shows the joined identity), and GC
+   * removes the claim once it is quiet. What an agent creates between this read and the create is
+   * the same-instant race a current index has as well (the nemesis calls it `raced`).
+   */
+  async #lookFirst(id: number): Promise<Next | undefined> {
+    const { ctx, informer } = this.#parts;
+    if (informer.freshness.current) return undefined;
+    const { key, signal, range } = this.#req;
+    for (const obj of await identitiesOfKey(this.#client, ctx, key, signal)) informer.observe(obj);
+    const answer = informer.index.answer(key);
+    if (answer === undefined || answer.id === id) return undefined;
+    log.info("identity {found} of {key} found before creating {id}: the index lagged; joined", {
+      found: answer.id,
+      key,
+      id,
+    });
+    return firstStep(key, answer, range);
   }
 
   /**

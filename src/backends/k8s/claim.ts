@@ -39,6 +39,16 @@
  * version its create returned ({@linkcode retract}), and starts over from the claim. No answer is
  * ever given from an identity created while the claim may have named something else.
  *
+ * **Looking before creating (beside Cilium's agents).** The claim orders idalloc's creates only:
+ * Cilium's agents create identities without it, and a node learns of theirs only from its
+ * informer. So where the informer is not provably current (`view_freshness.ts`), `acquire` reads the
+ * key's identities from the store (a consistent list) right before it would create one, and joins
+ * the oldest it finds instead. That step only ever turns a create into a join, never adds one, so
+ * the argument above is unchanged: every identity an idalloc node creates still follows its own
+ * guarded write of the claim within {@linkcode confirmAfterMs} of the call's start (the read counts
+ * against that time) or is confirmed afterwards, and no idalloc node ever gives a key a second
+ * identity itself.
+ *
  * Left open (documented): an identity that exists but that the node's informer has not shown yet,
  * which GC deletes within the node's two writes while another node moves the claim off it; and
  * allocators with different ranges on one store, one of which moves a claim whose ID lies outside

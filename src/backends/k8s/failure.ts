@@ -6,8 +6,10 @@
  *   `StoreTlsError` (with its `TlsProblem`) or `StoreUnavailableError`;
  * - **an answer that is a failure**: {@linkcode answerFailure} turns it into
  *   `StoreAccessDeniedError` (401: the credentials; 403: the verb, the resource and the RBAC rule
- *   to add), `ResourceNotInstalledError` (the CRD is missing), `NotKubernetesApiError` (not
- *   Kubernetes answered) or, for every other `Status`, {@linkcode KubeApiError}.
+ *   to add), `ResourceNotInstalledError` (the CRD is missing), `StoreUnavailableError` (a 502, 503
+ *   or 504 without a `Status`: a proxy, a load balancer or a server not ready, retried),
+ *   `NotKubernetesApiError` (not Kubernetes answered) or, for every other `Status`,
+ *   {@linkcode KubeApiError}.
  *
  * @example A 403 names the rule to add
  * ```ts
@@ -128,6 +130,34 @@ export function notKubernetes(
   );
 }
 
+/**
+ * Statuses that say "not now" whoever sends them: 502 Bad Gateway, 503 Service Unavailable, 504
+ * Gateway Timeout. Proxies and load balancers in front of an API server send them as plain text or
+ * HTML, and the scale bench met a 504 `text/plain` at load 57: the request may pass on the next
+ * try, so a body that is no `Status` does not make the server "not Kubernetes".
+ */
+const GATEWAY_FAILURES: ReadonlySet<number> = new Set([502, 503, 504]);
+
+/**
+ * The retryable error for a 502/503/504 whose body is no Kubernetes `Status` (see
+ * {@linkcode GATEWAY_FAILURES}); the answer's first line is quoted.
+ */
+function gatewayFailure(
+  ctx: FailureContext,
+  status: number,
+  contentType: string,
+  text: string,
+): StoreUnavailableError {
+  const kind = contentType.split(";")[0] || "no content type";
+  const title = /<title>([^<]{1,80})<\/title>/i.exec(text)?.[1]?.trim();
+  const line = title ?? text.trim().split("\n", 1)[0].slice(0, 120);
+  return new StoreUnavailableError(
+    `${ctx.server} (${ctx.source}) answered HTTP ${status} (${kind}` +
+      `${line ? `, "${line}"` : ""}): the API server, or a proxy or load balancer in front of ` +
+      "it, is unavailable or timed out",
+  );
+}
+
 /** The version Cilium v1.16 serves each of its CRDs that idalloc reads as, and its CRD file. */
 const CILIUM_CRDS: Readonly<Record<string, string>> = {
   ciliumidentities: "v2",
@@ -232,6 +262,7 @@ export function answerFailure(
     if (kubernetes && status === 404 && ctx.resource && /404 page not found/.test(text)) {
       return missingResource(ctx);
     }
+    if (GATEWAY_FAILURES.has(status)) return gatewayFailure(ctx, status, contentType, text);
     return notKubernetes(ctx, status, contentType, text);
   }
   const err = KubeApiError.fromStatus(body, status);
@@ -281,6 +312,11 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
   // A peer gone mid-handshake (rustls: "…without sending TLS close_notify", unexpected-eof) is
   // a server stopping or starting, not a TLS setup problem.
   if (/close_notify|unexpected.eof/i.test(text)) return "reset";
+  // A connection closed before the peer sent one byte of TLS (Node's words, ECONNRESET): a
+  // kube-apiserver that has bound its port but is not serving yet does that during a restart. It
+  // says nothing about the peer's protocol; one that answers in plain text is told by the bytes it
+  // sent ("wrong version number", rustls' InvalidContentType), below.
+  if (/disconnected before secure TLS/i.test(text)) return "reset";
   if (
     /certificate|handshake|SSL|TLS|self.signed|unable to verify|InvalidContentType|EPROTO|UnknownIssuer|NotValidForName/i
       .test(text)

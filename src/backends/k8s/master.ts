@@ -4,7 +4,9 @@
  * one re-created under the same ID (`ensure.ts`), each right after the node's own guarded write of
  * the key's claim (`claim.ts`). Creating the object by name is the allocation, as in Cilium's
  * `CRDBackend.AllocateID`: a second create of the name is refused (409), so a taken ID is an
- * answer, not a failure.
+ * answer, not a failure. {@linkcode identitiesOfKey} is the look before it where the informer may
+ * lag: a consistent read of the identities carrying a key (Cilium's agents create without a claim,
+ * so only the store shows theirs).
  *
  * It is kept apart as the seam for Cilium v1.17's double-write modes (`docs/kubernetes.md`,
  * "Later: Cilium v1.17's double-write modes"): there, the kvstore's master key of the same ID and key is written
@@ -30,7 +32,14 @@ import { errorMessage, InvalidKeyError } from "../../errors.ts";
 import type { K8sContext } from "./context.ts";
 import { LEASE_NAMESPACE_ANNOTATION } from "./coordination.ts";
 import { isStatus, type KubeClient, type KubeObject } from "./kube.ts";
-import { CREATOR_ANNOTATION, identityObject } from "./layout.ts";
+import {
+  CREATOR_ANNOTATION,
+  identityObject,
+  readIdentity,
+  sanitizedLabels,
+  securityLabelsOf,
+} from "./layout.ts";
+import { listAll } from "./paging.ts";
 
 /** What {@linkcode createMaster} needs of the backend's context. */
 export type MasterTarget = Pick<K8sContext, "identities" | "identityKind" | "node"> & {
@@ -91,4 +100,44 @@ export function identityRefused(key: string, err: unknown): InvalidKeyError {
 /** The value of `idalloc.io/creator` for `node` under `epoch`. */
 export function creatorOf(node: string, epoch: string): string {
   return `${node}/${epoch}`;
+}
+
+/**
+ * The label selector that finds every identity of `key` (see {@linkcode identitiesOfKey}): the
+ * key's labels as the identity's `metadata.labels` carry them, those with an empty value left out
+ * (a selector of fewer labels still matches; it only lists more). `undefined`: the key has no such
+ * label, and only a list of every identity finds its identities.
+ */
+export function keySelector(key: string): string | undefined {
+  const parts = Object.entries(sanitizedLabels(securityLabelsOf(key)))
+    .filter(([, value]) => value !== "")
+    .map(([name, value]) => `${name}=${value}`)
+    .sort();
+  return parts.length === 0 ? undefined : parts.join(",");
+}
+
+/**
+ * The identities carrying `key` in the store now, as objects: what to look at before creating one
+ * when the informer's index may lag (`view_freshness.ts`). A list without `resourceVersion` is
+ * consistent (read from etcd, not from the API server's watch cache, which may lag as the watch
+ * does), narrowed by {@linkcode keySelector}: Cilium's agents label an identity with the same
+ * `k8s:` labels (`SanitizeK8sLabels`), of which idalloc's rule keeps a subset. One round trip
+ * unless the key has more than a page of identities (or no selectable label: every identity is
+ * listed, paged).
+ */
+export async function identitiesOfKey(
+  client: KubeClient,
+  target: Pick<K8sContext, "identities">,
+  key: string,
+  signal: AbortSignal,
+): Promise<KubeObject[]> {
+  const labelSelector = keySelector(key);
+  const { items } = await listAll(client, target.identities, {
+    ...(labelSelector === undefined ? {} : { labelSelector }),
+    signal,
+  });
+  return items.filter((obj) => {
+    const read = readIdentity(obj);
+    return read.ok && read.record.key === key;
+  });
 }

@@ -40,6 +40,7 @@ import {
   WATCH_TIMEOUT_SECONDS,
 } from "./limits.ts";
 import { OwnWrites } from "./own_writes.ts";
+import { ViewFreshness } from "./view_freshness.ts";
 import { listAll } from "./paging.ts";
 import { type Backoff, backoffDelay } from "../../allocator/backoff.ts";
 
@@ -145,6 +146,11 @@ export class IdentityInformer {
   readonly #own = new OwnWrites(WATCH_IDLE_MS);
   /** Set once the loop ends (the session closed). */
   readonly done: Promise<void>;
+  /**
+   * Whether the index is provably current (`view_freshness.ts`): `acquire` reads the store before
+   * it creates an identity otherwise.
+   */
+  readonly freshness: ViewFreshness = new ViewFreshness();
 
   /**
    * Starts listing at once.
@@ -234,6 +240,7 @@ export class IdentityInformer {
         failures = 0;
       } catch (err) {
         if (signal.aborted) return;
+        this.freshness.lost();
         if (isStatus(err, 410)) {
           log.info("watch of identities expired at {rv}; re-listing", {
             rv: this.#resourceVersion,
@@ -286,6 +293,7 @@ export class IdentityInformer {
     }
     this.#resourceVersion = list.resourceVersion;
     for (const id of during) await this.#reread(id, listed.get(id));
+    this.freshness.proven();
     if (!this.#isSynced) {
       this.#isSynced = true;
       for (const queue of this.#subscribers) this.#replay(queue);
@@ -307,6 +315,7 @@ export class IdentityInformer {
     });
     for await (const event of events) {
       this.#hooks.onSuccess();
+      this.freshness.proven();
       const rv = event.object?.metadata?.resourceVersion;
       const at = Date.now();
       if (event.type === "DELETED") {

@@ -73,12 +73,38 @@ async function httpServer(
   };
 }
 
-/** A loopback port that accepts connections and never answers. */
-async function silentServer(): Promise<{ url: string; close(): Promise<void> }> {
+/**
+ * A certificate to name as the CA where no handshake gets far enough to verify anything (the
+ * client only checks that it parses): the servers below close or answer before.
+ */
+const UNUSED_CA = [
+  "-----BEGIN CERTIFICATE-----",
+  "MIIBuTCCAV+gAwIBAgIUOEMz0fqTQqJlAqKKHuf5vl7pib4wCgYIKoZIzj0EAwIw",
+  "MTEvMC0GA1UEAwwmaWRhbGxvYyB0ZXN0IENBIChuZXZlciB1c2VkIHRvIHZlcmlm",
+  "eSkwIBcNMjYxMTI5MDE0ODE1WhgPMjEyNjExMDUwMTQ4MTVaMDExLzAtBgNVBAMM",
+  "JmlkYWxsb2MgdGVzdCBDQSAobmV2ZXIgdXNlZCB0byB2ZXJpZnkpMFkwEwYHKoZI",
+  "zj0CAQYIKoZIzj0DAQcDQgAEPXhEkPyQjFKIpUxZ8UvGwjszl55tLJT3tSR8FNgi",
+  "aaH60avcWTAHrUTW1HLBDy54uNVioNlQ4l06IquU7all3qNTMFEwHQYDVR0OBBYE",
+  "FDrp+8SteMC8WYQ0LSb+T16Mhp0QMB8GA1UdIwQYMBaAFDrp+8SteMC8WYQ0LSb+",
+  "T16Mhp0QMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgHHyEsD81",
+  "EOAdTIDYbHwd3tTGEBpN/fenvfg/ZrOvxPACIQDrLT809gyFyrzIOojdkVCqFQMp",
+  "uvGk8A10/OekfSUSVQ==",
+  "-----END CERTIFICATE-----",
+].join("\n");
+
+/**
+ * A loopback TCP port, named as an `https://` server, whose connections `serve` handles; `close()`
+ * ends every open one.
+ */
+async function tcpServer(
+  serve: (socket: Socket) => void,
+): Promise<{ url: string; close(): Promise<void> }> {
   const sockets = new Set<Socket>();
   const server: Server = createTcpServer((socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+    serve(socket);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return {
@@ -90,6 +116,26 @@ async function silentServer(): Promise<{ url: string; close(): Promise<void> }> 
       }),
   };
 }
+
+/** A loopback port that accepts connections and never answers. */
+const silentServer = () => tcpServer(() => {});
+
+/** A loopback port that accepts connections and closes each at once, before any TLS byte. */
+const closingServer = () => tcpServer((socket) => socket.destroy());
+
+/**
+ * A loopback port that answers whatever arrives first with a plain-text `HTTP/1.1 400` and closes:
+ * a plain HTTP server where TLS is expected (the TLS ClientHello is a bad request to it).
+ */
+const plainTextServer = () =>
+  tcpServer((socket) =>
+    socket.once("data", () => {
+      socket.end(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 11\r\n" +
+          "connection: close\r\n\r\nbad request",
+      );
+    })
+  );
 
 const PYTHON_404 = `<!DOCTYPE HTML>\n<html lang="en"><head><title>Error response</title></head>` +
   "<body><h1>Error response</h1><p>Error code: 404</p></body></html>\n";
@@ -118,6 +164,72 @@ test("k8s failures: an HTTP/1 server (http:// and https://) → NotKubernetesApi
     assert.ok(version instanceof NotKubernetesApiError, String(version));
   } finally {
     await server.close();
+  }
+});
+
+test("k8s failures: a port closing connections before TLS (an API server still starting) → StoreUnavailableError, retryable", async () => {
+  // A kube-apiserver that has bound its port but is not serving yet accepts and closes at once
+  // (the nemesis met it after every restart): a restart in progress, not a setup mistake.
+  const server = await closingServer();
+  try {
+    // Both stacks: node:https (a CA given) and, on Deno, fetch with the system's roots (none).
+    for (const extra of [{ ca: UNUSED_CA }, {}]) {
+      for (const call of [(c: KubeClient) => c.list(CILIUM), (c: KubeClient) => c.version()]) {
+        const err = await failure(connection(server.url, extra), call);
+        assert.ok(err instanceof StoreUnavailableError, String(err));
+        assert.equal((err as StoreUnavailableError).retryable, true);
+        assert.match(err.message, /closed the connection without an answer/);
+      }
+    }
+  } finally {
+    await server.close();
+  }
+});
+
+test("k8s failures: a peer answering plain text where TLS is expected → not retryable", async () => {
+  const server = await plainTextServer();
+  try {
+    for (const extra of [{ ca: UNUSED_CA }, {}]) {
+      const err = await failure(connection(server.url, extra));
+      // Over plain HTTP the same port answers 400: no Kubernetes API server (those speak TLS).
+      assert.ok(err instanceof NotKubernetesApiError, String(err));
+      assert.equal(err.retryable, false);
+      assert.match(err.message, /it does not speak TLS, and over plain HTTP it answered HTTP 400/);
+    }
+  } finally {
+    await server.close();
+  }
+});
+
+test("k8s failures: 502, 503, 504 with a body that is no Status (a proxy, a timeout) → StoreUnavailableError, retryable", async () => {
+  const answers = [
+    [504, "text/plain; charset=utf-8", "upstream request timeout"],
+    [503, "text/plain", "no healthy upstream"],
+    [502, "text/html", "<html><head><title>502 Bad Gateway</title></head><body></body></html>"],
+  ] as const;
+  for (const [status, type, body] of answers) {
+    const server = await httpServer(status, type, body);
+    try {
+      const calls = [
+        (c: KubeClient) => c.list(CILIUM),
+        (c: KubeClient) => c.get(CILIUM, "1"),
+        (c: KubeClient) => c.version(),
+        async (c: KubeClient) => {
+          for await (const _ of c.watch(CILIUM, { resourceVersion: "0" })) break;
+        },
+      ];
+      for (const call of calls) {
+        const err = await failure(connection(server.url), call);
+        assert.ok(err instanceof StoreUnavailableError, `${status}: ${err}`);
+        assert.equal((err as StoreUnavailableError).retryable, true);
+        assert.match(
+          err.message,
+          new RegExp(`answered HTTP ${status} \\(text/(plain|html), "[^"]+"\\): the API server`),
+        );
+      }
+    } finally {
+      await server.close();
+    }
   }
 });
 
@@ -397,4 +509,29 @@ test("k8s failures: transport errors of both stacks are classified", () => {
   const reset = transportFailure(node("ECONNRESET", "socket hang up"), ctx, {});
   assert.ok(reset instanceof StoreUnavailableError);
   assert.match(reset.message, /closed the connection without an answer/);
+  // Closed before one byte of TLS (an API server still starting): unavailable, not "not TLS".
+  const early = transportFailure(
+    node(
+      "ECONNRESET",
+      "Client network socket disconnected before secure TLS connection was established",
+    ),
+    ctx,
+    {},
+  );
+  assert.ok(early instanceof StoreUnavailableError, String(early));
+  assert.match(early.message, /closed the connection without an answer/);
+  // A peer that answered in plain text: not TLS, a setup mistake.
+  const plain = transportFailure(
+    node("EPROTO", "SSL routines:ssl3_get_record:wrong version number"),
+    ctx,
+    {},
+  ) as StoreTlsError;
+  assert.ok(plain instanceof StoreTlsError, String(plain));
+  assert.equal(plain.problem, "not-tls");
+  const rustls = transportFailure(
+    deno("received corrupt message of type InvalidContentType"),
+    ctx,
+    {},
+  );
+  assert.equal((rustls as StoreTlsError).problem, "not-tls");
 });

@@ -2,13 +2,23 @@
 // identity, on the real API server: the object carries the key and this node's reference; a second
 // create under the same ID answers "taken" (no throw) and changes nothing. (A key the server's
 // validation refuses: session.test.ts, through acquire.) A create that landed but whose answer
-// was lost is reported new once, by the allocation's retry.
+// was lost is reported new once, by the allocation's retry. The look before a create where the
+// informer lags: a consistent read of the identities carrying a key, selected by its labels.
 import assert from "node:assert/strict";
 import { Allocator } from "../../../src/allocator/allocator.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { KubeClient } from "../../../src/backends/k8s/client.ts";
-import { readIdentity } from "../../../src/backends/k8s/layout.ts";
-import { createMaster, type MasterTarget } from "../../../src/backends/k8s/master.ts";
+import {
+  readIdentity,
+  sanitizedLabels,
+  securityLabelsOf,
+} from "../../../src/backends/k8s/layout.ts";
+import {
+  createMaster,
+  identitiesOfKey,
+  keySelector,
+  type MasterTarget,
+} from "../../../src/backends/k8s/master.ts";
 import { StoreUnavailableError } from "../../../src/errors.ts";
 import { deadline, fixture, k8sTest } from "./_helpers.ts";
 
@@ -90,3 +100,37 @@ k8sTest("a create whose answer was lost is reported new once, by the retry", asy
     firstUse: true,
   });
 });
+
+Deno.test("keySelector: the key's k8s: labels as the identity's metadata.labels carry them", () => {
+  assert.equal(keySelector("k8s:app=web;k8s:tier=db;unspec:x=1;"), "app=web,tier=db");
+  // An empty value is left out: fewer labels still select every identity of the key.
+  assert.equal(keySelector("k8s:app=web;k8s:canary=;"), "app=web");
+  // No selectable label (a reserved label, a key that is no label set): every identity is listed.
+  assert.equal(keySelector("reserved:host=;"), undefined);
+  assert.equal(keySelector("plain key"), undefined);
+});
+
+k8sTest(
+  "identitiesOfKey reads the store (not the informer) and keeps only identities carrying the key",
+  async () => {
+    await using fx = await fixture();
+    const create = (id: number, key: string, labels?: Record<string, string>) =>
+      fx.client.create(fx.identities, {
+        apiVersion: `${fx.group}/v2`,
+        kind: "CiliumIdentity",
+        metadata: { name: String(id), labels: labels ?? sanitizedLabels(securityLabelsOf(key)) },
+        "security-labels": securityLabelsOf(key),
+      }, { signal: deadline() });
+    await create(300, "k8s:app=k39;");
+    await create(301, "k8s:app=k39;"); // Cilium's agents make duplicates: both are returned.
+    await create(302, "k8s:app=k39;k8s:tier=db;"); // Selected by app=k39, another key.
+    await create(303, "plain key");
+    await create(304, "other key");
+    const ids = async (key: string) =>
+      (await identitiesOfKey(fx.client, fx, key, deadline()))
+        .map((obj) => Number(obj.metadata.name)).sort();
+    assert.deepEqual(await ids("k8s:app=k39;"), [300, 301]);
+    assert.deepEqual(await ids("plain key"), [303]);
+    assert.deepEqual(await ids("k8s:app=none;"), []);
+  },
+);
