@@ -312,11 +312,13 @@ export function transportFailureKind(err: unknown): TransportFailureKind {
   // A peer gone mid-handshake (rustls: "…without sending TLS close_notify", unexpected-eof) is
   // a server stopping or starting, not a TLS setup problem.
   if (/close_notify|unexpected.eof/i.test(text)) return "reset";
-  // A connection closed before the peer sent one byte of TLS (Node's words, ECONNRESET): a
-  // kube-apiserver that has bound its port but is not serving yet does that during a restart. It
-  // says nothing about the peer's protocol; one that answers in plain text is told by the bytes it
-  // sent ("wrong version number", rustls' InvalidContentType), below.
-  if (/disconnected before secure TLS/i.test(text)) return "reset";
+  // A connection closed before the peer sent one byte of TLS: a kube-apiserver that has bound its
+  // port but is not serving yet does that during a restart. Measured on loopback (a port that
+  // accepts and closes): node:https says "Client network socket disconnected before secure TLS
+  // connection was established" (ECONNRESET), Deno's fetch "tls handshake eof". It says nothing
+  // about the peer's protocol; one that answers in plain text is told by the bytes it sent ("wrong
+  // version number", rustls' InvalidContentType), below.
+  if (/disconnected before secure TLS|tls handshake eof/i.test(text)) return "reset";
   if (
     /certificate|handshake|SSL|TLS|self.signed|unable to verify|InvalidContentType|EPROTO|UnknownIssuer|NotValidForName/i
       .test(text)

@@ -520,6 +520,8 @@ test("k8s failures: transport errors of both stacks are classified", () => {
   );
   assert.ok(early instanceof StoreUnavailableError, String(early));
   assert.match(early.message, /closed the connection without an answer/);
+  const eof = transportFailure(deno("tls handshake eof"), ctx, {});
+  assert.ok(eof instanceof StoreUnavailableError, String(eof));
   // A peer that answered in plain text: not TLS, a setup mistake.
   const plain = transportFailure(
     node("EPROTO", "SSL routines:ssl3_get_record:wrong version number"),
