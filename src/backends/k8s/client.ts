@@ -442,7 +442,17 @@ class HttpKubeClient implements KubeClient {
       }
       if (res.status === 401 && !refreshed) {
         refreshed = true;
-        if (await this.#token.reload()) {
+        let changed: boolean;
+        try {
+          changed = await this.#token.reload();
+        } catch (err) {
+          // The plugin's failure is the answer: the 401 must not stay open in the pool, where the
+          // health check takes it for a silent request, pings every idle period and, on
+          // node:https, rebuilds the pool (failing every request in flight) each time.
+          await res.cancel();
+          throw err;
+        }
+        if (changed) {
           await res.cancel();
           continue;
         }

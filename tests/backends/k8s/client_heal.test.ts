@@ -4,10 +4,14 @@
  * a dropped NAT entry does: kubernetes#87615): the read-idle ping finds the connection dead, the
  * pool is rebuilt, a read in flight is sent again on the new one and a watch fails fast (to be
  * watched again) instead of hanging until the kernel gives up on the socket. And `Retry-After` on
- * a 429, from a loopback server that asks for it.
+ * a 429, from a loopback server that asks for it; a 401 whose credential refresh fails leaves no
+ * request open for the health check to ping for.
  */
 import assert from "node:assert/strict";
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createKubeClient } from "../../../src/backends/k8s/client.ts";
 import {
   identityResource,
@@ -173,4 +177,59 @@ test("k8s heal: the informer's reconnect backoff is jittered and grows to client
   assert.equal(backoffDelay(WATCH_BACKOFF, 20, () => 1), 30_000);
   assert.equal(backoffDelay(WATCH_BACKOFF, 20, () => 0.5), 15_000);
   assert.equal(backoffDelay(WATCH_BACKOFF, 0, () => 1), WATCH_BACKOFF.initialMs);
+});
+
+test("k8s heal: a 401 whose credential refresh fails leaves nothing open for the health check", async () => {
+  // An exec plugin that gives a token once, then fails: the server refuses the token (401), the
+  // client runs the plugin again, and that fails. The refused response must be released, or the
+  // pool's health check takes it for a silent request and pings (and, on node:https, rebuilds the
+  // pool, failing every request in flight) every idle period for the client's lifetime.
+  const dir = await mkdtemp(join(tmpdir(), "idalloc-k8s-heal-"));
+  const pings: number[] = [];
+  const server = createServer((req, res) => {
+    if (req.url === "/version") pings.push(Date.now());
+    res.writeHead(401, { "content-type": "application/json" });
+    res.end(JSON.stringify({ kind: "Status", code: 401, reason: "Unauthorized", message: "no" }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  try {
+    const script = join(dir, "plugin.sh");
+    await writeFile(
+      script,
+      `#!/bin/sh
+echo run >> "${dir}/runs"
+[ "$(wc -l < "${dir}/runs")" -gt 1 ] && { echo "logged out" >&2; exit 1; }
+echo '{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": "t"}}'
+`,
+    );
+    await chmod(script, 0o755);
+    await using client = await createKubeClient({
+      server: `http://127.0.0.1:${port}`,
+      namespace: "default",
+      source: "test",
+      exec: {
+        command: script,
+        args: [],
+        env: {},
+        apiVersion: "client.authentication.k8s.io/v1",
+        interactiveMode: "Never",
+      },
+    }, { healthCheckIdleMs: 100, pingTimeoutMs: 1_000 });
+    const err = await client.list(CILIUM).then(() => undefined, (e) => e);
+    assert.equal(err?.name, "CredentialPluginError", String(err));
+    // While the plugin ran, the 401 was open and silent: pinged for, rightly. After the call, many
+    // idle periods with nothing in flight: a leaked request would be pinged for.
+    const during = pings.length;
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    assert.equal(
+      pings.length,
+      during,
+      "no health-check ping after the call: nothing was left open",
+    );
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    await rm(dir, { recursive: true, force: true });
+  }
 });
