@@ -58,6 +58,7 @@ import {
   scaleMarkdown,
   type ScaleOptions,
   scaleRows,
+  sizeRows,
   topRequests,
   totalRequests,
 } from "./k8s_scale_table.ts";
@@ -90,6 +91,17 @@ export class ScaleBenchError extends Error {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const progress = (what: string) => console.error(`  k8s-scale: ${what}`);
+
+/**
+ * Prints the rows of `size` on stdout at once, in the final table's form, and with `--markdown`
+ * the table so far on stderr: a run that is killed keeps every size it finished.
+ */
+function printSize(o: ScaleOptions, figures: Figures, size: number, unit: string): void {
+  const rows = sizeRows(figures.all(), size, unit);
+  const width = Math.max(...rows.map((r) => r.name.length));
+  for (const row of rows) console.log(`${row.name.padEnd(width)}  ${row.value}`);
+  if (o.markdown) console.error(`\n${scaleMarkdown(figures.all())}\n`);
+}
 
 /** One worker process and its replies. */
 class ScaleWorker implements AsyncDisposable {
@@ -261,6 +273,16 @@ async function joinAt(
   figures: Figures,
 ): Promise<void> {
   const path = identitiesPath(group);
+  // The shared identity exists before the others join, as a DaemonSet's does when nodes come:
+  // its size with its one holder, then with all n.
+  const [holder] = await allAnswers(workers, { cmd: "race", at: soon(), key: SHARED, below: 1 });
+  if (holder.failed) throw new ScaleBenchError(`the first holder failed: ${holder.failed}`);
+  const served = async () =>
+    new TextEncoder().encode(await w.probe.text(`${path}/${holder.id}`)).byteLength;
+  figures.add("join: shared identity's size, 1 holder", n, await served(), {
+    format: bytes,
+    ...perNode,
+  });
   const watch = await w.probe.watch(path);
   const before = await w.probe.requests();
   const answers = await allAnswers(workers, { cmd: "join", at: soon(), shared: SHARED, own: OWN });
@@ -271,6 +293,7 @@ async function joinAt(
   const ids = new Set(answers.filter((a) => !a.failed).map((a) => a.id));
   if (ids.size !== 1) throw new ScaleBenchError(`the shared key got ${ids.size} IDs: ${[...ids]}`);
   const [shared] = ids;
+  if (shared !== holder.id) throw new ScaleBenchError(`joined ${shared}, not ${holder.id}`);
   figures.add("join: nodes that did not hold after 5 tries", n, failuresOf(answers), {
     format: count,
   });
@@ -311,8 +334,8 @@ async function joinAt(
       (tally.reopened ? `; at ${n} the server ended the watch ${tally.reopened}×` : "") +
       (tally.expired ? `, ${tally.expired}× expired (a lower bound)` : ""),
   );
-  const size = new TextEncoder().encode(await w.probe.text(`${path}/${shared}`)).byteLength;
-  figures.add("join: shared identity's size as served", n, size, {
+  const size = await served();
+  figures.add("join: shared identity's size, all n holders", n, size, {
     format: bytes,
     ...perNode,
     limit: { value: ANNOTATION_LIMIT, what: "256 KiB of annotations" },
@@ -422,6 +445,7 @@ async function nodeScenarios(w: World, o: ScaleOptions, figures: Figures): Promi
     } finally {
       await Promise.all(workers.map((x) => x[Symbol.asyncDispose]()));
     }
+    printSize(o, figures, n, "nodes");
   }
 }
 
@@ -492,7 +516,10 @@ function gcEndpoint(id: number): KubeObject {
   };
 }
 
-/** idalloc's GC on the filled store: two passes (mark, delete), each timed and counted. */
+/**
+ * idalloc's GC on the filled store: three passes — mark, delete, then one with nothing to collect
+ * (endpoints read from the informers the first pass started) — each timed and counted.
+ */
 async function oursGc(w: World) {
   await using backend = await K8sBackend.connect({
     node: "gc-idalloc",
@@ -509,7 +536,7 @@ async function oursGc(w: World) {
   });
   await alloc.waitForInitialSync();
   const passes: { ms: number; requests: RequestCounts; marked: number; deleted: number }[] = [];
-  for (let i = 0; i < 2; i++) {
+  for (let i = 0; i < 3; i++) {
     const before = await w.probe.requests();
     const t = performance.now();
     const stats = await alloc.runGc();
@@ -546,7 +573,20 @@ async function gcAt(w: World, c: number, figures: Figures): Promise<void> {
     `at ${c}: marked ${ours[0].marked} (${ms(ours[0].ms)}), deleted ${ours[1].deleted} ` +
       `(${ms(ours[1].ms)}); ${topRequests(ours[0].requests)} | ${topRequests(ours[1].requests)}`,
   );
-  progress(`gc at ${c}: idalloc ${ms(ourMs)}, deleted ${ours[1].deleted}`);
+  const later = ours[2];
+  figures.add("gc: idalloc, a later pass (nothing to collect)", c, later.ms, {
+    format: ms,
+    ...perIdentity,
+  });
+  figures.add("gc: idalloc, API requests of that pass", c, totalRequests(later.requests), {
+    format: count,
+    ...perIdentity,
+  });
+  figures.note(
+    "gc: idalloc, API requests of that pass",
+    `at ${c}: ${topRequests(later.requests, 1, 6)}`,
+  );
+  progress(`gc at ${c}: idalloc ${ms(ourMs)}, deleted ${ours[1].deleted}; later ${ms(later.ms)}`);
   if (w.cilium) {
     // The same store again: the unused half back (the endpoints and the used half stayed).
     const gone = new Set(
@@ -635,7 +675,10 @@ export async function benchK8sScale(o: ScaleOptions): Promise<BenchRow[]> {
     await nodeScenarios(w, o, nodes);
   }
   if (o.scenarios.includes("gc")) {
-    for (const c of o.gcIdentities) await gcAt(w, c, gc);
+    for (const c of o.gcIdentities) {
+      await gcAt(w, c, gc);
+      printSize(o, gc, c, "identities");
+    }
   }
   const setup = {
     name: "k8s-scale setup",

@@ -284,6 +284,22 @@ export function scaleRows(figures: readonly Figure[]): BenchRow[] {
   });
 }
 
+/**
+ * The rows of one size as soon as it is measured (a run ended early keeps what it finished):
+ * `k8s-scale at 50 nodes: join: time until all hold` → `5.2 s`, with the figure's note.
+ */
+export function sizeRows(figures: readonly Figure[], size: number, unit: string): BenchRow[] {
+  return figures.flatMap((f) => {
+    const value = f.values.get(size);
+    if (value === undefined && f.note === undefined) return [];
+    const cell = value === undefined ? "" : f.format(value);
+    return [{
+      name: `k8s-scale at ${fmt(size)} ${unit}: ${f.name}`,
+      value: [cell, f.note].filter((x) => x).join(" | "),
+    }];
+  });
+}
+
 /** The table in Markdown: a column per size, then growth and prediction, then notes. */
 export function scaleMarkdown(figures: readonly Figure[]): string {
   const sizes = [...new Set(figures.flatMap((f) => [...f.values.keys()]))].sort((a, b) => a - b);

@@ -16,6 +16,8 @@
  * - `k8s-scale` (`k8s_scale.ts`, only when named): many simulated Kubernetes nodes on one API
  *   server — joins, races beside Cilium's CRD nodes, GC — and how each figure grows with nodes;
  *   its own flags (`--nodes`, `--scenarios`, `--quick`, …) follow it.
+ * - `k8s-memory` (`k8s_memory.ts`, only when named): the heap a Kubernetes session's index (and
+ *   an allocator on it) keeps per identity at 10,000 and 100,000 identities (`--sizes`, `--real N`).
  * - `runtimes` (`runtimes.ts`, only when named): the Node.js example on Deno, Node.js and Bun.
  *
  * @module
@@ -24,6 +26,7 @@ import { benchAllocatorKv } from "./allocator_kv.ts";
 import { compare } from "./compare.ts";
 import { benchIdentity } from "./identity.ts";
 import { benchK8sCilium } from "./k8s_cilium.ts";
+import { benchK8sMemory, MemoryBenchError, parseMemoryArgs } from "./k8s_memory.ts";
 import { benchK8sScale } from "./k8s_scale.ts";
 import { parseScaleArgs, SCALE_USAGE, ScaleUsageError } from "./k8s_scale_table.ts";
 import { benchRuntimes } from "./runtimes.ts";
@@ -58,6 +61,8 @@ ${
   "k8s-scale".padEnd(column)
 } many simulated Kubernetes nodes on one API server: joins, races beside
   ${"".padEnd(column)} Cilium's CRD nodes, GC; growth per node (not run by default; flags below)
+  ${"k8s-memory".padEnd(column)} heap per identity of a Kubernetes session's index and allocator, at
+  ${"".padEnd(column)} --sizes 10000,100000 (fed lists) and --real N (an API server; not by default)
   ${"runtimes".padEnd(column)} examples/node on Deno, Node.js and Bun side by side (IDALLOC_NODE,
   ${"".padEnd(column)} IDALLOC_BUN or PATH; not run by default)
 
@@ -76,10 +81,12 @@ if (args.includes("--help") || args.includes("-h")) {
   Deno.exit(0);
 }
 let scaleOptions;
+let memoryOptions;
 try {
   scaleOptions = parseScaleArgs(args);
+  memoryOptions = parseMemoryArgs(args);
 } catch (err) {
-  if (!(err instanceof ScaleUsageError)) throw err;
+  if (!(err instanceof ScaleUsageError) && !(err instanceof MemoryBenchError)) throw err;
   console.error(err.message);
   Deno.exit(1);
 }
@@ -103,14 +110,17 @@ const groups: Record<string, () => Promise<BenchRow[]>> = {
   "k8s-cilium": () => benchK8sCilium(runs),
   scale: () => benchScale(),
   "k8s-scale": () => benchK8sScale(scaleOptions),
+  "k8s-memory": () => benchK8sMemory(memoryOptions),
   runtimes: () => benchRuntimes(runs),
 };
 
-// `scale` fills stores with 60,000 identities, `k8s-scale` runs hundreds of nodes, `runtimes`
-// needs Node.js and Bun: only when asked for.
+// `scale` fills stores with 60,000 identities, `k8s-scale` runs hundreds of nodes, `k8s-memory`
+// builds 100,000, `runtimes` needs Node.js and Bun: only when asked for.
 const chosen = args.length > 0
   ? args
-  : Object.keys(groups).filter((g) => !["scale", "k8s-scale", "runtimes"].includes(g));
+  : Object.keys(groups).filter((g) =>
+    !["scale", "k8s-scale", "k8s-memory", "runtimes"].includes(g)
+  );
 const rows: BenchRow[] = [];
 for (const name of chosen) {
   const group = groups[name];

@@ -1,7 +1,8 @@
 /**
  * The `k8s-scale` bench (`bench/k8s_scale.ts`): its flags, counters, fit and table on plain data,
- * and one `--quick` run on a real API server whose table must have every figure at both sizes and
- * one identity per raced label set. No figure's value is asserted beyond that: figures live in the
+ * and one `--quick` run on a real API server whose table must have every figure at both sizes,
+ * one identity per raced label set, each size's rows printed before the table, and a GC pass
+ * after the first that lists no endpoints. No figure's value is asserted beyond that: figures live in the
  * bench's table, not in tests.
  *
  * @module
@@ -17,6 +18,7 @@ import {
   scaleMarkdown,
   scaleRows,
   ScaleUsageError,
+  sizeRows,
 } from "../../bench/k8s_scale_table.ts";
 import { kubeApiserverUnavailable } from "../../src/backends/k8s/testing/cluster.ts";
 
@@ -76,6 +78,11 @@ Deno.test("k8s-scale table: a value per size, the growth, the prediction, a limi
   );
   assert.equal(beside.name, "k8s-scale race: beside");
   assert.equal(beside.value, " | Cilium 3");
+  assert.deepEqual(sizeRows(figures, 100, "nodes"), [
+    { name: "k8s-scale at 100 nodes: join: size", value: "2000 B" },
+    { name: "k8s-scale at 100 nodes: race: beside", value: "Cilium 3" },
+  ]);
+  assert.deepEqual(sizeRows(figures.slice(0, 1), 75, "nodes"), [], "nothing at that size");
   const md = scaleMarkdown(figures).split("\n");
   assert.equal(md[0], "| measure | 50 | 100 | growth | predicted | note |");
   assert.equal(md.length, 4);
@@ -108,7 +115,8 @@ Deno.test({
         "join: API requests per joining node",
         "join: watch bytes per join, one watcher",
         "join: watch bytes per join, shared identity's events",
-        "join: shared identity's size as served",
+        "join: shared identity's size, 1 holder",
+        "join: shared identity's size, all n holders",
         "steady: API requests per second",
         "race: p99 time to an answer",
       ]
@@ -126,6 +134,13 @@ Deno.test({
       rows.get("k8s-scale gc: idalloc, mark pass + delete pass") ?? "",
       new RegExp(`^${c1}: .* · ${c2}: .* \\| at ${c2}: marked ${c2 / 2} .*deleted ${c2 / 2} `),
     );
+    const later = rows.get("k8s-scale gc: idalloc, API requests of that pass") ?? "";
+    assert.match(later, new RegExp(`^${c1}: .* · ${c2}: `), later);
+    assert.doesNotMatch(later, /LIST ciliumendpoints/, "a later pass reads the informers");
+    // Each size's rows as soon as it finished, before the table.
+    const early = stdout.indexOf(`k8s-scale at ${small} nodes: join: time until all hold`);
+    assert.ok(early >= 0 && early < stdout.indexOf("k8s-scale setup"), stdout);
+    assert.ok(stdout.includes(`k8s-scale at ${c2} identities: gc: idalloc, a later pass`), stdout);
     const beside = [...rows].find(([name]) => name.startsWith("k8s-scale race beside Cilium"));
     assert.ok(beside, stdout);
     assert.match(beside[1], /idalloc 1[ ,]/, "idalloc's nodes make one identity");

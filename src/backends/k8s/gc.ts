@@ -4,7 +4,9 @@
  *
  * - **List** ({@linkcode gcList}): the identities (one consistent list), **then** the nodes'
  *   reference objects (`refs.ts`), **then** the node Leases, then the `CiliumEndpoint`s of all
- *   namespaces and the `CiliumEndpointSlice`s. An identity is in use by `users.ts`'s rule: a live
+ *   namespaces and the `CiliumEndpointSlice`s — from the session's informers
+ *   (`endpoint_informer.ts`: the first pass lists them, later passes read what the watch keeps
+ *   current and send nothing; a full list when the watch is failing). An identity is in use by `users.ts`'s rule: a live
  *   reference to it (`liveness.ts`; in a reference object, or an annotation of the older layout),
  *   an endpoint or slice naming it, or a creation or mark less than the grace ago (the allocator's
  *   `gcGraceMs`, by default Cilium's heartbeat timeout on this store:
@@ -61,7 +63,8 @@ import {
   sweepClaims,
   sweepReferences,
 } from "./sweep.ts";
-import { inUse, readEndpointUsers } from "./users.ts";
+import type { EndpointUsers } from "./endpoint_informer.ts";
+import { inUse, readEndpointUsers, type UserIndex } from "./users.ts";
 
 const log = idallocLogger("k8s");
 
@@ -88,19 +91,22 @@ interface GcSnapshot {
   readonly refs: ReadonlyMap<number, ReadonlyMap<string, string>>;
   readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
   /** ID → the Cilium objects naming it (`users.ts`). */
-  readonly users: ReadonlyMap<number, readonly string[]>;
+  readonly users: UserIndex;
 }
 
 async function readGcSnapshot(
   ctx: K8sContext,
   signal: AbortSignal,
+  endpoints: EndpointUsers | undefined,
   tally?: Tally,
 ): Promise<GcSnapshot> {
   const listedAt = ctx.settings.now();
   const { items } = await listAll(countedClient(ctx.client, tally), ctx.identities, { signal });
   const refObjects = await readReferenceObjects(ctx, signal, tally);
   const leases = await readNodeLeases(ctx, signal, tally);
-  const users = await readEndpointUsers(ctx, signal, tally);
+  const users = endpoints === undefined
+    ? await readEndpointUsers(ctx, signal, tally)
+    : await endpoints.read(signal, tally);
   const refs = referencesById(refObjects.values());
   return { listedAt, items, refObjects, refs, leases, users };
 }
@@ -108,16 +114,21 @@ async function readGcSnapshot(
 /**
  * Every identity with `min <= id <= max`, with its version, liveness and mark (module doc). With
  * `sweep` (a writable session), once the listing is complete, also removes the dead references
- * of identities in use and quiet stale claims (`sweep.ts`).
+ * of identities in use and quiet stale claims (`sweep.ts`). With `endpoints` (a session's
+ * informers), endpoints and slices are read from them; without, listed in full.
  */
 export async function* gcList(
   ctx: K8sContext,
   range: { min: number; max: number },
   signal: AbortSignal,
-  options: GcListOptions & { readonly sweep?: boolean; readonly graceMs?: number } = {},
+  options: GcListOptions & {
+    readonly sweep?: boolean;
+    readonly graceMs?: number;
+    readonly endpoints?: EndpointUsers;
+  } = {},
   tally?: Tally,
 ): AsyncGenerator<GcCandidate> {
-  const snap = await readGcSnapshot(ctx, signal, tally);
+  const snap = await readGcSnapshot(ctx, signal, options.endpoints, tally);
   checkCoordination(snap.items, ctx.namespace);
   const { now, maxClockSkewMs } = ctx.settings;
   // The grace keeps what was created or marked within it (`users.ts`): the session's, else the

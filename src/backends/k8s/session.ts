@@ -32,6 +32,7 @@ import { TaskGroup } from "../../task_group.ts";
 import { acquire } from "./acquire.ts";
 import type { K8sContext } from "./context.ts";
 import { CoordinationNamespaceError } from "./coordination.ts";
+import { EndpointUsers } from "./endpoint_informer.ts";
 import { ensure } from "./ensure.ts";
 import { gcDelete, gcList, gcMark } from "./gc.ts";
 import { MarkKeeper } from "./heartbeat.ts";
@@ -67,6 +68,8 @@ export class K8sSession implements BackendSession {
   /** Keys this session may hold a reference to (acquired or ensured, and not released since). */
   readonly #referenced = new Set<string>();
   #watchError: string | undefined;
+  /** GC's endpoint and slice informers, made by the first GC listing (only GC reads endpoints). */
+  #endpoints: EndpointUsers | undefined;
   /** An identity seen recording another coordination namespace (`coordination.ts`). */
   #foreign: number | undefined;
 
@@ -157,6 +160,11 @@ export class K8sSession implements BackendSession {
   /** The node's reference object's writer (undefined for read-only sessions); for tests. */
   get refs(): RefKeeper | undefined {
     return this.#refs;
+  }
+
+  /** GC's endpoint and slice informers, once a GC listing made them; for tests. */
+  get endpoints(): EndpointUsers | undefined {
+    return this.#endpoints;
   }
 
   /** Cilium GC marks this session removed from identities it holds; for tests. */
@@ -262,9 +270,15 @@ export class K8sSession implements BackendSession {
     options?: GcListOptions,
   ): AsyncIterable<GcCandidate> {
     this.#open();
+    this.#endpoints ??= new EndpointUsers(
+      this.#ctx,
+      this.#group.signal,
+      (task) => this.#group.spawn(task),
+    );
     return gcList(this.#ctx, range, this.#group.bound(signal), {
       ...options,
       sweep: !this.#readOnly,
+      endpoints: this.#endpoints,
       ...(this.#gcGraceMs === undefined ? {} : { graceMs: this.#gcGraceMs }),
     });
   }

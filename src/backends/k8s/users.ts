@@ -16,8 +16,9 @@
  *   mark, like GC's own marks in the allocator, by its time. A grace of 0 (an allocator's explicit
  *   `gcGraceMs: 0`: tests, a drain) turns this part off.
  *
- * Endpoints and slices are read with full paged lists (`paging.ts`), all namespaces for the
- * endpoints; a resource that is not installed counts as none (warned once).
+ * The doctor reads endpoints and slices with full paged lists (`paging.ts`), all namespaces for
+ * the endpoints; GC's passes read them from informers that list once and then watch
+ * (`endpoint_informer.ts`). A resource that is not installed counts as none (warned once).
  *
  * @example
  * ```ts
@@ -45,7 +46,7 @@ import { ResourceNotInstalledError } from "./errors.ts";
 import { countedClient, type KubeObject, type KubeResource, type Tally } from "./kube.ts";
 import { type IdentityRecord, type NodeLeaseRecord, parseTime } from "./layout.ts";
 import { refLive } from "./liveness.ts";
-import { listAll } from "./paging.ts";
+import { type FullList, listAll } from "./paging.ts";
 import { referencesOf } from "./refs.ts";
 
 const log = idallocLogger("k8s");
@@ -56,6 +57,15 @@ export interface UseSettings {
   readonly maxClockSkewMs: number;
   /** How long a creation or a mark keeps an identity in use, in ms; 0: not at all. */
   readonly graceMs: number;
+}
+
+/**
+ * ID → the Cilium objects naming it: a `Map` from a listing ({@linkcode endpointUsers}), or GC's
+ * informers' view (`endpoint_informer.ts`), which names them by kind and count.
+ */
+export interface UserIndex {
+  /** The Cilium objects naming `id`; `undefined` or empty: none. */
+  get(id: number): readonly string[] | undefined;
 }
 
 /**
@@ -70,7 +80,7 @@ export interface IdentityUse {
   /** Node Leases by node. */
   readonly leases: ReadonlyMap<string, NodeLeaseRecord>;
   /** ID → the Cilium objects naming it (`CiliumEndpoint ns/name`, `CiliumEndpointSlice name`). */
-  readonly users: ReadonlyMap<number, readonly string[]>;
+  readonly users: UserIndex;
   /** The observer's time, in ms. */
   readonly now: number;
   /** Skew margin and grace. */
@@ -80,6 +90,23 @@ export interface IdentityUse {
 /** The identity ID an endpoint or slice entry names, if it is one. */
 function idOf(value: unknown): number | undefined {
   return typeof value === "number" && Number.isSafeInteger(value) && value > 0 ? value : undefined;
+}
+
+/** The ID a `CiliumEndpoint` names (`status.identity.id`), if any. */
+export function endpointIdOf(cep: KubeObject): number | undefined {
+  return idOf((cep.status as { identity?: { id?: unknown } } | undefined)?.identity?.id);
+}
+
+/** The IDs the entries of a `CiliumEndpointSlice` name (`endpoints[].id`), each once. */
+export function sliceIdsOf(ces: KubeObject): number[] {
+  const entries = (ces as { endpoints?: unknown }).endpoints;
+  if (!Array.isArray(entries)) return [];
+  const ids = new Set<number>();
+  for (const entry of entries) {
+    const id = idOf((entry as { id?: unknown } | null)?.id);
+    if (id !== undefined) ids.add(id);
+  }
+  return [...ids];
 }
 
 /**
@@ -98,33 +125,30 @@ export function endpointUsers(
     users.set(id, list);
   };
   for (const cep of endpoints) {
-    const id = (cep.status as { identity?: { id?: unknown } } | undefined)?.identity?.id;
     const { namespace, name } = cep.metadata;
-    add(idOf(id), `CiliumEndpoint ${namespace ?? ""}/${name ?? ""}`);
+    add(endpointIdOf(cep), `CiliumEndpoint ${namespace ?? ""}/${name ?? ""}`);
   }
   for (const ces of slices) {
-    const entries = (ces as { endpoints?: unknown }).endpoints;
-    if (!Array.isArray(entries)) continue;
-    for (const entry of entries) {
-      add(idOf((entry as { id?: unknown } | null)?.id), `CiliumEndpointSlice ${ces.metadata.name}`);
-    }
+    for (const id of sliceIdsOf(ces)) add(id, `CiliumEndpointSlice ${ces.metadata.name}`);
   }
   return users;
 }
 
 const missingWarned = new Set<string>();
 
-/** Every object of the optional `res` (paged); none when it is not installed (warned once). */
-async function listOptional(
+/**
+ * Every object of the optional `res` in one snapshot (paged; all namespaces for a namespaced
+ * one), or `undefined` when it is not installed (warned once per resource and process).
+ */
+export async function listEndpointObjects(
   ctx: K8sContext,
-  res: KubeResource | undefined,
+  res: KubeResource,
   signal: AbortSignal,
   tally?: Tally,
-): Promise<KubeObject[]> {
-  if (res === undefined) return [];
+): Promise<FullList | undefined> {
   try {
     const client = countedClient(ctx.client, tally);
-    return (await listAll(client, res, { allNamespaces: res.namespaced, signal })).items;
+    return await listAll(client, res, { allNamespaces: res.namespaced, signal });
   } catch (err) {
     if (!(err instanceof ResourceNotInstalledError)) throw err;
     const name = `${res.plural}.${res.group}/${res.version}`;
@@ -134,8 +158,19 @@ async function listOptional(
         name,
       });
     }
-    return [];
+    return undefined;
   }
+}
+
+/** Every object of the optional `res` (paged); none when it is not installed (warned once). */
+async function listOptional(
+  ctx: K8sContext,
+  res: KubeResource | undefined,
+  signal: AbortSignal,
+  tally?: Tally,
+): Promise<KubeObject[]> {
+  if (res === undefined) return [];
+  return (await listEndpointObjects(ctx, res, signal, tally))?.items ?? [];
 }
 
 /** Every `CiliumEndpoint` (all namespaces), then every `CiliumEndpointSlice`; paged lists. */
