@@ -152,6 +152,16 @@ Deno.test("an identity object round-trips through readIdentity; damage is named"
   assert.equal(!undecodable.ok && undecodable.damage.id, 5);
 });
 
+Deno.test("identities without annotation references share one empty map (the index's budget)", () => {
+  const kind = { apiVersion: "cilium.io/v2", kind: "CiliumIdentity" };
+  const [a, b] = [300, 301].map((id) =>
+    readIdentity(JSON.parse(JSON.stringify(identityObject(kind, id, `k8s:a=${id};`, {}))))
+  );
+  assert.ok(a.ok && b.ok);
+  assert.equal(a.record.refs.size, 0);
+  assert.equal(a.record.refs, b.record.refs, "one map, not one each");
+});
+
 Deno.test("Cilium's answer: the oldest creationTimestamp, ties to the lowest ID", () => {
   assert.equal(answerOf([]), undefined);
   assert.equal(answerOf([{ id: 9, created: 2000 }, { id: 7, created: 3000 }])?.id, 9);

@@ -38,6 +38,28 @@ Deno.test("the index keeps key → identities and answers the oldest", () => {
   assert.equal(index.size, 2);
 });
 
+Deno.test("the index: a key's identities added, re-set and removed in any order", () => {
+  const index = new IdentityIndex();
+  const ids = (key: string) => index.ofKey(key).map((r) => r.id).sort();
+  index.set(rec(1, "k", 3000));
+  index.set(rec(1, "k", 3000, "2"));
+  assert.deepEqual(ids("k"), [1], "a new version of one identity");
+  index.set(rec(2, "k", 2000));
+  index.set(rec(3, "k", 1000));
+  index.set(rec(2, "k", 2000, "2"));
+  assert.deepEqual(ids("k"), [1, 2, 3]);
+  index.delete(3);
+  index.delete(1);
+  assert.deepEqual(ids("k"), [2]);
+  index.set(rec(4, "k", 500));
+  assert.equal(index.answer("k")?.id, 4);
+  index.delete(2);
+  index.delete(4);
+  index.delete(4);
+  assert.deepEqual(ids("k"), []);
+  assert.equal(index.size, 0);
+});
+
 Deno.test("own writes: versions are placed by the watch's order, compared only for equality", () => {
   let now = 0;
   const own = new OwnWrites(1_000, () => now);
