@@ -145,9 +145,13 @@ function fedClient(n: number): KubeClient {
       };
       return Promise.resolve({ items: body.items, resourceVersion: body.metadata.resourceVersion });
     },
-    async *watch(_res: unknown, o: { signal?: AbortSignal }) {
-      await never(o.signal);
-    },
+    watch: (_res: unknown, o: { signal?: AbortSignal }) => ({
+      // No events: the watch waits until the session closes.
+      async *[Symbol.asyncIterator]() {
+        await never(o.signal);
+        yield* [];
+      },
+    }),
     probe: () =>
       Promise.resolve({ version: { major: "1", minor: "20", gitVersion: "v1.20.2" }, missing: [] }),
     version: () => Promise.resolve({ major: "1", minor: "20", gitVersion: "v1.20.2" }),
