@@ -175,24 +175,22 @@ async function measure(task: MemoryTask): Promise<MemoryAnswer> {
     endpoints: false,
     ...(task.kubeconfig ? { kubeconfig: task.kubeconfig, context: "test" } : {}),
   }, task.mode === "fed" ? { client: fedClient(task.n) } : {});
-  // Anything the first list touches once (lazy module state, the client's pool) is warmed by a
-  // session over the same store before the baseline.
-  const warm = await backend.openSession({
-    leaseTtlMs: 60_000,
-    readOnly: true,
-    onLeaseReplaced: () => {},
-  }) as K8sSession;
-  await warm.informer.waitSynced(AbortSignal.timeout(600_000));
-  await warm.close();
-  const before = heap();
-  let keep: unknown;
-  if (task.layer === "index") {
+  const synced = async () => {
     const session = await backend.openSession({
       leaseTtlMs: 60_000,
       readOnly: true,
       onLeaseReplaced: () => {},
     }) as K8sSession;
     await session.informer.waitSynced(AbortSignal.timeout(600_000));
+    return session;
+  };
+  // Anything the first list touches once (lazy module state, the client's pool) is warmed by a
+  // session over the same store before the baseline.
+  await (await synced()).close();
+  const before = heap();
+  let keep: unknown;
+  if (task.layer === "index") {
+    const session = await synced();
     if (session.informer.index.size !== task.n) {
       throw new MemoryBenchError(`the index holds ${session.informer.index.size} of ${task.n}`);
     }

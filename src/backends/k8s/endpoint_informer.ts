@@ -14,7 +14,7 @@
  * after its write. While the watch is failing (a list or watch that errs, until an event arrives
  * again, or until the re-list after `410 Gone` completes), a pass does not trust it and lists that
  * resource in full, as before the informers; a connection that goes silent counts as failed after
- * {@linkcode WATCH_IDLE_MS} (the server sends a bookmark about every minute). This is the same
+ * `WATCH_IDLE_MS`, 2 minutes (the server sends a bookmark about every minute). This is the same
  * trust Cilium's operator gives its own informers, and an endpoint the watch shows late does not
  * endanger its identity: an identity is deleted only after it stayed marked for the grace
  * (Cilium's heartbeat timeout, 30 min), and the agent that made the endpoint acquired its
@@ -46,7 +46,6 @@ import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
 import { ResourceNotInstalledError } from "./errors.ts";
 import { isStatus, type KubeObject, type KubeResource, type Tally } from "./kube.ts";
-import { WATCH_IDLE_MS, WATCH_TIMEOUT_SECONDS } from "./limits.ts";
 import {
   endpointIdOf,
   endpointUsers,
@@ -54,7 +53,7 @@ import {
   sliceIdsOf,
   type UserIndex,
 } from "./users.ts";
-import { WATCH_BACKOFF } from "./watch.ts";
+import { informerWatch, WATCH_BACKOFF } from "./watch.ts";
 
 const log = idallocLogger("k8s", "gc");
 
@@ -233,15 +232,12 @@ export class EndpointInformer {
 
   /** Watches from the current resource version until the stream ends. */
   async #watch(): Promise<void> {
-    const events = this.#ctx.client.watch(this.resource, {
-      allNamespaces: this.resource.namespaced,
-      resourceVersion: this.#resourceVersion,
-      bookmarks: true,
-      // As the identities' informer: spread re-watches, and a silent connection is dead.
-      timeoutSeconds: WATCH_TIMEOUT_SECONDS + Math.floor(Math.random() * WATCH_TIMEOUT_SECONDS),
-      idleTimeoutMs: WATCH_IDLE_MS,
-      signal: this.#signal,
-    });
+    const events = informerWatch(
+      this.#ctx.client,
+      this.resource,
+      this.#resourceVersion,
+      this.#signal,
+    );
     for await (const event of events) {
       if (event.type === "DELETED") this.#index.delete(this.#nameOf(event.object));
       else if (event.type !== "BOOKMARK") {

@@ -31,7 +31,14 @@ import { abortable, sleep } from "../../abort.ts";
 import { errorMessage } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
-import { isStatus, type KubeObject, rvOf } from "./kube.ts";
+import {
+  isStatus,
+  type KubeClient,
+  type KubeObject,
+  type KubeResource,
+  type KubeWatchEvent,
+  rvOf,
+} from "./kube.ts";
 import { answerOf, type IdentityRecord, idOfName, readIdentity } from "./layout.ts";
 import {
   WATCH_IDLE_MS,
@@ -52,6 +59,27 @@ export const WATCH_BACKOFF: Backoff = {
 };
 
 const log = idallocLogger("k8s", "watch");
+
+/**
+ * An informer's watch of `res` (all namespaces for a namespaced one) from `resourceVersion`, with
+ * bookmarks. As client-go's reflector: the server ends each watch after 5–10 minutes, spreading
+ * the re-watches of many nodes; a connection silent past two bookmark periods is dead.
+ */
+export function informerWatch(
+  client: KubeClient,
+  res: KubeResource,
+  resourceVersion: string,
+  signal: AbortSignal,
+): AsyncIterable<KubeWatchEvent> {
+  return client.watch(res, {
+    allNamespaces: res.namespaced,
+    resourceVersion,
+    bookmarks: true,
+    timeoutSeconds: WATCH_TIMEOUT_SECONDS + Math.floor(Math.random() * WATCH_TIMEOUT_SECONDS),
+    idleTimeoutMs: WATCH_IDLE_MS,
+    signal,
+  });
+}
 
 type Change = Exclude<BackendEvent, { type: "synced" }>;
 
@@ -312,15 +340,7 @@ export class IdentityInformer {
   /** Watches from the current resource version until the stream ends. */
   async #watch(): Promise<void> {
     const { client, identities } = this.#ctx;
-    const events = client.watch(identities, {
-      resourceVersion: this.#resourceVersion,
-      bookmarks: true,
-      // As client-go's reflector: the server ends each watch after 5–10 minutes, spreading the
-      // re-watches of many nodes; a connection silent past two bookmark periods is dead.
-      timeoutSeconds: WATCH_TIMEOUT_SECONDS + Math.floor(Math.random() * WATCH_TIMEOUT_SECONDS),
-      idleTimeoutMs: WATCH_IDLE_MS,
-      signal: this.#signal,
-    });
+    const events = informerWatch(client, identities, this.#resourceVersion, this.#signal);
     for await (const event of events) {
       this.#hooks.onSuccess();
       this.freshness.proven();
