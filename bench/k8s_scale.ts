@@ -10,18 +10,24 @@
  * Scenarios (`--scenarios join,race,gc`), at each node count of `--nodes`, each count on a fresh
  * identity resource (its own CRD group):
  *
- * - **join**: the nodes, synced, all allocate one shared label set and 5 of their own at once:
- *   time until every node holds its 6; API requests per join (`apiserver_request_total` before
- *   and after); the bytes a watcher of the identity resource receives per join, in all and for
- *   the shared identity; the shared identity's size as served; then the API requests per second
- *   at steady state over `--window` seconds (the backend's syncs run every 60 s).
+ * - **join**: one node allocates the shared label set (a DaemonSet's identity exists before the
+ *   other nodes come), then the nodes, synced, all allocate it and 5 of their own at once: time
+ *   until every node holds its 6; API requests per join (`apiserver_request_total` before and
+ *   after); the bytes a watcher of the identity resource receives per join, in all and for the
+ *   shared identity; the shared identity's size as served with its 1 holder and with all n; then
+ *   the API requests per second at steady state over `--window` seconds (the backend's syncs run
+ *   every 60 s).
  * - **race**: every node allocates one new label set at the same instant: identities created
  *   (want 1) and the p99 time to an answer. Beside it, `--cilium-nodes` real Cilium v1.16 CRD-mode
  *   nodes (`interop116 -kubeconfig`, separate processes) race for a label set of their own, and as
  *   many idalloc nodes for another (where Cilium's node is built here).
  * - **gc**: identities with half named by `CiliumEndpoint`s (`--gc-identities`): idalloc's GC
- *   (grace 0: one pass marks, the next deletes) beside Cilium v1.16's operator rule
+ *   (grace 0: one pass marks, the next deletes, a third finds nothing to do and reads the
+ *   endpoints from the informers the first started) beside Cilium v1.16's operator rule
  *   (`interop116 -gc 3`: seeing, marking, then deleting) on the same set, re-filled: time and requests.
+ *
+ * Each size's rows are printed on stdout as soon as it is measured (`k8s-scale at 50 nodes: …`),
+ * so a run that is stopped keeps what it finished; the table with the growth comes at the end.
  *
  * Every growing figure gets a fitted growth (`∝ n^k` in log–log space, and the linear slope per
  * node or identity) and what it predicts at 5,000 nodes (GC: at 30,000 identities, Cilium's CI
