@@ -693,7 +693,10 @@ export async function benchK8sScale(o: ScaleOptions): Promise<BenchRow[]> {
       `predictions: power law fitted in log–log space`,
   };
   if (o.markdown) {
-    console.error(`\n${scaleMarkdown(nodes.all())}\n\n${scaleMarkdown(gc.all())}\n`);
+    // A scenario not run has no table (an empty one would print its header alone).
+    for (const f of [nodes, gc]) {
+      if (f.all().length > 0) console.error(`\n${scaleMarkdown(f.all())}\n`);
+    }
   }
   return [...scaleRows(nodes.all()), ...scaleRows(gc.all()), setup];
 }
