@@ -19,8 +19,9 @@
  * endanger its identity: an identity is deleted only after it stayed marked for the grace
  * (Cilium's heartbeat timeout, 30 min), and the agent that made the endpoint acquired its
  * identity first, which removes the mark and refuses the guarded delete (`gc.ts`). A resource that
- * is not installed counts as none and is listed again by the next pass (a cheap 404), so a CRD
- * installed later is picked up.
+ * is not installed counts as none (Cilium installs `CiliumEndpointSlice`s only with CES enabled)
+ * and is asked for again by a pass at most every {@linkcode MISSING_RECHECK_MS}, so a CRD
+ * installed later is picked up well within the grace.
  *
  * @example
  * ```ts
@@ -56,6 +57,14 @@ import {
 import { informerWatch, WATCH_BACKOFF } from "./watch.ts";
 
 const log = idallocLogger("k8s", "gc");
+
+/**
+ * How long a pass trusts that a resource is not installed before it asks again (one 404): 5 min,
+ * a sixth of the default grace, so a CRD installed later counts long before an identity its
+ * objects name could be deleted (that needs a mark the grace old, and the agent that named it
+ * removed the mark when it acquired the identity).
+ */
+export const MISSING_RECHECK_MS = 5 * 60_000;
 
 /** The two kinds of Cilium object that keep an identity in use. */
 export type EndpointKind = "CiliumEndpoint" | "CiliumEndpointSlice";
@@ -128,6 +137,8 @@ export class EndpointInformer {
   #resourceVersion = "";
   /** Whether the index is current: a list completed and the watch has not failed since. */
   #healthy = false;
+  /** When a list last found the resource not installed (own clock), if it did. */
+  #missingSince: number | undefined;
 
   /**
    * @param ctx the backend's context
@@ -157,6 +168,10 @@ export class EndpointInformer {
    */
   async current(signal: AbortSignal, tally?: Tally): Promise<EndpointRead> {
     if (this.#loop === undefined) {
+      const missing = this.#missingSince;
+      if (missing !== undefined && this.#ctx.settings.now() - missing < MISSING_RECHECK_MS) {
+        return { state: "missing" };
+      }
       this.#starting ??= this.#list(signal, tally).finally(() => this.#starting = undefined);
       if (!await this.#starting) return { state: "missing" };
       if (this.#loop === undefined && !this.#signal.aborted) {
@@ -186,8 +201,10 @@ export class EndpointInformer {
     this.#index.clear();
     if (list === undefined) {
       this.#healthy = false;
+      this.#missingSince = this.#ctx.settings.now();
       return false;
     }
+    this.#missingSince = undefined;
     for (const obj of list.items) this.#index.set(this.#nameOf(obj), this.#idsOf(obj));
     this.#resourceVersion = list.resourceVersion;
     this.#healthy = true;
@@ -211,7 +228,10 @@ export class EndpointInformer {
         } catch (err) {
           if (signal.aborted) return;
           this.#healthy = false;
-          if (err instanceof ResourceNotInstalledError) return this.#index.clear();
+          if (err instanceof ResourceNotInstalledError) {
+            // Removed: the next pass asks again (and finds it gone, or back).
+            return this.#index.clear();
+          }
           if (isStatus(err, 410)) {
             log.info("watch of {resource} expired; listing again", { resource: this.kind });
             relist = true;

@@ -1,7 +1,7 @@
 // GC's endpoint and slice informers (`endpoint_informer.ts`). On a fake API: the index follows
 // the list and the watch's events, a 410 lists again and the watch resumes from the new list's
 // version, a failing watch makes a pass list in full until an event comes, a resource that is not
-// installed counts as none and is listed again by the next pass. On the real API server: after the
+// installed counts as none and is asked for again only after MISSING_RECHECK_MS. On the real API server: after the
 // first GC pass, further passes send no LIST of endpoints or slices, and still keep an identity an
 // endpoint created after the informer started names, and delete (marked, then a later pass) one
 // whose endpoint was removed.
@@ -12,6 +12,7 @@ import {
   EndpointIndex,
   EndpointInformer,
   EndpointUsers,
+  MISSING_RECHECK_MS,
 } from "../../../src/backends/k8s/endpoint_informer.ts";
 import { KubeApiError, ResourceNotInstalledError } from "../../../src/backends/k8s/errors.ts";
 import type { K8sContext } from "../../../src/backends/k8s/context.ts";
@@ -46,6 +47,7 @@ function fakeApi() {
   const lists: (KubeList | Error)[] = [];
   const watches: { from: string; events: EventQueue<KubeWatchEvent | Error> }[] = [];
   let listed = 0;
+  const clock = { now: 1_000_000 };
   const client = {
     list(_res: KubeResource) {
       listed++;
@@ -67,7 +69,8 @@ function fakeApi() {
     lists,
     watches,
     listed: () => listed,
-    ctx: { client, endpoints: CEPS } as unknown as K8sContext,
+    clock,
+    ctx: { client, endpoints: CEPS, settings: { now: () => clock.now } } as unknown as K8sContext,
   };
 }
 
@@ -168,7 +171,7 @@ Deno.test("endpoint informer: while the watch fails a pass lists in full; an eve
   }
 });
 
-Deno.test("endpoint informer: a resource that is not installed counts as none, and the next pass lists it again", async () => {
+Deno.test("endpoint informer: a resource that is not installed counts as none, asked for again after a while", async () => {
   const api = fakeApi();
   api.lists.push(new ResourceNotInstalledError("not served", "ciliumendpoints.x.io"));
   const { informer, count, stop, tasks } = informerOf(api.ctx);
@@ -176,6 +179,10 @@ Deno.test("endpoint informer: a resource that is not installed counts as none, a
     assert.deepEqual(await informer.current(deadline()), { state: "missing" });
     assert.equal(tasks.length, 0, "no watch");
     api.lists.push({ items: [cep("a", 300)], resourceVersion: "3" });
+    api.clock.now += MISSING_RECHECK_MS - 1;
+    assert.deepEqual(await informer.current(deadline()), { state: "missing" }, "not asked yet");
+    assert.equal(api.listed(), 1);
+    api.clock.now += 1;
     assert.equal(await count(300), 1, "installed since");
     assert.equal(api.listed(), 2);
     await eventually(() => api.watches.length === 1, "the watch starts");
@@ -186,6 +193,7 @@ Deno.test("endpoint informer: a resource that is not installed counts as none, a
       async () => (await informer.current(deadline())).state === "missing",
       "missing again",
     );
+    assert.equal(api.listed(), 3, "the pass after the removal asked");
   } finally {
     await stop();
   }
