@@ -161,9 +161,10 @@ Deno.test("endpoint informer: while the watch fails a pass lists in full; an eve
     assert.equal(api.watches[1].from, "10", "from the last version it saw");
     api.watches[1].events.push({ type: "ADDED", object: cep("b", 300, "11") });
     await eventually(
-      async () => (await users.read(deadline())).get(300)?.[0] === "CiliumEndpoint ×2",
+      async () => (await informer.current(deadline())).state === "live",
       "live again after an event",
     );
+    assert.deepEqual((await users.read(deadline())).get(300), ["CiliumEndpoint ×2"]);
     assert.equal(api.listed(), 2, "no list while live");
   } finally {
     controller.abort();
