@@ -1,7 +1,7 @@
 /**
  * `deno task bench k8s-memory [--sizes 10000,100000] [--real 10000]`: the heap a Kubernetes
  * session keeps per identity, the budget of its index (issue 37). Each measurement is a fresh
- * process run with `--v8-flags=--expose-gc`: the backend is connected first, the heap measured
+ * process run with `--v8-flags=--expose-gc,--no-flush-bytecode`: the backend is connected first, the heap measured
  * after full collections, then a read-only session (the informer and its index) or a read-only
  * `Allocator` on it (index + the core's cache and pool) is opened and synced, and the heap
  * measured again; the difference over the identity count is the retained bytes per identity.
@@ -216,7 +216,9 @@ async function child(task: MemoryTask): Promise<MemoryAnswer> {
     args: [
       "run",
       "-A",
-      "--v8-flags=--expose-gc,--max-old-space-size=4096",
+      // No bytecode flushing: V8 drops the bytecode of functions unused for a few collections,
+      // which between the two measurements would free a megabyte or so of unrelated heap.
+      "--v8-flags=--expose-gc,--no-flush-bytecode,--max-old-space-size=4096",
       new URL(import.meta.url).pathname,
       JSON.stringify(task),
     ],
