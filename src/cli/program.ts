@@ -29,6 +29,7 @@ import {
   identityAllocateCommand,
   identityGetCommand,
   identityListCommand,
+  identityReleaseCommand,
 } from "./commands/identity.ts";
 import { refsCommand } from "./commands/refs.ts";
 import { listCommand } from "./commands/list.ts";
@@ -383,6 +384,10 @@ function addOperatorCommands(program: Command, pick: Pick): void {
         "cluster's identities. --fix never deletes what a live node holds (an entry on a live\n" +
         "etcd lease, a Deno KV reference of a live node, a master, index or counter of an ID or\n" +
         "key live references name): it shows the holders (HELD BY) and what to do instead.\n" +
+        "In a double-write mode (--identity-allocation-mode doublewrite-…) it also lists the\n" +
+        "drift between the sides: an identity on one side only (--fix copies it across under the\n" +
+        "other store's guards), an ID whose label sets differ or a label set whose IDs differ\n" +
+        "(--fix replaces the entry on the side not read, only when nothing uses it there).\n" +
         "Exit 0 when no damage remains, 4 when some does (held entries too).",
     )
     .action((o: { fix?: boolean }) => pick((ctx) => doctorCommand(ctx, { fix: o.fix ?? false })));
@@ -396,7 +401,7 @@ function addOperatorCommands(program: Command, pick: Pick): void {
     );
 }
 
-/** `identity allocate|get|list`: Cilium-style security identities. */
+/** `identity allocate|release|get|list`: Cilium-style security identities. */
 function addIdentityCommands(program: Command, pick: Pick): void {
   const identity = program.command("identity")
     .description("Cilium-style security identities for label sets");
@@ -418,6 +423,15 @@ function addIdentityCommands(program: Command, pick: Pick): void {
         );
       },
     );
+  identity.command("release")
+    .description("delete node --node's reference to the identity of a label set")
+    .argument("<labels...>", "the label set, as for identity allocate")
+    .addHelpText(
+      "after",
+      "\nrelease for label sets: the reference of node --node (required) is deleted only if\n" +
+        "that node is not live (exit 4 otherwise); the identity stays until GC.",
+    )
+    .action((labels: string[]) => pick((ctx) => identityReleaseCommand(ctx, labels)));
   identity.command("get")
     .description("print the labels of identity <id> (exit 3 if it does not exist)")
     .argument("<id>", "the numeric identity")

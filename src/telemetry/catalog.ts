@@ -310,6 +310,35 @@ export const METRICS: readonly MetricSpec[] = Object.freeze([
     [],
     "held keys not answered from memory right now (under re-check)",
   ),
+  ...(["kvstore", "crd"] as const).flatMap((side) => [
+    spec(
+      `idalloc.identity.${side}.total_count`,
+      "observable-gauge",
+      "{identity}",
+      [],
+      `double-write modes: identities on the ${side === "crd" ? "CRD" : "kvstore"} side, as a ` +
+        `writable session's watches see them (Cilium operator's ` +
+        `\`cilium_operator_identity_${side}_total_count\`)`,
+    ),
+    spec(
+      `idalloc.identity.${side}.only_count`,
+      "observable-gauge",
+      "{identity}",
+      [],
+      `double-write modes: identities whose ID only the ${
+        side === "crd" ? "CRD" : "kvstore"
+      } side has (Cilium operator's \`cilium_operator_identity_${side}_only_count\`; 0 on the ` +
+        "side being left ends a migration step)",
+    ),
+  ]),
+  spec(
+    "idalloc.identity.differing_count",
+    "observable-gauge",
+    "{identity}",
+    [],
+    "double-write modes: IDs whose two sides name different label sets (no counter of Cilium's " +
+      "shows these; `idalloc doctor` lists them)",
+  ),
   spec(
     "idalloc.identities",
     "observable-gauge",

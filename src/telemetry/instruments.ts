@@ -102,7 +102,12 @@ export type ObservableName =
   | "idalloc.fence.conflicts"
   | "idalloc.keys.reassigned"
   | "idalloc.keys.fenced"
-  | "idalloc.identities";
+  | "idalloc.identities"
+  | "idalloc.identity.kvstore.total_count"
+  | "idalloc.identity.kvstore.only_count"
+  | "idalloc.identity.crd.total_count"
+  | "idalloc.identity.crd.only_count"
+  | "idalloc.identity.differing_count";
 
 /** Where a source reports its current values; values of equal attribute sets add up. */
 export interface ObservationSink {

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import type { DamageFinding } from "../../src/allocator/damage.ts";
+import { CILIUM_USE } from "../../src/backends/doublewrite/mod.ts";
 import {
   doctorJson,
   doctorModel,
@@ -34,7 +35,13 @@ Deno.test("doctorModel: outcomes counted, remaining entries, holders sorted once
     result(finding("c", ["n1"]), "held"),
     result(finding("d"), "changed meanwhile"),
   ], true);
-  assert.deepEqual(model.count, { removed: 1, "changed meanwhile": 1, held: 2, kept: 0 });
+  assert.deepEqual(model.count, {
+    removed: 1,
+    copied: 0,
+    "changed meanwhile": 1,
+    held: 2,
+    kept: 0,
+  });
   assert.equal(model.remaining, 3);
   assert.deepEqual(model.holders, ["n1", "n2"]);
 });
@@ -94,4 +101,27 @@ Deno.test("nothing found: nothing remains", () => {
   const model = doctorModel([], true);
   assert.equal(doctorSummary(model), "found 0 damaged entries, removed 0");
   assert.equal(model.remaining, 0);
+});
+
+Deno.test("double-write drift: copied findings are gone, the hint says repair, Cilium holds", () => {
+  const drift = (entry: string, heldBy?: string[]): DamageFinding => ({
+    ...finding(entry, heldBy),
+    kind: "kvstore-only",
+  });
+  const fixed = doctorModel([
+    result(drift("a"), "copied"),
+    result(finding("b"), "removed"),
+    result(drift("c"), "changed meanwhile"),
+  ], true);
+  assert.equal(doctorSummary(fixed), "found 3 damaged entries, removed 1, copied 1 across");
+  assert.equal(fixed.remaining, 1);
+  const listed = doctorModel([
+    result(drift("a"), "kept"),
+    result({ ...drift("b", [CILIUM_USE]), kind: "labels-differ" }, "held"),
+  ], false);
+  assert.equal(
+    fixHint(listed),
+    "run 'idalloc doctor --fix' to repair this entry (not the held one)",
+  );
+  assert.match(heldWarning(listed)!, /in use by Cilium \(see HELD BY\)/);
 });

@@ -64,7 +64,13 @@ import type {
   SessionOptions,
   StoredReference,
 } from "../../allocator/backend.ts";
+import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../allocator/damage.ts";
 import { InvalidOptionsError } from "../../errors.ts";
+import { ATTR } from "../../telemetry/catalog.ts";
+import { AttributeSets } from "../../telemetry/instruments.ts";
+import { bothDoctors, DriftRepairer } from "./doctor.ts";
+import { countDrift, type DriftCount } from "./drift.ts";
+import { listMasters, withReaders } from "./masters.ts";
 import type { DoubleWriteMode } from "./mode.ts";
 import { isDoubleWrite, parseIdentityAllocationMode } from "./mode.ts";
 import { DoubleWriteSession } from "./session.ts";
@@ -80,7 +86,7 @@ export interface DoubleWriteOptions {
 }
 
 /** A store that writes identities to both Cilium stores. See the module documentation. */
-export class DoubleWriteBackend implements Backend {
+export class DoubleWriteBackend implements Backend, StoreDoctor {
   /** The mode: `doublewrite-readkvstore` or `doublewrite-readcrd`. */
   readonly kind: DoubleWriteMode;
   /** This node's name (the same on both sides). */
@@ -132,11 +138,48 @@ export class DoubleWriteBackend implements Backend {
     const kvstore = await this.kvstore.openSession(options);
     try {
       const crd = await this.crd.openSession({ ...options, gcGraceMs: 0 });
-      return new DoubleWriteSession(this.kind, { kvstore, crd }, !options.readOnly);
+      // A writable session reports the per-side counts (as Cilium's operator does) while open.
+      const attributes = new AttributeSets({
+        [ATTR.backend]: this.kind,
+        [ATTR.prefix]: this.admin().namespace,
+        [ATTR.node]: this.node,
+      });
+      return new DoubleWriteSession(this.kind, { kvstore, crd }, !options.readOnly, attributes);
     } catch (err) {
       await kvstore.close();
       throw err;
     }
+  }
+
+  /**
+   * Each side's damage (its doctor's findings, the entry prefixed with the side), then the drift
+   * between the sides: identities on one side only, IDs whose label sets differ, label sets
+   * whose IDs differ (`./doctor.ts`). Reads only.
+   */
+  findDamage(options?: DamageScanOptions): AsyncIterable<DamageFinding> {
+    return bothDoctors(this.#doctorSides()).findDamage(options);
+  }
+
+  /**
+   * Removes a side's damaged entry through that side's doctor, or repairs a drift finding under
+   * the stores' guards (see {@linkcode DriftRepairer.repair}; this opens and closes writable
+   * sessions under this node's name for each call: {@linkcode DoubleWriteBackend.repairer} keeps
+   * them for many).
+   */
+  removeDamage(
+    finding: Pick<DamageFinding, "token">,
+    options?: { readonly signal?: AbortSignal },
+  ): Promise<boolean> {
+    return bothDoctors(this.#doctorSides()).removeDamage(finding, options);
+  }
+
+  /** A repairer of drift findings whose writable sessions last until it is disposed. */
+  repairer(): DriftRepairer {
+    return new DriftRepairer(this.#doctorSides());
+  }
+
+  #doctorSides() {
+    return { mode: this.kind, kvstore: this.kvstore, crd: this.crd };
   }
 
   /** Both sides' operator views as one (see {@linkcode bothAdmins}). */
@@ -189,4 +232,19 @@ export function bothAdmins(kvstore: BackendAdmin, crd: BackendAdmin): BackendAdm
       return a || b;
     },
   };
+}
+
+/**
+ * The drift of `backend` when it is a {@linkcode DoubleWriteBackend} (read-only sessions on both
+ * sides, closed before it returns), else `undefined`.
+ */
+export async function identityDrift(
+  backend: Backend,
+  signal: AbortSignal,
+): Promise<DriftCount | undefined> {
+  if (!(backend instanceof DoubleWriteBackend)) return undefined;
+  return await withReaders(backend, signal, async (kv, crd) => {
+    const [a, b] = await Promise.all([listMasters(kv, signal), listMasters(crd, signal)]);
+    return countDrift(a, b);
+  });
 }

@@ -19,8 +19,6 @@
  *
  * @module
  */
-import type { Backend, BackendSession } from "../../allocator/backend.ts";
-import { DoubleWriteBackend } from "./backend.ts";
 
 /** One side's counts. */
 export interface SideCount {
@@ -59,42 +57,4 @@ export function countDrift(
     kvstore: { total: kvstore.size, only: kvOnly },
     differing: differing.sort((a, b) => a - b),
   };
-}
-
-/** Every master a session's watch lists before `synced`, as ID → key. */
-export async function listMasters(
-  session: BackendSession,
-  signal: AbortSignal,
-): Promise<Map<number, string>> {
-  const out = new Map<number, string>();
-  for await (const ev of session.watch(signal)) {
-    if (ev.type === "synced") break;
-    if (ev.type === "upsert") out.set(ev.id, ev.key);
-    else out.delete(ev.id);
-  }
-  return out;
-}
-
-/**
- * The drift of `backend` when it is a {@linkcode DoubleWriteBackend} (read-only sessions on both
- * sides, closed before it returns), else `undefined`.
- */
-export async function identityDrift(
-  backend: Backend,
-  signal: AbortSignal,
-): Promise<DriftCount | undefined> {
-  if (!(backend instanceof DoubleWriteBackend)) return undefined;
-  const options = { leaseTtlMs: 60_000, readOnly: true, onLeaseReplaced: () => {}, signal };
-  const kv = await backend.kvstore.openSession(options);
-  try {
-    const crd = await backend.crd.openSession(options);
-    try {
-      const [a, b] = await Promise.all([listMasters(kv, signal), listMasters(crd, signal)]);
-      return countDrift(a, b);
-    } finally {
-      await crd.close();
-    }
-  } finally {
-    await kv.close();
-  }
 }

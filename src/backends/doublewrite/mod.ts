@@ -4,7 +4,10 @@
  * the CRDs (Kubernetes, `@idalloc/idalloc/k8s`) — and reads the side its mode names, so that a
  * cluster moves between them without renumbering (`kvstore` → `doublewrite-readkvstore` →
  * `doublewrite-readcrd` → `crd`, or back). {@linkcode identityDrift} counts each side's
- * identities and those on one side only, as Cilium's operator does.
+ * identities and those on one side only, as Cilium's operator does; a writable session reports the
+ * same counts as metrics (`idalloc.identity.{kvstore,crd}.{total,only}_count`), and the backend's
+ * doctor ({@linkcode DoubleWriteBackend.findDamage}, {@linkcode findDrift}) names each drift and
+ * repairs it under the stores' guards ({@linkcode DriftRepairer}).
  *
  * @example Allocate in `doublewrite-readkvstore` (needs etcd and an API server: a function here)
  * ```ts
@@ -26,14 +29,26 @@
  *
  * @module
  */
-export { bothAdmins, DoubleWriteBackend, type DoubleWriteOptions } from "./backend.ts";
 export {
-  countDrift,
-  type DriftCount,
+  bothAdmins,
+  DoubleWriteBackend,
+  type DoubleWriteOptions,
   identityDrift,
-  listMasters,
-  type SideCount,
-} from "./drift.ts";
+} from "./backend.ts";
+export { countDrift, type DriftCount, type SideCount } from "./drift.ts";
+export { listMasters } from "./masters.ts";
+export {
+  bothDoctors,
+  CILIUM_USE,
+  classifyDrift,
+  type DoctorSides,
+  type Drift,
+  DRIFT_KINDS,
+  type DriftKind,
+  DriftRepairer,
+  findDrift,
+  isDriftKind,
+} from "./doctor.ts";
 export { DoubleWriteConflictError } from "./errors.ts";
 export {
   type DoubleWriteMode,

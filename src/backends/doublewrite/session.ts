@@ -21,6 +21,8 @@ import { ConflictError, PoolExhaustedError } from "../../errors.ts";
 import { idallocLogger } from "../../log.ts";
 import { sleep } from "../../abort.ts";
 import { TaskGroup } from "../../task_group.ts";
+import { type AttributeSets, type ObservationSink, observe } from "../../telemetry/instruments.ts";
+import { countDrift, type DriftCount } from "./drift.ts";
 import { DoubleWriteConflictError } from "./errors.ts";
 import { deleteBoth, listBoth } from "./gc.ts";
 import type { DoubleWriteMode, Side } from "./mode.ts";
@@ -53,8 +55,19 @@ export class DoubleWriteSession implements BackendSession {
   readonly #read: BackendSession;
   readonly #readSide: Side;
   readonly #group = new TaskGroup("double-write session");
-  /** IDs the side not read holds (from its watch), kept out of new candidates. */
-  readonly #otherIds = new Set<number>();
+  /**
+   * The side not read, from its watch (ID → key): its IDs are kept out of new candidates, and
+   * with {@linkcode DoubleWriteSession.#readKeys} they give the per-side counts.
+   */
+  #otherKeys = new Map<number, string>();
+  /** Whether the other side's watch has listed it once. */
+  #otherSynced = false;
+  /** The read side, as the allocator's watch of it shows it (ID → key). */
+  #readKeys = new Map<number, string>();
+  /** Whether the read side's watch has listed it once. */
+  #readSynced = false;
+  /** The metric source's registration (writable sessions only). */
+  #metrics: Disposable | undefined;
   /** IDs a kvstore refusal showed taken there before the watch did (until the watch shows them). */
   readonly #refused = new Set<number>();
   /**
@@ -71,7 +84,12 @@ export class DoubleWriteSession implements BackendSession {
    * Wraps `sides` (opened by {@linkcode DoubleWriteBackend.openSession}). A writable session
    * watches the side it does not read, to keep that side's IDs out of new candidates.
    */
-  constructor(mode: DoubleWriteMode, sides: Sides, writable: boolean) {
+  constructor(
+    mode: DoubleWriteMode,
+    sides: Sides,
+    writable: boolean,
+    attributes?: AttributeSets,
+  ) {
     this.#mode = mode;
     this.#kv = sides.kvstore;
     this.#crd = sides.crd;
@@ -79,7 +97,58 @@ export class DoubleWriteSession implements BackendSession {
     this.#read = this.#readSide === "kvstore" ? this.#kv : this.#crd;
     const order = this.#read.newerVersion;
     if (order !== undefined) this.newerVersion = (a, b) => order.call(this.#read, a, b);
-    if (writable) this.#group.spawn(this.#watchOther());
+    if (writable) {
+      this.#group.spawn(this.#watchOther());
+      if (attributes !== undefined) {
+        this.#metrics = observe({ observe: (sink) => this.#observe(sink, attributes) });
+      }
+    }
+  }
+
+  /**
+   * Identities per side and on one side only, as this session's watches see both sides (Cilium
+   * operator's counters); `undefined` until both sides were listed once (a writable session's
+   * other side is watched from the start; the read side once the allocator watches it).
+   */
+  driftCount(): DriftCount | undefined {
+    if (!this.#readSynced || !this.#otherSynced) return undefined;
+    return this.#readSide === "kvstore"
+      ? countDrift(this.#readKeys, this.#otherKeys)
+      : countDrift(this.#otherKeys, this.#readKeys);
+  }
+
+  #observe(sink: ObservationSink, attributes: AttributeSets): void {
+    const count = this.driftCount();
+    if (count === undefined) return;
+    const base = attributes.base;
+    sink.add("idalloc.identity.kvstore.total_count", count.kvstore.total, base);
+    sink.add("idalloc.identity.kvstore.only_count", count.kvstore.only, base);
+    sink.add("idalloc.identity.crd.total_count", count.crd.total, base);
+    sink.add("idalloc.identity.crd.only_count", count.crd.only, base);
+    sink.add("idalloc.identity.differing_count", count.differing.length, base);
+  }
+
+  /**
+   * A side's watch as ID → key: each (re)start lists into a fresh map, which replaces the
+   * current one at `synced` (so IDs gone while the watch was down leave it); live changes after
+   * it apply to the current one. `done` is told the map once listed.
+   */
+  async *#tracked(
+    events: AsyncIterable<BackendEvent>,
+    current: () => Map<number, string>,
+    listed: (map: Map<number, string>) => void,
+  ): AsyncGenerator<BackendEvent> {
+    let listing: Map<number, string> | undefined = new Map();
+    for await (const ev of events) {
+      const map = listing ?? current();
+      if (ev.type === "upsert") map.set(ev.id, ev.key);
+      else if (ev.type === "delete") map.delete(ev.id);
+      else if (listing !== undefined) {
+        listed(listing);
+        listing = undefined;
+      }
+      yield ev;
+    }
   }
 
   /** The side not read, whose IDs new candidates avoid. */
@@ -91,11 +160,12 @@ export class DoubleWriteSession implements BackendSession {
     const signal = this.#group.signal;
     while (!signal.aborted) {
       try {
-        for await (const ev of this.#other.watch(signal)) {
-          if (ev.type === "upsert") {
-            this.#otherIds.add(ev.id);
-            this.#refused.delete(ev.id);
-          } else if (ev.type === "delete") this.#otherIds.delete(ev.id);
+        const events = this.#tracked(this.#other.watch(signal), () => this.#otherKeys, (map) => {
+          this.#otherKeys = map;
+          this.#otherSynced = true;
+        });
+        for await (const ev of events) {
+          if (ev.type === "upsert") this.#refused.delete(ev.id);
         }
       } catch (err) {
         if (signal.aborted) return;
@@ -110,8 +180,8 @@ export class DoubleWriteSession implements BackendSession {
 
   /** The allocator's `exclude` plus every ID the other side is known to hold. */
   #excluding(exclude: ReadonlySet<number>): ReadonlySet<number> {
-    if (this.#otherIds.size === 0 && this.#refused.size === 0) return exclude;
-    return new Set([...exclude, ...this.#otherIds, ...this.#refused]);
+    if (this.#otherKeys.size === 0 && this.#refused.size === 0) return exclude;
+    return new Set([...exclude, ...this.#otherKeys.keys(), ...this.#refused]);
   }
 
   #kvstoreTrail(trail: AttemptTrail | undefined): AttemptTrail | undefined {
@@ -347,9 +417,12 @@ export class DoubleWriteSession implements BackendSession {
     return this.#read.getById(id, signal);
   }
 
-  /** The read side's masters (Cilium's `ListAndWatch`). */
+  /** The read side's masters (Cilium's `ListAndWatch`), noted for the per-side counts. */
   watch(signal: AbortSignal): AsyncIterable<BackendEvent> {
-    return this.#read.watch(signal);
+    return this.#tracked(this.#read.watch(signal), () => this.#readKeys, (map) => {
+      this.#readKeys = map;
+      this.#readSynced = true;
+    });
   }
 
   /** The kvstore's masters, each in use when either side uses it (see `./gc.ts`). */
@@ -396,6 +469,8 @@ export class DoubleWriteSession implements BackendSession {
 
   /** Stops the other side's watch and closes both sessions. */
   async close(): Promise<void> {
+    this.#metrics?.[Symbol.dispose]();
+    this.#metrics = undefined;
     await this.#group.close();
     await Promise.allSettled([this.#kv.close(), this.#crd.close()]);
   }

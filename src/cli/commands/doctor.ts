@@ -14,8 +14,16 @@
  * (bound to a live etcd lease, a Deno KV reference of a live node, or an entry of an ID or key
  * that live references name): such an entry is shown with its holders and what to do instead.
  *
- * Exit 0 when no damage remains (none found, or all of it removed), 4 when some does (held by a
- * live node, or changed meanwhile).
+ * In Cilium's double-write modes (`--identity-allocation-mode doublewrite-…`) the findings are
+ * both sides' damage (each entry names its side) and the drift between the sides (an identity on
+ * one side only, an ID whose label sets differ, a label set whose IDs differ:
+ * `src/backends/doublewrite/doctor.ts`). `--fix` copies a one-sided identity across under the
+ * other store's guards (outcome `copied`), and repairs a conflict toward the side the mode reads
+ * only when the other side's entry is unused; it never changes the ID of a label set a node holds.
+ * The repairs write under `--node`'s name, so a live `--node` is refused, as for `gc`.
+ *
+ * Exit 0 when no damage remains (none found, or all of it removed or copied), 4 when some does
+ * (held by a live node, or changed meanwhile).
  *
  * @module
  */
@@ -28,12 +36,18 @@ import {
   type ValidRanges,
 } from "../../allocator/damage.ts";
 import { InvalidOptionsError, LiveEntryError } from "../../errors.ts";
+import {
+  CILIUM_USE,
+  DoubleWriteBackend,
+  type DriftRepairer,
+  isDriftKind,
+} from "../../backends/doublewrite/mod.ts";
 import { allocationRange, labelsCodec, requiresGlobalIdentity } from "../../identity/mod.ts";
 import type { RunContext } from "../context.ts";
 import type { Progress } from "../io.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
-import { noteIfEmpty, plural, printable } from "./common.ts";
+import { noteIfEmpty, plural, printable, refuseLiveNode } from "./common.ts";
 
 /** Options of `doctor`. */
 export interface DoctorCommandOptions {
@@ -41,8 +55,8 @@ export interface DoctorCommandOptions {
   readonly fix: boolean;
 }
 
-/** What became of one finding with `--fix`. */
-export type Outcome = "removed" | "changed meanwhile" | "held" | "kept";
+/** What became of one finding with `--fix` (`copied`: drift repaired in a double-write mode). */
+export type Outcome = "removed" | "copied" | "changed meanwhile" | "held" | "kept";
 
 /**
  * Every cluster's global identity range, joined (with 255 and with 511 clusters: the bits of the
@@ -79,17 +93,23 @@ const FIX_ROUNDS = 3;
 
 /**
  * What becomes of one finding: a held one is kept (and so is every one without `--fix`); else it
- * is removed unless it changed since it was listed, or a node came to hold it meanwhile.
+ * is removed (drift: repaired by `repairer`) unless it changed since it was listed, or a node came
+ * to hold it meanwhile.
  */
 async function settle(
   doctor: StoreDoctor,
   finding: DamageFinding,
   fix: boolean,
   signal: AbortSignal,
+  repairer: DriftRepairer | undefined,
 ): Promise<{ finding: DamageFinding; outcome: Outcome }> {
   if (finding.heldBy !== undefined) return { finding, outcome: "held" };
   if (!fix) return { finding, outcome: "kept" };
   try {
+    if (repairer !== undefined && isDriftKind(finding.kind)) {
+      const copied = await repairer.repair(finding, signal);
+      return { finding, outcome: copied ? "copied" : "changed meanwhile" };
+    }
     const removed = await doctor.removeDamage(finding, { signal });
     return { finding, outcome: removed ? "removed" : "changed meanwhile" };
   } catch (err) {
@@ -106,7 +126,7 @@ export interface DoctorModel {
   readonly results: readonly { readonly finding: DamageFinding; readonly outcome: Outcome }[];
   /** How many findings have each outcome. */
   readonly count: Readonly<Record<Outcome, number>>;
-  /** Findings still in the store (all but the removed). */
+  /** Findings still in the store (all but the removed and the copied). */
   readonly remaining: number;
   /** The live nodes that hold some finding, sorted. */
   readonly holders: readonly string[];
@@ -123,11 +143,22 @@ export async function doctorCommand(
   if (!isStoreDoctor(doctor)) {
     throw new InvalidOptionsError(`the ${store.kind} backend cannot report damage`);
   }
+  // Repairs of drift write under --node's name: a live node's lease would be taken.
+  const repairs = options.fix && doctor instanceof DoubleWriteBackend;
+  if (repairs) {
+    const refused = await refuseLiveNode(
+      ctx,
+      store,
+      "doctor --fix would write its repairs under its name and take its lease",
+    );
+    if (refused !== undefined) return refused;
+  }
   const exists = await noteIfEmpty(ctx, store);
   // Reaching the store is bounded by --timeout; the scan reads the whole prefix.
   ctx.untimed();
   const progress = ctx.progress();
-  const results = exists ? await examine(ctx, doctor, options.fix, progress) : [];
+  await using repairer = repairs ? (doctor as DoubleWriteBackend).repairer() : undefined;
+  const results = exists ? await examine(ctx, doctor, options.fix, progress, repairer) : [];
   const model = doctorModel(results, options.fix);
   progress.done(doctorSummary(model));
   if (ctx.options.json) {
@@ -155,6 +186,7 @@ async function examine(
   doctor: StoreDoctor,
   fix: boolean,
   progress: Progress,
+  repairer: DriftRepairer | undefined,
 ): Promise<DoctorModel["results"]> {
   const ranges = validRanges({ min: ctx.options.min, max: ctx.options.max });
   const results: { finding: DamageFinding; outcome: Outcome }[] = [];
@@ -171,9 +203,9 @@ async function examine(
     }
     let removed = 0;
     for (const [i, listed] of scanned.entries()) {
-      const result = await settle(doctor, listed, fix, ctx.signal);
+      const result = await settle(doctor, listed, fix, ctx.signal, repairer);
       results.push(result);
-      if (result.outcome === "removed") removed++;
+      if (result.outcome === "removed" || result.outcome === "copied") removed++;
       if (fix) progress.update(`removing… ${i + 1} of ${scanned.length}`);
     }
     if (removed === 0) break;
@@ -183,10 +215,22 @@ async function examine(
 
 /** The model of what {@linkcode examine} returned. */
 export function doctorModel(results: DoctorModel["results"], fix: boolean): DoctorModel {
-  const count: Record<Outcome, number> = { removed: 0, "changed meanwhile": 0, held: 0, kept: 0 };
+  const count: Record<Outcome, number> = {
+    removed: 0,
+    copied: 0,
+    "changed meanwhile": 0,
+    held: 0,
+    kept: 0,
+  };
   for (const { outcome } of results) count[outcome]++;
   const holders = [...new Set(results.flatMap((r) => r.finding.heldBy ?? []))].sort();
-  return { fix, results, count, remaining: results.length - count.removed, holders };
+  return {
+    fix,
+    results,
+    count,
+    remaining: results.length - count.removed - count.copied,
+    holders,
+  };
 }
 
 /**
@@ -195,11 +239,16 @@ export function doctorModel(results: DoctorModel["results"], fix: boolean): Doct
  */
 const CILIUM_USER = /^(?:CiliumEndpoint |CiliumEndpointSlice |new or marked recently )/;
 
+/** Whether a holder is one of Cilium's users (a double-write store names them all at once). */
+function isCiliumUser(holder: string): boolean {
+  return holder === CILIUM_USE || CILIUM_USER.test(holder);
+}
+
 /** The holders of `model` split into live nodes and Cilium's users. */
 function holderKinds(holders: readonly string[]): { nodes: string[]; users: string[] } {
   return {
-    nodes: holders.filter((h) => !CILIUM_USER.test(h)),
-    users: holders.filter((h) => CILIUM_USER.test(h)),
+    nodes: holders.filter((h) => !isCiliumUser(h)),
+    users: holders.filter(isCiliumUser),
   };
 }
 
@@ -208,7 +257,8 @@ export function doctorSummary({ results, count, fix, holders }: DoctorModel): st
   const by = holderKinds(holders).users.length > 0 ? "live nodes or Cilium" : "live nodes";
   return `found ${plural(results.length, "damaged entry", "damaged entries")}` +
     (count.held > 0 ? ` (${count.held} held by ${by})` : "") +
-    (fix ? `, removed ${count.removed}` : "");
+    (fix ? `, removed ${count.removed}` : "") +
+    (count.copied > 0 ? `, copied ${count.copied} across` : "");
 }
 
 /** The `--json` output: the findings, with their outcome under `--fix`. */
@@ -270,9 +320,13 @@ function ciliumWarning(held: number, nodes: readonly string[]): string {
 }
 
 /** The hint to run `doctor --fix` (`undefined` with `--fix`, or when nothing could go). */
-export function fixHint({ fix, count: { kept: fixable, held } }: DoctorModel): string | undefined {
+export function fixHint(
+  { fix, results, count: { kept: fixable, held } }: DoctorModel,
+): string | undefined {
   if (fix || fixable === 0) return undefined;
-  return `run 'idalloc doctor --fix' to delete ${
+  // Drift is repaired by copying across (double-write modes), other damage by deleting.
+  const drift = results.some((r) => r.outcome === "kept" && isDriftKind(r.finding.kind));
+  return `run 'idalloc doctor --fix' to ${drift ? "repair" : "delete"} ${
     fixable === 1 ? "this entry" : `these ${fixable} entries`
   }${held === 0 ? "" : held === 1 ? " (not the held one)" : " (not the held ones)"}`;
 }

@@ -5,6 +5,9 @@
  *
  * `identity get <id>` prints one identity's labels (reserved ones without the store).
  *
+ * `identity release <labels…> --node <name>` deletes that node's reference to the label set's
+ * identity: `release` of the label set's key (the identity stays until GC).
+ *
  * Reserved label sets map to their fixed IDs and node-local ones (CIDR, FQDN) to IDs that exist
  * only inside the allocating process; neither touches the store. Everything else gets a global
  * identity in `--cluster-id`'s range, held like `allocate` holds a key.
@@ -17,9 +20,12 @@ import {
   IdentityAllocator,
   Labels,
   labelsCodec,
+  requiresGlobalIdentity,
   ReservedIdentities,
 } from "../../identity/mod.ts";
+import { InvalidOptionsError } from "../../errors.ts";
 import { parseIdArgument } from "../args.ts";
+import { releaseCommand } from "./allocate.ts";
 import type { RunContext } from "../context.ts";
 import { ExitCode } from "../exit.ts";
 import { writeTable } from "../table.ts";
@@ -61,6 +67,24 @@ function scopeOf(identities: IdentityAllocator, id: number): string {
   if (identities.reserved.isReserved(id)) return "reserved";
   if (hasLocalScope(id) || hasRemoteNodeScope(id)) return "node-local";
   return "global";
+}
+
+/**
+ * `identity release <labels…> --node <name>`: node `--node`'s reference to the identity of the
+ * label set, deleted as `release` deletes a key's (refused while that node is live). Reserved and
+ * node-local label sets have no identity in the store.
+ */
+export async function identityReleaseCommand(
+  ctx: RunContext,
+  labelTexts: readonly string[],
+): Promise<number> {
+  const labels = Labels.parse(labelTexts);
+  if (!requiresGlobalIdentity(labels)) {
+    throw new InvalidOptionsError(
+      `${labels} has no identity in the store (reserved or node-local): nothing to release`,
+    );
+  }
+  return await releaseCommand(ctx, labelsCodec.encode(labels));
 }
 
 /** `identity allocate <labels…> [--hold]`. */

@@ -70,6 +70,27 @@ export interface StatusMetrics {
   readonly "idalloc.healthy": 0 | 1;
   /** The first read's latency, in seconds. */
   readonly "idalloc.store.operation.duration": number;
+  /** Double-write modes: identities on the kvstore side (Cilium's `…_kvstore_total_count`). */
+  readonly "idalloc.identity.kvstore.total_count"?: number;
+  /** Double-write modes: identities on the kvstore only (Cilium's `…_kvstore_only_count`). */
+  readonly "idalloc.identity.kvstore.only_count"?: number;
+  /** Double-write modes: identities on the CRD side (Cilium's `…_crd_total_count`). */
+  readonly "idalloc.identity.crd.total_count"?: number;
+  /** Double-write modes: identities on the CRDs only (Cilium's `…_crd_only_count`). */
+  readonly "idalloc.identity.crd.only_count"?: number;
+  /** Double-write modes: IDs whose sides name different label sets. */
+  readonly "idalloc.identity.differing_count"?: number;
+}
+
+/** The per-side counts under their metrics' names (what a writable session reports). */
+function driftMetrics(drift: DriftCount) {
+  return {
+    "idalloc.identity.kvstore.total_count": drift.kvstore.total,
+    "idalloc.identity.kvstore.only_count": drift.kvstore.only,
+    "idalloc.identity.crd.total_count": drift.crd.total,
+    "idalloc.identity.crd.only_count": drift.crd.only,
+    "idalloc.identity.differing_count": drift.differing.length,
+  };
 }
 
 function metricsOf(
@@ -150,8 +171,7 @@ export async function statusCommand(
   _options: StatusCommandOptions,
 ): Promise<number> {
   const reading = await readStatus(ctx);
-  const { drift } = reading;
-  const model = { ...statusModel(reading, ctx.options), ...(drift ? { doubleWrite: drift } : {}) };
+  const model = statusModel(reading, ctx.options);
   if (ctx.options.json) ctx.output.out.line(JSON.stringify(model));
   else writeTable(ctx.output.out, null, statusRows(model, ctx.options, Date.now()));
   return ExitCode.Ok;
@@ -228,7 +248,11 @@ export function statusModel(
       ids: s.ids,
       references: s.references,
     })),
-    metrics: metricsOf(ids, references, range, health.healthy, latencyMs),
+    metrics: {
+      ...metricsOf(ids, references, range, health.healthy, latencyMs),
+      ...(read.drift === undefined ? {} : driftMetrics(read.drift)),
+    },
+    ...(read.drift === undefined ? {} : { doubleWrite: read.drift }),
   };
 }
 
@@ -269,6 +293,9 @@ export function statusRows(
   rows.push(["metrics", `idalloc.ids.free ${free} (of ${max - min + 1} in ${min}–${max})`]);
   rows.push(["", `idalloc.keys.held ${held.length === 0 ? "0" : held.join(", ")}`]);
   rows.push(["", `idalloc.healthy ${metrics["idalloc.healthy"]}`]);
+  for (const [name, value] of Object.entries(metrics)) {
+    if (name.startsWith("idalloc.identity.")) rows.push(["", `${name} ${value}`]);
+  }
   if (splits.length > 0) {
     rows.push([
       "split keys",

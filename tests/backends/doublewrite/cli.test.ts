@@ -1,8 +1,12 @@
 // The CLI in Cilium's double-write modes (`--identity-allocation-mode doublewrite-… --store
 // etcd://… --kubeconfig FILE`) on a private API server and its etcd: `identity allocate` in one
-// mode, `identity get|list` in the other, `status` counting both sides; and
-// the flag's usage errors.
+// mode, `identity get|list` in the other, `status` counting both sides; every command in each
+// double-write mode (`watch` following an identity's life from allocation to GC); the single-store
+// modes; and the flag's usage errors.
 import assert from "node:assert/strict";
+import { main } from "../../../src/cli/main.ts";
+import { Capture, untilDead } from "../../cli/_run.ts";
+import { NAMESPACE, Stores } from "./_world.ts";
 import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
 import {
   kubeApiserverUnavailable,
@@ -71,5 +75,128 @@ Deno.test({
     });
     const human = await cli([...store("doublewrite-readkvstore"), "status"]);
     assert.match(human.stdout, /kvstore side +1 identities, 0 on the kvstore only/);
+  },
+});
+
+/** Runs `idalloc <args>` to its end; its exit code and JSON output (one value). */
+async function json(args: string[]): Promise<{ code: number; out: unknown; stderr: string }> {
+  const r = await cli([...args, "--json"]);
+  return {
+    code: r.code,
+    out: r.stdout.trim() === "" ? null : JSON.parse(r.stdout),
+    stderr: r.stderr,
+  };
+}
+
+for (const mode of ["doublewrite-readkvstore", "doublewrite-readcrd"] as const) {
+  Deno.test({
+    name: `CLI ${mode}: identity allocate|get|list|release, status, gc, doctor and watch`,
+    ignore,
+    async fn() {
+      await using cluster = await startKubeApiServer();
+      const kubeconfig = await cluster.kubeconfig("admin", {
+        context: "test",
+        namespace: NAMESPACE,
+      });
+      const stores = new Stores(cluster, kubeconfig);
+      const args = stores.cli(mode, ["--heartbeat-timeout", "1s"]);
+      const labels = ["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"];
+      // watch follows the store from the start, in-process until aborted.
+      const watching = new Capture();
+      const stop = new AbortController();
+      const watch = main([...args, "watch"], { ...watching.io, signal: stop.signal });
+      try {
+        await watching.waitFor((out) => out.includes(`{"type":"synced"}`));
+
+        const allocated = await json([
+          ...args,
+          "--node",
+          "holder",
+          "identity",
+          "allocate",
+          ...labels,
+        ]);
+        assert.equal(allocated.code, 0, allocated.stderr);
+        const { id } = allocated.out as { id: number };
+        await watching.waitFor((out) => out.includes(`"type":"upsert","id":${id}`));
+
+        const got = await json([...args, "identity", "get", String(id)]);
+        assert.equal(got.code, 0, got.stderr);
+        assert.match(JSON.stringify(got.out), /k8s:app=web/);
+        const listed = await json([...args, "identity", "list"]);
+        assert.equal(listed.code, 0, listed.stderr);
+        assert.match(JSON.stringify(listed.out), new RegExp(`"id":${id}\\b`));
+
+        const status = await json([...args, "status"]);
+        assert.equal(status.code, 0, status.stderr);
+        const model = status.out as { doubleWrite: unknown; metrics: Record<string, unknown> };
+        assert.deepEqual(model.doubleWrite, {
+          crd: { total: 1, only: 0 },
+          kvstore: { total: 1, only: 0 },
+          differing: [],
+        });
+        assert.equal(model.metrics["idalloc.identity.crd.total_count"], 1);
+        assert.equal(model.metrics["idalloc.identity.kvstore.only_count"], 0);
+
+        const doctor = await json([...args, "doctor"]);
+        assert.equal(doctor.code, 0, doctor.stderr);
+        assert.deepEqual(doctor.out, []);
+
+        // The holder's run ended without releasing: its reference stays while its lease does.
+        const refused = await json([...args, "--node", "holder", "identity", "release", ...labels]);
+        assert.equal(refused.code, 4, refused.stderr);
+        await untilDead(args, "holder");
+        const released = await json([
+          ...args,
+          "--node",
+          "holder",
+          "identity",
+          "release",
+          ...labels,
+        ]);
+        assert.equal(released.code, 0, released.stderr);
+        assert.equal((released.out as { released: boolean }).released, true);
+
+        // Unused on both sides now: two passes a second apart collect it from both.
+        const gc = await cli([...args, "gc", "--grace", "1s", "--force", "--json"]);
+        assert.equal(gc.code, 0, gc.stderr);
+        const passes = gc.stdout.trim().split("\n").map((l) => JSON.parse(l));
+        assert.deepEqual(passes.flatMap((p) => p.deleted.map((d: { id: number }) => d.id)), [id]);
+        await watching.waitFor((out) => out.includes(`"type":"delete","id":${id}`));
+        const sides = await stores.sides();
+        assert.equal(sides.kvstore.has(id), false, "kvstore master collected");
+        assert.equal(sides.crd.has(id), false, "CiliumIdentity collected");
+        const gone = await json([...args, "identity", "get", String(id)]);
+        assert.equal(gone.code, 3, gone.stderr);
+      } finally {
+        stop.abort();
+        await watch;
+      }
+    },
+  });
+}
+
+Deno.test({
+  name: "CLI: the single-store modes, kvstore and crd, allocate and read",
+  ignore,
+  async fn() {
+    await using cluster = await startKubeApiServer();
+    const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
+    const stores = new Stores(cluster, kubeconfig);
+    for (const mode of ["kvstore", "crd"] as const) {
+      const args = stores.cli(mode);
+      const allocated = await json([...args, "identity", "allocate", `k8s:app=${mode}`]);
+      assert.equal(allocated.code, 0, allocated.stderr);
+      const { id } = allocated.out as { id: number };
+      const got = await json([...args, "identity", "get", String(id)]);
+      assert.equal(got.code, 0, got.stderr);
+      const status = await json([...args, "status"]);
+      assert.equal(status.code, 0, status.stderr);
+      assert.equal((status.out as { doubleWrite?: unknown }).doubleWrite, undefined);
+    }
+    // Each wrote its own store only.
+    const sides = await stores.sides();
+    assert.deepEqual([...sides.kvstore.values()], ["k8s:app=kvstore;"]);
+    assert.deepEqual([...sides.crd.values()], ["k8s:app=crd;"]);
   },
 });
