@@ -68,7 +68,7 @@ import type { DamageFinding, DamageScanOptions, StoreDoctor } from "../../alloca
 import { InvalidOptionsError } from "../../errors.ts";
 import { ATTR } from "../../telemetry/catalog.ts";
 import { AttributeSets } from "../../telemetry/instruments.ts";
-import { bothDoctors, DriftRepairer } from "./doctor.ts";
+import { bothDoctors, DriftRepairer, type DriftRepairOptions } from "./doctor.ts";
 import { countDrift, type DriftCount } from "./drift.ts";
 import { listMasters, withReaders } from "./masters.ts";
 import type { DoubleWriteMode } from "./mode.ts";
@@ -174,8 +174,8 @@ export class DoubleWriteBackend implements Backend, StoreDoctor {
   }
 
   /** A repairer of drift findings whose writable sessions last until it is disposed. */
-  repairer(): DriftRepairer {
-    return new DriftRepairer(this.#doctorSides());
+  repairer(options?: DriftRepairOptions): DriftRepairer {
+    return new DriftRepairer(this.#doctorSides(), options);
   }
 
   #doctorSides() {

@@ -307,6 +307,15 @@ export async function* findDrift(
   }
 }
 
+/** The lease TTL of repair sessions unless given. */
+const DEFAULT_REPAIR_LEASE_TTL_MS = 60_000;
+
+/** Options of {@linkcode DriftRepairer}. */
+export interface DriftRepairOptions {
+  /** The lease TTL of its writable sessions, in ms (default 60 s). */
+  readonly leaseTtlMs?: number;
+}
+
 /**
  * Writable sessions on both sides for repairs, under the backend's node name (opening one under a
  * live node's name is refused: `NodeInUseError`). Each side's session keeps that side's own GC
@@ -314,14 +323,18 @@ export async function* findDrift(
  */
 export class DriftRepairer implements AsyncDisposable {
   readonly #sides: DoctorSides;
+  readonly #leaseTtlMs: number;
   readonly #sessions = new Map<Side, Promise<BackendSession>>();
 
   /**
    * A repairer of `sides`; nothing is opened until the first repair.
    * @param sides the store to repair
+   * @param options the repair sessions' lease TTL (default 60 s; on Kubernetes it must be below
+   * the heartbeat timeout and at least twice the clock skew, as every writer's)
    */
-  constructor(sides: DoctorSides) {
+  constructor(sides: DoctorSides, options: DriftRepairOptions = {}) {
     this.#sides = sides;
+    this.#leaseTtlMs = options.leaseTtlMs ?? DEFAULT_REPAIR_LEASE_TTL_MS;
   }
 
   #session(side: Side, signal: AbortSignal): Promise<BackendSession> {
@@ -329,7 +342,7 @@ export class DriftRepairer implements AsyncDisposable {
     if (session === undefined) {
       const backend = side === "kvstore" ? this.#sides.kvstore : this.#sides.crd;
       session = backend.openSession({
-        leaseTtlMs: 60_000,
+        leaseTtlMs: this.#leaseTtlMs,
         readOnly: false,
         onLeaseReplaced: () => {},
         signal,
@@ -417,7 +430,13 @@ export class DriftRepairer implements AsyncDisposable {
       const refs = await collect(admin.references(signal));
       throw new LiveEntryError(entry, holdersOf(id, refs, new Map([[id, candidate]])));
     }
-    return await session.gcDelete(candidate, signal);
+    const deleted = await session.gcDelete(candidate, signal);
+    // The copy that follows must not answer from a view that still shows the deleted entry (a
+    // Kubernetes session's informer may not have seen the deletion yet, and would join it): it
+    // runs on a session opened after the delete, whose first list cannot show it.
+    this.#sessions.delete(side);
+    await session.close();
+    return deleted;
   }
 
   /**

@@ -46,6 +46,7 @@ export {
   DRIFT_KINDS,
   type DriftKind,
   DriftRepairer,
+  type DriftRepairOptions,
   findDrift,
   isDriftKind,
 } from "./doctor.ts";

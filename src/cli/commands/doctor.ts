@@ -157,7 +157,11 @@ export async function doctorCommand(
   // Reaching the store is bounded by --timeout; the scan reads the whole prefix.
   ctx.untimed();
   const progress = ctx.progress();
-  await using repairer = repairs ? (doctor as DoubleWriteBackend).repairer() : undefined;
+  await using repairer = repairs
+    ? (doctor as DoubleWriteBackend).repairer({
+      leaseTtlMs: ctx.options.leaseTtlMs,
+    })
+    : undefined;
   const results = exists ? await examine(ctx, doctor, options.fix, progress, repairer) : [];
   const model = doctorModel(results, options.fix);
   progress.done(doctorSummary(model));

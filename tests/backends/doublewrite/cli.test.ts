@@ -99,7 +99,7 @@ for (const mode of ["doublewrite-readkvstore", "doublewrite-readcrd"] as const) 
         namespace: NAMESPACE,
       });
       const stores = new Stores(cluster, kubeconfig);
-      const args = stores.cli(mode, ["--heartbeat-timeout", "1s"]);
+      const args = stores.cli(mode);
       const labels = ["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"];
       // watch follows the store from the start, in-process until aborted.
       const watching = new Capture();

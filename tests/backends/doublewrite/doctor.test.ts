@@ -35,7 +35,7 @@ async function doctor(
   fix: boolean,
 ): Promise<{ code: number; findings: Finding[]; stderr: string }> {
   const r = await cli([
-    ...stores.cli(mode, ["--heartbeat-timeout", "1s"]),
+    ...stores.cli(mode, ["--heartbeat-timeout", "4s"]),
     "doctor",
     ...(fix ? ["--fix"] : []),
     "--json",
@@ -44,8 +44,11 @@ async function doctor(
   return { code: r.code, findings, stderr: r.stderr };
 }
 
-/** Past the 1 s heartbeat timeout and a claim's quiet time (0.5 s + 1 s skew) since a write. */
-const quiet = () => new Promise((r) => setTimeout(r, 2_500));
+/**
+ * Past the doctor's 4 s heartbeat timeout (above the 3 s lease TTL, as it must be) since a
+ * write, and so past a claim's quiet time (2 s + 1 s skew).
+ */
+const quiet = () => new Promise((r) => setTimeout(r, 4_500));
 
 /** The drift findings only (the sides' own damage is the side doctors' tests' business). */
 const drift = (findings: readonly Finding[]) =>
@@ -151,7 +154,7 @@ Deno.test({
       assert.deepEqual(differs.heldBy, ["k1"], "the CRD side's entry is k1's");
 
       // Reading the kvstore, the CRD side gives way: ID 30000 is held there, so it stays; the
-      // split's CRD ID (32000) is unused once past the 1 s heartbeat timeout, and its key claim
+      // split's CRD ID (32000) is unused once past the 4 s heartbeat timeout, and its key claim
       // quiet (half of it plus the 1 s clock skew), so it goes with its claim.
       await quiet();
       const first = await doctor(s, "doublewrite-readkvstore", true);
