@@ -13,7 +13,10 @@ import {
 } from "../../../src/backends/doublewrite/mod.ts";
 import { EtcdBackend } from "../../../src/backends/etcd/mod.ts";
 import { K8sBackend } from "../../../src/backends/k8s/mod.ts";
-import type { KubeTestCluster } from "../../../src/backends/k8s/testing/cluster.ts";
+import {
+  type KubeTestCluster,
+  startKubeApiServer,
+} from "../../../src/backends/k8s/testing/cluster.ts";
 
 /** The namespace of the idalloc nodes' Leases (and of the tests' CiliumEndpoints). */
 export const NAMESPACE = "default";
@@ -90,6 +93,30 @@ export async function openMode(config: ModeConfig, options: NodeOptions = {}): P
 export interface TestNode extends AsyncDisposable {
   readonly alloc: Allocator<string>;
   readonly backend: Backend;
+}
+
+/**
+ * A private API server (test copies of Cilium's CRDs) and its etcd as the two stores; disposing
+ * stops them.
+ */
+export async function startStores(): Promise<Stores & AsyncDisposable> {
+  const cluster = await startKubeApiServer();
+  const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
+  return Object.assign(new Stores(cluster, kubeconfig), {
+    [Symbol.asyncDispose]: () => cluster.close(),
+  });
+}
+
+/** Writes label sets as Cilium's node and `_migration_node.ts` read them (`-labels`) into `dir`. */
+export function labelsWriter(
+  dir: string,
+): (sets: readonly (readonly string[])[]) => Promise<string> {
+  let files = 0;
+  return async (sets) => {
+    const path = `${dir}/labels-${++files}.json`;
+    await Deno.writeTextFile(path, JSON.stringify(sets));
+    return path;
+  };
 }
 
 /** The two stores of a test cluster. */

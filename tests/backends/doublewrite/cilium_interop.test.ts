@@ -25,6 +25,7 @@ import {
 } from "../../../src/backends/k8s/testing/cilium.ts";
 import { kubeApiserverUnavailable } from "../../../src/backends/k8s/testing/cluster.ts";
 import { keyOf, labelSets, NAMESPACE } from "../k8s/_cilium.ts";
+import { labelsWriter } from "./_world.ts";
 
 const MODES = ["doublewrite-readkvstore", "doublewrite-readcrd"] as const;
 
@@ -87,12 +88,7 @@ Deno.test({
     const etcd = cluster.etcd.endpoints[0];
     const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
     const dir = await Deno.makeTempDir({ prefix: "idalloc-dw-interop-" });
-    let files = 0;
-    const labels = async (sets: readonly (readonly string[])[]) => {
-      const path = join(dir, `labels-${++files}.json`);
-      await Deno.writeTextFile(path, JSON.stringify(sets));
-      return path;
-    };
+    const labels = labelsWriter(dir);
     const ciliumArgs = (mode: DoubleWriteMode, name: string) => [
       ...["-mode", mode, "-etcd", etcd, "-kubeconfig", kubeconfig, "-node", name],
     ];

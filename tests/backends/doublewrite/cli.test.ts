@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { main } from "../../../src/cli/main.ts";
 import { Capture, untilDead } from "../../cli/_run.ts";
-import { NAMESPACE, Stores } from "./_world.ts";
+import { startStores } from "./_world.ts";
 import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
 import {
   kubeApiserverUnavailable,
@@ -93,12 +93,7 @@ for (const mode of ["doublewrite-readkvstore", "doublewrite-readcrd"] as const) 
     name: `CLI ${mode}: identity allocate|get|list|release, status, gc, doctor and watch`,
     ignore,
     async fn() {
-      await using cluster = await startKubeApiServer();
-      const kubeconfig = await cluster.kubeconfig("admin", {
-        context: "test",
-        namespace: NAMESPACE,
-      });
-      const stores = new Stores(cluster, kubeconfig);
+      await using stores = await startStores();
       const args = stores.cli(mode);
       const labels = ["k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod"];
       // watch follows the store from the start, in-process until aborted.
@@ -180,9 +175,7 @@ Deno.test({
   name: "CLI: the single-store modes, kvstore and crd, allocate and read",
   ignore,
   async fn() {
-    await using cluster = await startKubeApiServer();
-    const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
-    const stores = new Stores(cluster, kubeconfig);
+    await using stores = await startStores();
     for (const mode of ["kvstore", "crd"] as const) {
       const args = stores.cli(mode);
       const allocated = await json([...args, "identity", "allocate", `k8s:app=${mode}`]);

@@ -5,13 +5,10 @@
 // directly (a node on that store alone); the nodes holding IDs keep them throughout.
 import assert from "node:assert/strict";
 import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
-import {
-  kubeApiserverUnavailable,
-  startKubeApiServer,
-} from "../../../src/backends/k8s/testing/cluster.ts";
+import { kubeApiserverUnavailable } from "../../../src/backends/k8s/testing/cluster.ts";
 import type { IdentityAllocationMode } from "../../../src/backends/doublewrite/mod.ts";
 import { cli } from "../../cli/_run.ts";
-import { NAMESPACE, Stores } from "./_world.ts";
+import { startStores, type Stores } from "./_world.ts";
 
 const ignore = kubeApiserverUnavailable() !== undefined || etcdUnavailable() !== undefined;
 
@@ -21,12 +18,6 @@ interface Finding {
   readonly id?: number;
   readonly heldBy?: readonly string[];
   readonly outcome?: string;
-}
-
-async function stores(): Promise<{ stores: Stores; close(): Promise<void> }> {
-  const cluster = await startKubeApiServer();
-  const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
-  return { stores: new Stores(cluster, kubeconfig), close: () => cluster.close() };
 }
 
 async function doctor(
@@ -61,9 +52,8 @@ Deno.test({
   name: "doctor: identities on one side only are listed and copied across; held IDs stay",
   ignore,
   async fn() {
-    const world = await stores();
-    try {
-      const { stores: s } = world;
+    await using s = await startStores();
+    {
       // A kvstore node holds one identity and let another go; a CRD node let one go; a
       // double-write node holds one on both sides (no drift).
       await using etcdNode = await s.node("kvstore", "e1");
@@ -117,8 +107,6 @@ Deno.test({
       const again = await doctor(s, "doublewrite-readcrd", false);
       assert.equal(again.code, 0, again.stderr);
       assert.deepEqual(drift(again.findings), []);
-    } finally {
-      await world.close();
     }
   },
 });
@@ -128,9 +116,8 @@ Deno.test({
     "doctor: conflicts are held while used on the side not read, then replaced from the read side",
   ignore,
   async fn() {
-    const world = await stores();
-    try {
-      const { stores: s } = world;
+    await using s = await startStores();
+    {
       // ID 30000: app=kv on the kvstore (held there), app=crd on the CRDs (held there, for now).
       await using kvHolder = await s.node("kvstore", "e1", { min: 30000, max: 30000 });
       assert.equal((await kvHolder.alloc.allocate("k8s:app=kv;")).id, 30000);
@@ -182,8 +169,6 @@ Deno.test({
       assert.equal(sides.crd.get(30000), "k8s:app=kv;");
       assert.equal(sides.kvstore.get(30000), "k8s:app=kv;");
       assert.equal(await kvHolder.alloc.getNoCache("k8s:app=kv;"), 30000);
-    } finally {
-      await world.close();
     }
   },
 });
@@ -192,9 +177,8 @@ Deno.test({
   name: "doctor: reading the CRDs, a split's kvstore ID gives way to the CRD's",
   ignore,
   async fn() {
-    const world = await stores();
-    try {
-      const { stores: s } = world;
+    await using s = await startStores();
+    {
       {
         await using a = await s.node("kvstore", "e1", { min: 31000, max: 31000 });
         await using b = await s.node("crd", "k1", { min: 32000, max: 32000 });
@@ -213,8 +197,6 @@ Deno.test({
       assert.equal(sides.kvstore.has(31000), false);
       assert.equal(sides.kvstore.get(32000), "k8s:app=split;");
       assert.equal(sides.crd.get(32000), "k8s:app=split;");
-    } finally {
-      await world.close();
     }
   },
 });

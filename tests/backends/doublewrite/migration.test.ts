@@ -37,7 +37,7 @@ import { ScriptProcess } from "../../_support/script_process.ts";
 import { cli } from "../../cli/_run.ts";
 import { keyOf, labelSets } from "../k8s/_cilium.ts";
 import type { AllocReport, AnswersReport } from "./_migration_node.ts";
-import { NAMESPACE, Stores } from "./_world.ts";
+import { labelsWriter, NAMESPACE, Stores } from "./_world.ts";
 
 /** The v1.16 node and the 1.17.0-dev node (`$CILIUM_INTEROP117`, else beside it), or why not. */
 function ciliumNodes(): { v116: CiliumCrdNode; v117: CiliumCrdNode } | { why: string } {
@@ -118,12 +118,7 @@ Deno.test({
     const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
     const stores = new Stores(cluster, kubeconfig);
     const dir = await Deno.makeTempDir({ prefix: "idalloc-migration-" });
-    let files = 0;
-    const labelsFile = async (sets: readonly (readonly string[])[]) => {
-      const path = join(dir, `labels-${++files}.json`);
-      await Deno.writeTextFile(path, JSON.stringify(sets));
-      return path;
-    };
+    const labelsFile = labelsWriter(dir);
 
     /** Starts `member` in `mode` (its `step`-th incarnation) and allocates its label sets. */
     const start = async (member: Member, mode: IdentityAllocationMode, step: number) => {

@@ -3,12 +3,9 @@
 // `idalloc.identity.differing_count` from its watches of both sides, on a real etcd and API server.
 import assert from "node:assert/strict";
 import { etcdUnavailable } from "../../../src/backends/etcd/testing/cluster.ts";
-import {
-  kubeApiserverUnavailable,
-  startKubeApiServer,
-} from "../../../src/backends/k8s/testing/cluster.ts";
+import { kubeApiserverUnavailable } from "../../../src/backends/k8s/testing/cluster.ts";
 import { installSdk } from "../../_support/telemetry.ts";
-import { NAMESPACE, Stores } from "./_world.ts";
+import { startStores } from "./_world.ts";
 
 const ignore = kubeApiserverUnavailable() !== undefined || etcdUnavailable() !== undefined;
 
@@ -17,9 +14,7 @@ Deno.test({
   ignore,
   async fn() {
     await using sdk = installSdk();
-    await using cluster = await startKubeApiServer();
-    const kubeconfig = await cluster.kubeconfig("admin", { context: "test", namespace: NAMESPACE });
-    const stores = new Stores(cluster, kubeconfig);
+    await using stores = await startStores();
     // One identity on the kvstore only (written there directly), then two on both sides.
     {
       await using kv = await stores.node("kvstore", "e1");
