@@ -21,6 +21,7 @@ const COMMANDS = [
   ["completion"],
   ["identity"],
   ["identity", "allocate"],
+  ["identity", "release"],
   ["identity", "get"],
   ["identity", "list"],
 ];

@@ -119,6 +119,12 @@ export function labelsWriter(
   };
 }
 
+/** One side's entry written by {@linkcode Stores.plant}. */
+export interface Planted extends AsyncDisposable {
+  /** Drops the reference (the entry stays). */
+  release(): Promise<void>;
+}
+
 /** The two stores of a test cluster. */
 export class Stores {
   /** The etcd endpoint (the kvstore; the API server's own etcd, as in the interop tests). */
@@ -180,6 +186,33 @@ export class Stores {
     };
   }
 
+  /**
+   * Writes `key` → `id` on one side alone, through that side's own session (its allocation path,
+   * offering that ID only): planted drift. The reference is held until released or disposed.
+   */
+  async plant(side: "kvstore" | "crd", node: string, key: string, id: number): Promise<Planted> {
+    const backend = side === "kvstore" ? await this.kvstore(node) : await this.crd(node);
+    const session = await backend.openSession({
+      leaseTtlMs: 3_000,
+      readOnly: false,
+      onLeaseReplaced: () => {},
+    });
+    const signal = AbortSignal.timeout(60_000);
+    const got = await session.acquire({
+      key,
+      signal,
+      pickCandidate: (exclude) => (exclude.has(id) ? undefined : id),
+    });
+    if (got.id !== id) throw new Error(`${side}: ${key} got ID ${got.id}, not ${id}`);
+    return {
+      release: () => session.release(key, id, signal),
+      async [Symbol.asyncDispose]() {
+        await session.close();
+        await backend.close();
+      },
+    };
+  }
+
   /** Each side's identities as stored (ID → label set), read now. */
   async sides(): Promise<{ kvstore: Map<number, string>; crd: Map<number, string> }> {
     const read = async (backend: Backend & AsyncDisposable) => {
@@ -212,7 +245,8 @@ export class Stores {
       ...["--context", "test", "--namespace", NAMESPACE, "--clock-skew", "1s"],
       ...extra,
     ];
-    const common = ["--identity-allocation-mode", mode, "--lease-ttl", "3s"];
+    // A loaded machine (the suites run beside other work) may take more than the default 5 s.
+    const common = ["--identity-allocation-mode", mode, "--lease-ttl", "3s", "--timeout", "60s"];
     const etcd = ["--store", `etcd://${new URL(this.etcd).host}`];
     if (mode === "kvstore") return [...etcd, ...common];
     if (mode === "crd") return ["--store", `k8s:${this.kubeconfig}`, ...common, ...k8s];
