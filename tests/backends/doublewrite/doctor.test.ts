@@ -36,10 +36,11 @@ async function doctor(
 }
 
 /**
- * Past the doctor's 4 s heartbeat timeout (above the 3 s lease TTL, as it must be) since a
- * write, and so past a claim's quiet time (2 s + 1 s skew).
+ * Past the time an identity counts as new for the doctor: its creation (second resolution, so
+ * +1 s) plus the 1 s clock skew plus the 4 s heartbeat timeout (above the 3 s lease TTL, as it
+ * must be); and so past a key claim's quiet time (2 s + 1 s skew).
  */
-const quiet = () => new Promise((r) => setTimeout(r, 4_500));
+const quiet = () => new Promise((r) => setTimeout(r, 7_000));
 
 /** Findings in ID order (IDs are picked by hash: the order of the planted ones is not known). */
 const byId = <T extends { id?: number }>(list: T[]) =>
