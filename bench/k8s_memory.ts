@@ -25,8 +25,7 @@
 import process from "node:process";
 import { Allocator } from "../mod.ts";
 import { K8sBackend, type KubeClient, type KubeObject } from "../src/backends/k8s/mod.ts";
-import { identityObject } from "../src/backends/k8s/layout.ts";
-import type { K8sSession } from "../src/backends/k8s/session.ts";
+import { benchIdentityObject, syncedIndexSession } from "../src/backends/k8s/testing/bench.ts";
 import {
   findKubeApiserver,
   identityResource,
@@ -81,7 +80,7 @@ export function keyOf(i: number): string {
 
 /** Identity `i` as an idalloc node creates it. */
 function created(i: number): KubeObject {
-  return identityObject(KIND, FIRST_ID + i, keyOf(i), {
+  return benchIdentityObject(KIND, FIRST_ID + i, keyOf(i), {
     "idalloc.io/creator": `node-${i % 50}/0123456789abcdef`,
     "idalloc.io/lease-namespace": "idalloc-system",
   });
@@ -175,24 +174,16 @@ async function measure(task: MemoryTask): Promise<MemoryAnswer> {
     endpoints: false,
     ...(task.kubeconfig ? { kubeconfig: task.kubeconfig, context: "test" } : {}),
   }, task.mode === "fed" ? { client: fedClient(task.n) } : {});
-  const synced = async () => {
-    const session = await backend.openSession({
-      leaseTtlMs: 60_000,
-      readOnly: true,
-      onLeaseReplaced: () => {},
-    }) as K8sSession;
-    await session.informer.waitSynced(AbortSignal.timeout(600_000));
-    return session;
-  };
+  const synced = () => syncedIndexSession(backend, AbortSignal.timeout(600_000));
   // Anything the first list touches once (lazy module state, the client's pool) is warmed by a
   // session over the same store before the baseline.
-  await (await synced()).close();
+  await (await synced()).session.close();
   const before = heap();
   let keep: unknown;
   if (task.layer === "index") {
-    const session = await synced();
-    if (session.informer.index.size !== task.n) {
-      throw new MemoryBenchError(`the index holds ${session.informer.index.size} of ${task.n}`);
+    const { session, indexed } = await synced();
+    if (indexed !== task.n) {
+      throw new MemoryBenchError(`the index holds ${indexed} of ${task.n}`);
     }
     keep = session;
   } else {

@@ -95,8 +95,9 @@ Deno.test("dependencies: outside src/backends/, a backend is reached through the
     entries.has(r.target) ||
     // The `k8s-cilium` and `k8s-scale` bench groups run Cilium's CRD-mode node, which only knows
     // Cilium's own group: they start a server of their own with Cilium's CRDs through the k8s
-    // dev-only launcher (`k8s-scale` also reads that server's /metrics).
-    (/^bench\/k8s_(cilium|scale(_api)?)\.ts$/.test(r.file) &&
+    // dev-only launcher (`k8s-scale` also reads that server's /metrics); `k8s-memory` weighs a
+    // session's index through the dev-only bench helpers.
+    (/^bench\/k8s_(cilium|scale(_api)?|memory)\.ts$/.test(r.file) &&
       r.target.startsWith("src/backends/k8s/testing/"));
   // The scan sees what it allows: the package's own entries.
   assert.ok(reach.some((r) => r.file === "mod.ts"), show(reach));

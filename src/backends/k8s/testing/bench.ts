@@ -7,12 +7,13 @@
  *
  * @module
  */
-import type { Backend } from "../../../allocator/backend.ts";
+import type { Backend, BackendSession } from "../../../allocator/backend.ts";
 import type { BenchHooks, RawWriter } from "../../../testing/bench.ts";
 import { K8sBackend } from "../backend.ts";
 import { createKubeClient } from "../client.ts";
 import { loadKubeconfig } from "../kubeconfig.ts";
 import { identityObject } from "../layout.ts";
+import { K8sSession } from "../session.ts";
 import { identityResource } from "./cluster.ts";
 import { k8sSpecStore, K8sStoreFixture } from "./fixture.ts";
 
@@ -57,3 +58,30 @@ export const k8sBench: BenchHooks = {
   open,
   raw,
 };
+
+/**
+ * An identity object as an idalloc node creates it, for benches that feed or fill a store with
+ * identities (`bench/k8s_memory.ts`).
+ */
+export const benchIdentityObject: typeof identityObject = identityObject;
+
+/**
+ * A read-only session of `backend` once its informer has listed every identity, and the number of
+ * identities its index holds: what `bench/k8s_memory.ts` keeps alive to weigh the index.
+ */
+export async function syncedIndexSession(
+  backend: Backend,
+  signal: AbortSignal,
+): Promise<{ readonly session: BackendSession; readonly indexed: number }> {
+  const session = await backend.openSession({
+    leaseTtlMs: 60_000,
+    readOnly: true,
+    onLeaseReplaced: () => {},
+  });
+  if (!(session instanceof K8sSession)) {
+    await session.close();
+    throw new TypeError("not a Kubernetes backend's session");
+  }
+  await session.informer.waitSynced(signal);
+  return { session, indexed: session.informer.index.size };
+}
