@@ -224,6 +224,9 @@ export class K8sStoreFixture implements StoreFixture {
       resource: { group: this.group },
       maxClockSkewMs: skew,
       gcGraceMs: SHARED_SUITES_GRACE_MS,
+      // The run's one API server serves every test process at once: on a loaded machine its
+      // first answers (version, access review) took over the default 5 s.
+      connectTimeoutMs: 30_000,
     });
     this.#backends.push(backend);
     return backend;
