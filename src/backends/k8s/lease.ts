@@ -119,6 +119,12 @@ export function newEpoch(): string {
   return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/** Which of {@linkcode STAMP_ANNOTATIONS} `obj` carries (the first, when both), or `null`. */
+function stampOf(obj: KubeObject): typeof STAMP_ANNOTATIONS[number] | null {
+  const annotations = obj.metadata.annotations ?? {};
+  return STAMP_ANNOTATIONS.find((a) => a in annotations) ?? null;
+}
+
 /** Keeps this node's Lease (see the module doc). */
 export class LeaseKeeper {
   readonly #ctx: K8sContext;
@@ -134,8 +140,15 @@ export class LeaseKeeper {
   #claimUntil = 0;
   #lost: { epoch?: string; expiresAt?: number } | undefined;
   #replacements = 0;
-  /** Writes so far (which stamp annotation the next one sets). */
-  #writes = 0;
+  /**
+   * The stamp annotation the Lease carries as this keeper last read or wrote it (`null`: neither),
+   * or `undefined` when unknown (a write was refused: someone else changed the Lease). A write
+   * must swap it for the other one, or the server does not stamp its time (`clock.ts`): counting
+   * this process's own writes is not enough, since a restarted node's first write would then set
+   * whichever annotation its previous process left, and the reply would carry that process's last
+   * time — seen in the nemesis as "4.7 s ahead of the API server" and a `ClockSkewError` on open.
+   */
+  #stamped: typeof STAMP_ANNOTATIONS[number] | null | undefined = undefined;
   /** The offset last warned about (0: none). */
   #skewWarned = 0;
   /** The last renewal failure, while the last attempt failed. */
@@ -344,10 +357,13 @@ export class LeaseKeeper {
     const serverNow = now + clock.offset;
     const acquired = renewal ? this.#acquired : serverNow;
     const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, serverNow, acquired);
-    // So that the server stamps this write's time (`clock.ts`).
-    const [stamp, unstamp] = this.#writes++ % 2 === 0
-      ? STAMP_ANNOTATIONS
-      : [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]];
+    // So that the server stamps this write's time (`clock.ts`): the annotation the Lease does not
+    // carry now. A create is stamped anyway (`creationTimestamp`); a patch whose Lease's stamp is
+    // unknown may set the one it carries, so its reply does not measure the clock.
+    const known = rv === undefined || this.#stamped !== undefined;
+    const [stamp, unstamp] = this.#stamped === STAMP_ANNOTATIONS[0]
+      ? [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]]
+      : STAMP_ANNOTATIONS;
     obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
     const patch = guardedMergePatch(obj, rv ?? "") as {
       metadata: { annotations: Record<string, string | null> };
@@ -367,8 +383,12 @@ export class LeaseKeeper {
       409,
       404,
     );
-    if (written === undefined) return false;
-    this.#measure(written, now);
+    if (written === undefined) {
+      this.#stamped = undefined;
+      return false;
+    }
+    this.#stamped = stamp;
+    if (known) this.#measure(written, now);
     this.#epoch = epoch;
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
@@ -423,6 +443,7 @@ export class LeaseKeeper {
   async #read(signal: AbortSignal): Promise<NodeLeaseRecord | undefined> {
     const { client, namespace, node } = this.#ctx;
     const obj = await client.get(LEASES, nodeLeaseName(node), { namespace, signal });
+    this.#stamped = obj === undefined ? null : stampOf(obj);
     if (obj === undefined) return undefined;
     // A Lease under the name whose holder is not this node (hand-made): read as lapsed.
     const lease = readNodeLease(obj);

@@ -149,6 +149,35 @@ k8sTest(
 );
 
 k8sTest(
+  "clocks: a node restarted after a quiet spell measures its clock on a write the server stamped",
+  async () => {
+    await using fx = await fixture();
+    // Heartbeat 4 s, Lease 3 s: the key claims allow 4/2 − 3/2 + 0.5 = 1 s of skew.
+    const settings = { heartbeatTimeoutMs: 4_000 };
+    const first = await fx.session("r", settings);
+    await first.acquire({ key: "x", pickCandidate: () => 300, signal: deadline() });
+    // Closed holding a reference, within its first renewal period (1 s): its Lease stays, with the
+    // one write of its opening (stamp annotation a) as the server's last time in managedFields.
+    await first.close();
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    // A new process's first write must set the stamp annotation the Lease lacks; setting a again
+    // (counting its own writes) changes no managed field, and the reply carries the first
+    // process's time, 3 s old: read as a clock 2–3 s ahead, past the 1 s, a ClockSkewError.
+    const second = await fx.session("r", settings, { restart: true });
+    assert.ok(second.lease, "opened");
+    const obj = await fx.client.get(LEASES, nodeLeaseName("r"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    const stamps = Object.keys(obj!.metadata.annotations ?? {}).filter((a) =>
+      a.startsWith("idalloc.io/stamp-")
+    );
+    assert.deepEqual(stamps, ["idalloc.io/stamp-b"], "the restart swapped the stamp");
+    await second.close();
+  },
+);
+
+k8sTest(
   "clocks: a node whose clock is 20 s slow keeps its references live for every judge; one 100 s off is refused",
   async () => {
     await using fx = await fixture();
