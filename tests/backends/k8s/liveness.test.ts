@@ -156,13 +156,17 @@ k8sTest(
     const settings = { heartbeatTimeoutMs: 4_000 };
     const first = await fx.session("r", settings);
     await first.acquire({ key: "x", pickCandidate: () => 300, signal: deadline() });
-    // Closed holding a reference, within its first renewal period (1 s): its Lease stays, with the
-    // one write of its opening (stamp annotation a) as the server's last time in managedFields.
+    // Two renewals (the create set stamp annotation a, the renewals b, then a), closed within the
+    // first scheduled renewal (1 s), holding a reference: its Lease stays, and the server's time
+    // of this manager's updates is the second renewal's.
+    await first.renew(deadline());
+    await first.renew(deadline());
     await first.close();
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     // A new process's first write must set the stamp annotation the Lease lacks; setting a again
     // (counting its own writes) changes no managed field, and the reply carries the first
-    // process's time, 3 s old: read as a clock 2–3 s ahead, past the 1 s, a ClockSkewError.
+    // process's last update time, 3 s old: read as a clock 2–3 s ahead, past the 1 s, a
+    // ClockSkewError.
     const second = await fx.session("r", settings, { restart: true });
     assert.ok(second.lease, "opened");
     const obj = await fx.client.get(LEASES, nodeLeaseName("r"), {
