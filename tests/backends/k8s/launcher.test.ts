@@ -81,7 +81,7 @@ Deno.test({
     }
     assert.match(
       stderr,
-      /left on the shared kube-apiserver: 0 CRDs \(and \d+ of \d+ emptied groups kept for reuse\) and 0 namespaces/,
+      /left on the shared kube-apiserver: 0 CRDs \(and \d+ CRDs of \d+ emptied groups kept for reuse\) and 0 namespaces/,
     );
     assert.equal(alive(pid), false, "stopped with the launcher");
   },

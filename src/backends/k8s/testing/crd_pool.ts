@@ -35,7 +35,7 @@
  * @module
  */
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import type { KubeClient, KubeResourceDescriptor } from "../client.ts";
@@ -114,6 +114,7 @@ export async function takeFixtureGroup(
   if (pool !== undefined) {
     mkdirSync(pool, { recursive: true });
     file = takenFile(pool, group);
+    writeFileSync(file, "");
   }
   return fixtureGroup(cluster, group, pool, file);
 }

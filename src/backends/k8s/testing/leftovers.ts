@@ -52,7 +52,7 @@ export async function leftovers(
   const leases = (await names(LEASES, "default")).length +
     (await names(LEASES, DEFAULT_NAMESPACE)).length;
   const identities = (await names(identityResource())).length;
-  return `${crds} CRDs (and ${kept} of ${pooled.length} emptied groups kept for reuse) and ` +
+  return `${crds} CRDs (and ${kept} CRDs of ${pooled.length} emptied groups kept for reuse) and ` +
     `${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
     `and ${DEFAULT_NAMESPACE}, ` +
     `and ${identities} ciliumidentities.cilium.io (objects every process sees)`;
