@@ -1,9 +1,10 @@
 /**
  * Helpers of the Kubernetes backend's tests on a real API server: the run's one `kube-apiserver`
  * (`sharedKubeApiServer`: the test launcher's, else one per test process), and per test a fixture
- * of its own — a fresh copy of Cilium's CRDs under a random group, a fresh namespace for the
- * Leases — so tests never see each other. A fixture deletes its CRDs when disposed: every test
- * process of a run shares the server, and each CRD costs it memory while installed.
+ * of its own — copies of Cilium's CRDs under a random group no other fixture uses meanwhile (an
+ * emptied one of the run's pool on the shared server: `crd_pool.ts`), a fresh namespace for the
+ * Leases — so tests never see each other. A fixture empties its group (or deletes its CRDs) when
+ * disposed: every test process of a run shares the server.
  */
 import type { AllocatorOptions } from "../../../src/allocator/types.ts";
 import type { SessionOptions } from "../../../src/allocator/backend.ts";
@@ -25,12 +26,8 @@ import {
   type KubeTestCluster,
   sharedKubeApiServer,
 } from "../../../src/backends/k8s/testing/cluster.ts";
-import {
-  CRD_RESOURCE,
-  endpointCrd,
-  endpointSliceCrd,
-  NAMESPACE_RESOURCE,
-} from "../../../src/backends/k8s/testing/crds.ts";
+import { fixtureGroupPool, takeFixtureGroup } from "../../../src/backends/k8s/testing/crd_pool.ts";
+import { NAMESPACE_RESOURCE } from "../../../src/backends/k8s/testing/crds.ts";
 
 export { eventually } from "../../_support/eventually.ts";
 
@@ -123,10 +120,12 @@ export interface K8sFixture extends AsyncDisposable {
 export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
   const cluster = own ?? await sharedCluster();
   const suffix = crypto.randomUUID().slice(0, 8);
-  const group = `t${suffix}.idalloc.test`;
   const namespace = `idalloc-${suffix}`;
-  const identities = await cluster.installIdentityCrd(group);
-  await cluster.installCrd(endpointCrd(group));
+  // A group of the run's pool on the shared server; a server of the test's own gets a new one.
+  const fixtureGroup = await takeFixtureGroup(cluster, {
+    pool: own === undefined ? fixtureGroupPool() : undefined,
+  });
+  const { group, identities, endpoints } = fixtureGroup;
   const client = await cluster.client("admin") as unknown as KubeClient & {
     close(): Promise<void>;
   };
@@ -135,14 +134,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
     kind: "Namespace",
     metadata: { name: namespace },
   }, { signal: deadline() });
-  const endpoints: KubeResource = {
-    group,
-    version: "v2",
-    plural: "ciliumendpoints",
-    namespaced: true,
-  };
   const closers: (() => Promise<void>)[] = [];
-  let slices: Promise<unknown> | undefined;
   const options = (node: string, extra: Partial<K8sBackendOptions> = {}): K8sBackendOptions => ({
     node,
     namespace,
@@ -212,14 +204,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
       }, { namespace, signal: deadline() });
     },
     async endpointSlice(name, ids) {
-      slices ??= cluster.installCrd(endpointSliceCrd(group));
-      await slices;
-      const resource = {
-        group,
-        version: "v2alpha1",
-        plural: "ciliumendpointslices",
-        namespaced: false,
-      } as const;
+      const resource = await fixtureGroup.endpointSlices();
       await client.create(resource, {
         apiVersion: `${group}/v2alpha1`,
         kind: "CiliumEndpointSlice",
@@ -235,11 +220,7 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
     async [Symbol.asyncDispose]() {
       // Allocators first (they close their sessions), then the backends.
       for (const close of closers.reverse()) await close().catch(() => {});
-      for (const plural of ["ciliumidentities", "ciliumendpoints", "ciliumendpointslices"]) {
-        await client.delete(CRD_RESOURCE, `${plural}.${group}`, { signal: deadline() }).catch(
-          () => {},
-        );
-      }
+      await fixtureGroup.release(client);
       await client.close();
     },
   };

@@ -1,10 +1,11 @@
 /**
  * The Kubernetes `BackendFactory` of the shared test suites: the run's kube-apiserver
  * (`sharedKubeApiServer`: the test launcher's, else a private one per process), and per fixture a
- * fresh copy of Cilium's `CiliumIdentity` and `CiliumEndpoint` CRDs under a random group plus a
+ * copy of Cilium's `CiliumIdentity` and `CiliumEndpoint` CRDs under a random group of its own
+ * (empty: a group an earlier fixture of the run emptied, see `./crd_pool.ts`, or a new one) plus a
  * fresh Kubernetes namespace for the node Leases and key claims, so that fixtures sharing the
- * server never see each other. Disposing a fixture deletes its CRDs (each costs the API server
- * about 6 MiB while installed: see `./cluster.ts`) and its namespace's Leases.
+ * server never see each other. Disposing a fixture empties its group (or deletes its CRDs) and
+ * deletes its namespace's Leases.
  *
  * Every damage method writes through the API as a broken writer would (a `kubectl edit`, a
  * script): no guard of the protocol is taken.
@@ -63,7 +64,8 @@ import { readReferenceObjects, referencesById, referencingNodes } from "../refs.
 import { LEASES } from "../options.ts";
 import { listAll } from "../paging.ts";
 import { kubeApiserverUnavailable, type KubeTestCluster, sharedKubeApiServer } from "./cluster.ts";
-import { CRD_RESOURCE, endpointCrd, NAMESPACE_RESOURCE } from "./crds.ts";
+import { type FixtureGroup, fixtureGroupPool, takeFixtureGroup } from "./crd_pool.ts";
+import { NAMESPACE_RESOURCE } from "./crds.ts";
 
 /** The kubeconfig context the fixtures' kubeconfigs name (their current context is another). */
 export const FIXTURE_CONTEXT = "test";
@@ -160,7 +162,7 @@ export class K8sStoreFixture implements StoreFixture {
   readonly kind = "k8s";
   /** The server. */
   readonly cluster: KubeTestCluster;
-  /** The identity resource's group (random). */
+  /** The identity resource's group (random; reused by a later fixture once this one is done). */
   readonly group: string;
   /** The namespace of Leases and claims (random). */
   readonly namespace: string;
@@ -169,6 +171,7 @@ export class K8sStoreFixture implements StoreFixture {
   /** An admin kubeconfig whose `test` context names the namespace. */
   readonly kubeconfig: string;
   readonly #client: KubeClient;
+  readonly #group: FixtureGroup;
   readonly #backends: K8sBackend[] = [];
   /** Skew margin per node, to judge liveness as the node's own backend does. */
   readonly #skew = new Map<string, number>();
@@ -176,27 +179,25 @@ export class K8sStoreFixture implements StoreFixture {
   private constructor(
     cluster: KubeTestCluster,
     client: KubeClient,
-    group: string,
+    group: FixtureGroup,
     namespace: string,
-    identities: KubeResourceDescriptor,
     kubeconfig: string,
   ) {
     this.cluster = cluster;
     this.#client = client;
-    this.group = group;
+    this.#group = group;
+    this.group = group.group;
     this.namespace = namespace;
-    this.identities = identities;
+    this.identities = group.identities;
     this.kubeconfig = kubeconfig;
   }
 
-  /** Installs the CRDs and creates the namespace. */
+  /** Takes a CRD group ({@linkcode takeFixtureGroup}) and creates the namespace. */
   static async create(): Promise<K8sStoreFixture> {
     const cluster = await sharedKubeApiServer();
     const suffix = crypto.randomUUID().replaceAll("-", "").slice(0, 12);
-    const group = `t${suffix}.idalloc.test`;
     const namespace = `idalloc-${suffix}`;
-    const identities = await cluster.installIdentityCrd(group);
-    await cluster.installCrd(endpointCrd(group));
+    const fixtureGroup = await takeFixtureGroup(cluster, { pool: fixtureGroupPool() });
     const client = await cluster.client("admin", namespace);
     try {
       await client.create(NAMESPACE_RESOURCE, {
@@ -205,8 +206,9 @@ export class K8sStoreFixture implements StoreFixture {
         metadata: { name: namespace },
       }, bounded());
       const kubeconfig = await cluster.kubeconfig("admin", { context: FIXTURE_CONTEXT, namespace });
-      return new K8sStoreFixture(cluster, client, group, namespace, identities, kubeconfig);
+      return new K8sStoreFixture(cluster, client, fixtureGroup, namespace, kubeconfig);
     } catch (err) {
+      await fixtureGroup.release(client);
       await client.close();
       throw err;
     }
@@ -550,12 +552,9 @@ export class K8sStoreFixture implements StoreFixture {
   async [Symbol.asyncDispose](): Promise<void> {
     await Promise.allSettled(this.#backends.map((b) => b.close()));
     try {
-      // The API server cleans a deleted CRD's objects up itself; Leases go one by one (a
+      // The group is emptied for the next fixture (or its CRDs deleted); Leases go one by one (a
       // namespace is only emptied by the controller manager, which the test server lacks).
-      const crds = [`ciliumidentities.${this.group}`, `ciliumendpoints.${this.group}`];
-      await Promise.allSettled(
-        crds.map((name) => this.#client.delete(CRD_RESOURCE, name, bounded())),
-      );
+      await this.#group.release(this.#client);
       const { items } = await listAll(this.#client, LEASES, {
         namespace: this.namespace,
         ...bounded(),

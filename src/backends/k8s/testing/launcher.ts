@@ -43,6 +43,7 @@ import {
   type KubeTestCluster,
   startKubeApiServer,
 } from "./cluster.ts";
+import { fixtureGroupPool, pooledGroups } from "./crd_pool.ts";
 import { ciliumCrdNames, leftovers } from "./leftovers.ts";
 
 const USAGE = `usage:
@@ -134,7 +135,8 @@ async function test(command: readonly string[]): Promise<number> {
       { ...servers.env, ...parallelJobs() },
     );
     if (servers.kube) {
-      const left = await leftovers(servers.kube).catch((err) => `unknown (${err})`);
+      const pooled = pooledGroups(fixtureGroupPool(servers.env[KUBE_TEST_SERVER_ENV]));
+      const left = await leftovers(servers.kube, pooled).catch((err) => `unknown (${err})`);
       log(`left on the shared kube-apiserver: ${left}`);
     }
     return code;

@@ -25,8 +25,14 @@ export async function ciliumCrdNames(cluster: KubeTestCluster): Promise<string[]
   return items.map((o) => String(o.metadata.name)).filter((n) => n.endsWith(".cilium.io")).sort();
 }
 
-/** The one-line summary of what is on `cluster` besides a fresh server's objects. */
-export async function leftovers(cluster: KubeTestCluster): Promise<string> {
+/**
+ * The one-line summary of what is on `cluster` besides a fresh server's objects; the CRDs of the
+ * `pooled` groups (emptied fixture groups kept for reuse, `./crd_pool.ts`) are counted apart.
+ */
+export async function leftovers(
+  cluster: KubeTestCluster,
+  pooled: readonly string[] = [],
+): Promise<string> {
   await using client = await cluster.client("admin", "default");
   const signal = AbortSignal.timeout(30_000);
   const names = async (resource: Parameters<typeof listAll>[1], namespace?: string) =>
@@ -35,7 +41,10 @@ export async function leftovers(cluster: KubeTestCluster): Promise<string> {
     );
   // A fresh server has Cilium's CRDs (cilium.io) and the namespaces default, kube-* and idalloc's
   // default coordination namespace.
-  const crds = (await names(CRD_RESOURCE)).filter((n) => !n.endsWith(".cilium.io")).length;
+  const isPooled = (crd: string) => pooled.some((group) => crd.endsWith(`.${group}`));
+  const fixtureCrds = (await names(CRD_RESOURCE)).filter((n) => !n.endsWith(".cilium.io"));
+  const crds = fixtureCrds.filter((n) => !isPooled(n)).length;
+  const kept = fixtureCrds.length - crds;
   const namespaces =
     (await names(NAMESPACE_RESOURCE)).filter((n) =>
       n !== "default" && n !== DEFAULT_NAMESPACE && !n.startsWith("kube-")
@@ -43,7 +52,8 @@ export async function leftovers(cluster: KubeTestCluster): Promise<string> {
   const leases = (await names(LEASES, "default")).length +
     (await names(LEASES, DEFAULT_NAMESPACE)).length;
   const identities = (await names(identityResource())).length;
-  return `${crds} CRDs and ${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
+  return `${crds} CRDs (and ${kept} CRDs of ${pooled.length} emptied groups kept for reuse) and ` +
+    `${namespaces} namespaces of fixtures; ${leases} Leases in default ` +
     `and ${DEFAULT_NAMESPACE}, ` +
     `and ${identities} ciliumidentities.cilium.io (objects every process sees)`;
 }
