@@ -134,8 +134,11 @@ export class LeaseKeeper {
   #claimUntil = 0;
   #lost: { epoch?: string; expiresAt?: number } | undefined;
   #replacements = 0;
-  /** Writes so far (which stamp annotation the next one sets). */
-  #writes = 0;
+  /**
+   * The stamp annotation (`clock.ts`) the Lease carried at version `rv`, as this keeper last saw it
+   * (its own write's answer, or a read): the next write at that version sets the other one.
+   */
+  #stamped: { readonly rv: string; readonly stamp: string | undefined } | undefined;
   /** The offset last warned about (0: none). */
   #skewWarned = 0;
   /** The last renewal failure, while the last attempt failed. */
@@ -344,10 +347,20 @@ export class LeaseKeeper {
     const serverNow = now + clock.offset;
     const acquired = renewal ? this.#acquired : serverNow;
     const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, serverNow, acquired);
-    // So that the server stamps this write's time (`clock.ts`).
-    const [stamp, unstamp] = this.#writes++ % 2 === 0
-      ? STAMP_ANNOTATIONS
-      : [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]];
+    // So that the server stamps this write's time (`clock.ts`), the write sets the stamp the Lease
+    // does not carry at the version it is guarded by, and removes the other: the set of fields it
+    // writes always differs from the stored one. Not by counting this keeper's writes: a new
+    // process's first write (a node restarting takes its own Lease) or a retry after a refused
+    // write would set the stamp already there, and the server would answer with the time of an
+    // earlier write — seed 3 of the mixed Kubernetes runs: a worker restarted 4 s after its last
+    // renewal measured its clock "4.7 s ahead" and refused to open (`ClockSkewError`).
+    const seen = rv !== undefined && this.#stamped?.rv === rv ? this.#stamped : undefined;
+    const [stamp, unstamp] = seen?.stamp === STAMP_ANNOTATIONS[0]
+      ? [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]]
+      : STAMP_ANNOTATIONS;
+    // A version this keeper never saw (none such: every version it writes at came from its own
+    // write or a read) would leave the stamp's effect unknown: its time is not a measure then.
+    const measurable = rv === undefined || seen !== undefined;
     obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
     const patch = guardedMergePatch(obj, rv ?? "") as {
       metadata: { annotations: Record<string, string | null> };
@@ -368,7 +381,8 @@ export class LeaseKeeper {
       404,
     );
     if (written === undefined) return false;
-    this.#measure(written, now);
+    this.#see(written);
+    if (measurable) this.#measure(written, now);
     this.#epoch = epoch;
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
@@ -377,6 +391,16 @@ export class LeaseKeeper {
     this.#lost = undefined;
     this.lastError = undefined;
     return true;
+  }
+
+  /** Records which stamp annotation the Lease `obj` carries at its version (see `#write`). */
+  #see(obj: KubeObject): void {
+    const annotations = obj.metadata.annotations ?? {};
+    const carried = STAMP_ANNOTATIONS.filter((a) => a in annotations);
+    this.#stamped = {
+      rv: String(obj.metadata.resourceVersion ?? ""),
+      stamp: carried.length === 1 ? carried[0] : undefined,
+    };
   }
 
   /**
@@ -424,6 +448,7 @@ export class LeaseKeeper {
     const { client, namespace, node } = this.#ctx;
     const obj = await client.get(LEASES, nodeLeaseName(node), { namespace, signal });
     if (obj === undefined) return undefined;
+    this.#see(obj);
     // A Lease under the name whose holder is not this node (hand-made): read as lapsed.
     const lease = readNodeLease(obj);
     return lease?.node === node

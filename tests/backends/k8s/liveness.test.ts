@@ -188,6 +188,60 @@ k8sTest(
 );
 
 k8sTest(
+  "clocks: a restarted node's first Lease write, and a renewal retried after a refused write, measure the clock afresh",
+  async () => {
+    await using fx = await fixture();
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const renewTimeOf = async (node: string) => {
+      const obj = await fx.client.get(LEASES, nodeLeaseName(node), {
+        namespace: fx.namespace,
+        signal: deadline(),
+      });
+      return Date.parse(String((obj!.spec as { renewTime: string }).renewTime));
+    };
+    // The API server stamps a write's time into `managedFields` only when the writer's set of
+    // fields changes (`clock.ts`), and this test's clocks are the server's: a write that set the
+    // stamp annotation the Lease already carried would answer with the time of the write before,
+    // and the node would measure its clock ahead by the time since.
+    //
+    // 1. A node restarting on its own Lease (seed 3 of the mixed Kubernetes runs: worker w3 killed
+    // and restarted 4 s after its last renewal measured "4.7 s ahead" and exited with
+    // ClockSkewError). The first process wrote the Lease once (a 30 s lease: no timed renewal
+    // within the test) and holds a reference, so its Lease stays when it ends.
+    const first = await fx.session("r", {}, { leaseTtlMs: 30_000 });
+    await first.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
+    await first.close();
+    await sleep(3_500);
+    // The skew the key claims allow here: 4 s / 2 − 3 s / 2 + 0.5 s = 1 s, less than the 2.5 s a
+    // stale answer would show.
+    const restarted = await fx.session("r", { heartbeatTimeoutMs: 4_000 }, {
+      leaseTtlMs: 3_000,
+      restart: true,
+    });
+    await restarted.close();
+
+    // 2. A renewal refused (someone else wrote the Lease) and retried at the version read: its
+    // retry must stamp too, or the write after it carries a `renewTime` corrected by a false skew.
+    const q = await fx.session("q", {}, { leaseTtlMs: 30_000 });
+    await sleep(2_500);
+    await fx.client.patch(LEASES, nodeLeaseName("q"), {
+      metadata: { annotations: { "test.idalloc.io/touched": "1" } },
+    }, { type: "merge", namespace: fx.namespace, signal: deadline() });
+    await q.lease!.renewNow();
+    assert.equal(q.lease!.lastError, undefined);
+    const before = Date.now();
+    await q.lease!.renewNow();
+    const renewed = await renewTimeOf("q");
+    assert.ok(
+      renewed >= before - 1,
+      `renewTime ${
+        renewed - before
+      } ms from the renewal's start: on the server's clock, not shifted`,
+    );
+  },
+);
+
+k8sTest(
   "GC collects lapsed node Leases, never a live one",
   async () => {
     await using fx = await fixture();
