@@ -15,16 +15,17 @@
  *   identities, then the reference objects, then the Leases), or its node had answered the
  *   identity for the key before the deletion (its calls, heartbeats and `reassigned` events,
  *   `records`: the last one of the key before the deletion named that ID, with no last-use release
- *   after it). A joiner writes its reference **before** it looks at the identity (`refs.ts`), so a
- *   reference can appear during the pass that deletes the identity: the joiner then finds the mark
- *   and removes it, and either its unmark refuses the delete, or it finds the identity gone and
- *   re-creates it from its claim or moves to another identity of the key, and only then answers
- *   (`refs.ts`, case 2). Such a deletion is **raced** (reported, not failed): no caller was ever
- *   given the deleted identity. A joiner that answered it without removing the mark (`refs.ts`,
- *   case 3) held it, and fails the check. Cilium's operator reads no idalloc reference at all:
- *   what it must never delete is what idalloc nodes answered (they keep the mark off it), so for
- *   its deletions a reference counts only with such an answer. Without `records`, every live
- *   reference counts;
+ *   after it), or might have (an allocate under way at the deletion answered that ID without
+ *   creating it). A joiner writes its reference **before** it looks at the identity (`refs.ts`),
+ *   so a reference can appear during the pass that deletes the identity: the joiner then finds the
+ *   mark and removes it, and either its unmark refuses the delete, or it finds the identity gone
+ *   and re-creates it from its claim (answering it as new) or moves to another identity of the
+ *   key, and only then answers (`refs.ts`, case 2). Such a deletion is **raced** (reported, not
+ *   failed): no caller was ever given the deleted identity. A joiner that answered it without
+ *   removing the mark (`refs.ts`, case 3) held it, and fails the check. Cilium's operator reads no
+ *   idalloc reference at all: what it must never delete is what idalloc nodes answered (they keep
+ *   the mark off it), so for its deletions a reference counts only with such an answer. Without
+ *   `records`, every live reference counts;
  * - **endpoint-named**: a `CiliumEndpoint` (an endpoint reference in the record) named its ID.
  *
  * Who deleted it: idalloc's GC when a pass of the GC loop (`gc.jsonl`) listed the ID among its
@@ -258,6 +259,15 @@ function passOf(id: number, at: number, passes: readonly GcPass[]): GcPass | und
   );
 }
 
+/** An allocate of a key by a node incarnation that answered an ID. */
+interface Answered {
+  readonly start: number;
+  readonly end: number;
+  readonly id: number;
+  /** Whether the call created the identity (absent in older logs: counted as not). */
+  readonly isNew: boolean;
+}
+
 /** One event of a node incarnation's hold of a key: an answer, or a last-use release. */
 interface HoldEvent {
   /** When it certainly happened: an answer's end, a release's start. */
@@ -275,6 +285,8 @@ export class Holds {
   readonly #incs = new Map<string, { inc: string; first: number }[]>();
   /** Per `inc\0key`: its events by time. */
   readonly #events = new Map<string, HoldEvent[]>();
+  /** Per `inc\0key`: its allocates that answered an ID. */
+  readonly #allocates = new Map<string, Answered[]>();
 
   /** @param records the nodes' log records */
   constructor(records: readonly LogRecord[]) {
@@ -295,6 +307,12 @@ export class Holds {
       if (r.t === "call" && r.ok) {
         if ((r.op === "allocate" || (r.op === "get" && r.held)) && typeof r.id === "number") {
           add(r.inc, r.key, { t: r.end, id: r.id });
+          if (r.op === "allocate") {
+            const name = `${r.inc}\u0000${r.key}`;
+            const list = this.#allocates.get(name) ?? [];
+            list.push({ start: r.start, end: r.end, id: r.id, isNew: r.isNew === true });
+            this.#allocates.set(name, list);
+          }
         } else if (r.op === "release" && r.lastUse === true) {
           add(r.inc, r.key, { t: r.start });
         }
@@ -315,12 +333,19 @@ export class Holds {
 
   /**
    * Whether `node` held `key` as `id` at `at`: its incarnation running then (the last one started
-   * before) had answered the key with `id` last, before `at`, and not released it since.
+   * before) had answered the key with `id` last, before `at`, and not released it since; or an
+   * allocate of it under way at `at` answered `id` without creating it (its answer may predate
+   * `at`: a join that answered without removing the mark, `refs.ts` case 3; a join that lost the
+   * identity to the delete and created it again from the claim answers it as new, case 2).
    */
   heldAt(node: string, key: string, id: number, at: number): boolean {
     const inc = (this.#incs.get(node) ?? []).filter((i) => i.first < at).at(-1)?.inc;
     if (inc === undefined) return false;
-    const before = (this.#events.get(`${inc}\u0000${key}`) ?? []).filter((e) => e.t < at);
-    return before.at(-1)?.id === id;
+    const name = `${inc}\u0000${key}`;
+    const before = (this.#events.get(name) ?? []).filter((e) => e.t < at);
+    if (before.at(-1)?.id === id) return true;
+    return (this.#allocates.get(name) ?? []).some((a) =>
+      a.start < at && at <= a.end && a.id === id && !a.isNew
+    );
   }
 }

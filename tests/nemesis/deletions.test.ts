@@ -126,7 +126,14 @@ function ref(rev: number, node: string, id: number | null, epoch = "e1"): StoreC
 }
 
 /** A successful allocate of the key by `node` (incarnation `inc`) answering `id`. */
-function allocated(node: string, id: number, start: number, end: number, inc = `${node}@1`) {
+function allocated(
+  node: string,
+  id: number,
+  start: number,
+  end: number,
+  inc = `${node}@1`,
+  isNew?: boolean,
+) {
   return {
     t: "call",
     node,
@@ -138,6 +145,7 @@ function allocated(node: string, id: number, start: number, end: number, inc = `
     ok: true,
     id,
     held: false,
+    ...(isNew === undefined ? {} : { isNew }),
   } as const;
 }
 
@@ -157,11 +165,11 @@ function released(node: string, start: number, end: number, inc = `${node}@1`) {
   } as const;
 }
 
-// Seed 3 of the mixed Kubernetes runs (k8s:app=k44;, identity 342): w0 held the key on 342, released
-// it; 342 was marked and, a grace later, deleted by a GC pass that started at 09:16:53.802; w0's
-// allocate of the key started at 55.176, wrote its reference to 342 at 55.246 (rev 8661), and GC's
-// delete landed at 55.273 (rev 8663) before w0's unmark; w0 answered 436, the key's other identity,
-// at 55.555. The reference appeared after the pass had read the reference objects: a join under
+// Seed 3 of the mixed Kubernetes runs (k8s:app=k44;, identity 342): w0 held the key on 342,
+// released it; 342 was marked and, a grace later, deleted by a GC pass that started at
+// 09:16:53.802; w0's allocate of the key started at 55.176, wrote its reference to 342 at 55.246
+// (rev 8661), and GC's delete landed at 55.273 (rev 8663) before w0's unmark; w0 answered 436, the
+// key's other identity, at 55.555. The reference appeared after the pass had read the reference objects: a join under
 // way (`refs.ts`, case 2), not a hold. The check used to count it held and fail the run.
 Deno.test("deletions: a join's reference written during the deleting GC pass, by a node that answered another identity, raced the delete: reported, not failed", () => {
   const records = [
@@ -216,6 +224,34 @@ Deno.test("deletions: a joiner that answered the identity before its deletion he
   assert.equal(r.violations.length, 1);
   assert.equal(classOf(r.violations[0]), "idalloc-only");
   assert.deepEqual(r.raced, []);
+});
+
+// Seed 3 again (k8s:app=k140;, identity 274): the probe's allocate ran 09:17:16.791–17.313, wrote
+// its reference at 16.860, GC deleted 274 at 17.090 and the probe's 274 was created again at 17.317.
+// Its answer came after the deletion; had it come before (a join that answered without removing
+// the mark, case 3) the call would still have ended after it. The call tells: a join that lost the
+// identity to the delete created it again from the claim and answers it as new.
+Deno.test("deletions: an allocate under way at the deletion that answered the identity without creating it held it; one that created it again raced", () => {
+  const changes = [
+    lease(5, "p", "e1", T + 60_000),
+    ref(150, "p", 300),
+    deleted(170, 300, {
+      p: "e1",
+    }),
+  ];
+  const passes = [{ start: T + 100, end: T + 200, deleted: [300] }];
+  const judge = (isNew: boolean | undefined) =>
+    checkDeletions({
+      changes,
+      gcPasses: passes,
+      skewMs: SKEW,
+      records: [allocated("p", 300, 140, 400, "p@probe", isNew)],
+    });
+  assert.equal(judge(false).violations.length, 1, "joined: its answer may predate the deletion");
+  assert.equal(judge(undefined).violations.length, 1, "not logged: counted as joined");
+  const recreated = judge(true);
+  assert.deepEqual(recreated.violations, []);
+  assert.equal(recreated.raced.length, 1);
 });
 
 Deno.test("deletions: for the operator's deletions a live reference counts with an answer not released since, of the node's running incarnation", () => {
