@@ -222,10 +222,12 @@ k8sTest(
 
     // 2. A renewal refused (someone else wrote the Lease) and retried at the version read: its
     // retry must stamp too, or the write after it carries a `renewTime` corrected by a false skew.
+    // The other write changes a value only: this admin client's requests carry the same field
+    // manager as the node's (`idalloc`), and a field it added would stamp the time itself.
     const q = await fx.session("q", {}, { leaseTtlMs: 30_000 });
     await sleep(2_500);
     await fx.client.patch(LEASES, nodeLeaseName("q"), {
-      metadata: { annotations: { "test.idalloc.io/touched": "1" } },
+      spec: { acquireTime: "2020-01-01T00:00:00.000000Z" },
     }, { type: "merge", namespace: fx.namespace, signal: deadline() });
     await q.lease!.renewNow();
     assert.equal(q.lease!.lastError, undefined);
