@@ -365,7 +365,9 @@ export class LeaseKeeper {
     const patch = guardedMergePatch(obj, rv ?? "") as {
       metadata: { annotations: Record<string, string | null> };
     };
-    patch.metadata.annotations[unstamp] = null;
+    // A copy: the create sends `obj` itself, whose map would otherwise carry the removal too (a
+    // create stores a null annotation as "": a new Lease carried both stamps).
+    patch.metadata.annotations = { ...patch.metadata.annotations, [unstamp]: null };
     const written = await unlessRefused(
       // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
       rv === undefined

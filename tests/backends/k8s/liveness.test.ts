@@ -206,9 +206,12 @@ k8sTest(
     //
     // 1. A node restarting on its own Lease (seed 3 of the mixed Kubernetes runs: worker w3 killed
     // and restarted 4 s after its last renewal measured "4.7 s ahead" and exited with
-    // ClockSkewError). The first process wrote the Lease once (a 30 s lease: no timed renewal
-    // within the test) and holds a reference, so its Lease stays when it ends.
+    // ClockSkewError). The first process wrote the Lease three times (a 30 s lease: no timed
+    // renewal within the test; a restart after an odd count of writes met the stamp it sets
+    // first) and holds a reference, so its Lease stays when it ends.
     const first = await fx.session("r", {}, { leaseTtlMs: 30_000 });
+    await first.lease!.renewNow();
+    await first.lease!.renewNow();
     await first.acquire({ key: "k;", pickCandidate: () => 300, signal: deadline() });
     await first.close();
     await sleep(3_500);
@@ -225,6 +228,7 @@ k8sTest(
     // The other write changes a value only: this admin client's requests carry the same field
     // manager as the node's (`idalloc`), and a field it added would stamp the time itself.
     const q = await fx.session("q", {}, { leaseTtlMs: 30_000 });
+    await q.lease!.renewNow();
     await sleep(2_500);
     await fx.client.patch(LEASES, nodeLeaseName("q"), {
       spec: { acquireTime: "2020-01-01T00:00:00.000000Z" },
