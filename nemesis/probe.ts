@@ -20,7 +20,12 @@ export const PROBE_CHECK = "every key still allocatable (nothing lost to garbage
 const WIDTH = 8;
 
 interface ProbeClient {
-  allocate(key: string, signal: AbortSignal): Promise<number>;
+  /**
+   * The ID, and whether this call created it: a join that lost its identity to a GC delete and
+   * created it again from the key's claim answers it as new (`refs.ts`, case 2), one that
+   * answered before the delete did not (case 3); the deletion check's evidence tells them apart.
+   */
+  allocate(key: string, signal: AbortSignal): Promise<{ id: number; isNew: boolean }>;
   release(key: string, signal: AbortSignal): Promise<boolean>;
 }
 
@@ -41,7 +46,10 @@ export async function probeKeys(
       Allocator.open(opened.backend, { ...range, ...options })
     );
     await probe("probe", families.plain, timings, log, violations, {
-      allocate: async (key, signal) => (await alloc.allocate(key, { signal })).id,
+      allocate: async (key, signal) => {
+        const { id, isNew } = await alloc.allocate(key, { signal });
+        return { id, isNew };
+      },
       release: async (key, signal) => (await alloc.release(key, { signal })).lastUse,
     });
   }
@@ -55,7 +63,7 @@ export async function probeKeys(
       allocate: async (key, signal) => {
         const r = await identities.allocate(Labels.fromKvstoreString(key), { signal });
         held.set(key, r);
-        return r.identity.id;
+        return { id: r.identity.id, isNew: r.isNew };
       },
       release: (key, signal) => identities.release(held.get(key)!.identity, { signal }),
     });
@@ -79,9 +87,9 @@ async function probe(
     const base = { t: "call", node, inc, op, key, start, held: op === "release" } as const;
     try {
       if (op === "allocate") {
-        const id = await client.allocate(key, signal);
+        const { id, isNew } = await client.allocate(key, signal);
         allocated.push(key);
-        log.write({ ...base, end: Date.now(), ok: true, id });
+        log.write({ ...base, end: Date.now(), ok: true, id, isNew });
       } else {
         const lastUse = await client.release(key, signal);
         log.write({ ...base, end: Date.now(), ok: true, lastUse });

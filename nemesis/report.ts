@@ -145,7 +145,12 @@ export function writeCrd(sink: Sink, c: NonNullable<BackendReport["crd"]>): void
   sink.line(
     `identities deleted: ${d.deletions} (idalloc GC ${d.byDeleter["idalloc GC"]}, Cilium ` +
       `operator ${d.byDeleter["Cilium operator"]}); held or endpoint-named among those inferred ` +
-      `across a gap of the record (uncertain, not counted): ${d.uncertain.length}`,
+      `across a gap of the record (uncertain, not counted): ${d.uncertain.length}; raced a join ` +
+      `under way (the joiner's reference written after the deleting pass's reads, the identity ` +
+      `never answered; refs.ts case 2, not counted): ${d.raced.length}` +
+      (d.raced.length > 0
+        ? ` (${d.raced.slice(0, 5).map((r) => `${r.id} by ${r.joinedBy.join("+")}`).join(", ")})`
+        : ""),
   );
   sink.line(
     `Cilium operator GC: ${c.operator.starts} start(s), ${c.operator.exitsOnItsOwn} exit(s) on ` +

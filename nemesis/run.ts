@@ -575,6 +575,8 @@ async function crdChecks(
     gcPasses: await gcPasses(`${dir}/gc.jsonl`),
     skewMs: run.store.skewMs,
     planted: new Set(run.faults.flatMap((f) => f.plantedMasters ?? [])),
+    // What each idalloc node answered: a reference of a join under way is no hold (`refs.ts`).
+    records,
   });
   const activity = ciliumActivity(new StoreHistory(changes), records, cilium.incs, cilium.nodes);
   const exits = operator?.exits ?? [];
@@ -690,7 +692,8 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
   if (logs.crd) {
     const d = logs.crd.deletions;
     counts.get(DELETION_CHECK)!.note = `${d.deletions} deletions judged` +
-      (d.uncertain.length > 0 ? `, ${d.uncertain.length} uncertain (across a record gap)` : "");
+      (d.uncertain.length > 0 ? `, ${d.uncertain.length} uncertain (across a record gap)` : "") +
+      (d.raced.length > 0 ? `, ${d.raced.length} raced a join (not answered)` : "");
   } else counts.delete(DELETION_CHECK);
   // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
   const inherited = new Map<string, number>();

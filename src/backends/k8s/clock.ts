@@ -1,12 +1,12 @@
 /**
  * This process's clock against the API server's. Every write of the node's Lease answers with the
  * server's time of that write (the `time` of the object's `managedFields` entry it updated — each
- * write alternates {@linkcode STAMP_ANNOTATIONS} so that the server stamps it — and
- * `creationTimestamp` on create; whole seconds), so each write bounds the offset `server − local`:
- * the server wrote at some instant between sending and receiving, within the second it names.
- * {@linkcode ServerClock} keeps the bounds of the last few writes and uses, as the offset, the
- * value nearest to zero they allow: a clock the writes show in step is left exactly as it is, a
- * slow or fast one is corrected to within a second and a round trip.
+ * write sets the one of {@linkcode STAMP_ANNOTATIONS} the Lease does not carry, so that the server
+ * stamps it — and `creationTimestamp` on create; whole seconds), so each write bounds the offset
+ * `server − local`: the server wrote at some instant between sending and receiving, within the
+ * second it names. {@linkcode ServerClock} keeps the bounds of the last few writes and uses, as
+ * the offset, the value nearest to zero they allow: a clock the writes show in step is left exactly
+ * as it is, a slow or fast one is corrected to within a second and a round trip.
  *
  * - A **holder** writes its Lease's `renewTime` corrected, so others judge it on the server's time.
  * - A **judge** reads every Lease's end on its own clock corrected (`liveness.ts`), and also trusts
@@ -38,7 +38,10 @@ import type { KubeObject } from "./kube.ts";
 /**
  * Two annotations a node Lease's writes alternate between. The API server stamps a write's time
  * into `managedFields` only when the writer's set of fields changes, not when only values do (a
- * renewal's `renewTime`): adding one and removing the other makes every write change that set.
+ * renewal's `renewTime`): adding one and removing the other makes every write change that set —
+ * provided the write adds the one the stored Lease lacks, which the writer reads from the version
+ * its write is guarded by (`lease.ts`), not from a count of its own writes (a restarted process,
+ * a retry after a refused write).
  */
 export const STAMP_ANNOTATIONS = ["idalloc.io/stamp-a", "idalloc.io/stamp-b"] as const;
 

@@ -119,12 +119,6 @@ export function newEpoch(): string {
   return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** Which of {@linkcode STAMP_ANNOTATIONS} `obj` carries (the first, when both), or `null`. */
-function stampOf(obj: KubeObject): typeof STAMP_ANNOTATIONS[number] | null {
-  const annotations = obj.metadata.annotations ?? {};
-  return STAMP_ANNOTATIONS.find((a) => a in annotations) ?? null;
-}
-
 /** Keeps this node's Lease (see the module doc). */
 export class LeaseKeeper {
   readonly #ctx: K8sContext;
@@ -141,14 +135,10 @@ export class LeaseKeeper {
   #lost: { epoch?: string; expiresAt?: number } | undefined;
   #replacements = 0;
   /**
-   * The stamp annotation the Lease carries as this keeper last read or wrote it (`null`: neither),
-   * or `undefined` when unknown (a write was refused: someone else changed the Lease). A write
-   * must swap it for the other one, or the server does not stamp its time (`clock.ts`): counting
-   * this process's own writes is not enough, since a restarted node's first write would then set
-   * whichever annotation its previous process left, and the reply would carry that process's last
-   * time — seen in the nemesis as "4.7 s ahead of the API server" and a `ClockSkewError` on open.
+   * The stamp annotation (`clock.ts`) the Lease carried at version `rv`, as this keeper last saw it
+   * (its own write's answer, or a read): the next write at that version sets the other one.
    */
-  #stamped: typeof STAMP_ANNOTATIONS[number] | null | undefined = undefined;
+  #stamped: { readonly rv: string; readonly stamp: string | undefined } | undefined;
   /** The offset last warned about (0: none). */
   #skewWarned = 0;
   /** The last renewal failure, while the last attempt failed. */
@@ -357,18 +347,27 @@ export class LeaseKeeper {
     const serverNow = now + clock.offset;
     const acquired = renewal ? this.#acquired : serverNow;
     const obj = nodeLeaseObject(node, epoch, this.#durationSeconds, serverNow, acquired);
-    // So that the server stamps this write's time (`clock.ts`): the annotation the Lease does not
-    // carry now. A create is stamped anyway (`creationTimestamp`); a patch whose Lease's stamp is
-    // unknown may set the one it carries, so its reply does not measure the clock.
-    const known = rv === undefined || this.#stamped !== undefined;
-    const [stamp, unstamp] = this.#stamped === STAMP_ANNOTATIONS[0]
+    // So that the server stamps this write's time (`clock.ts`), the write sets the stamp the Lease
+    // does not carry at the version it is guarded by, and removes the other: the set of fields it
+    // writes always differs from the stored one. Not by counting this keeper's writes: a new
+    // process's first write (a node restarting takes its own Lease) or a retry after a refused
+    // write would set the stamp already there, and the server would answer with the time of an
+    // earlier write — seed 3 of the mixed Kubernetes runs: a worker restarted 4 s after its last
+    // renewal measured its clock "4.7 s ahead" and refused to open (`ClockSkewError`).
+    const seen = rv !== undefined && this.#stamped?.rv === rv ? this.#stamped : undefined;
+    const [stamp, unstamp] = seen?.stamp === STAMP_ANNOTATIONS[0]
       ? [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]]
       : STAMP_ANNOTATIONS;
+    // A version this keeper never saw (none such: every version it writes at came from its own
+    // write or a read) would leave the stamp's effect unknown: its time is not a measure then.
+    const measurable = rv === undefined || seen !== undefined;
     obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
     const patch = guardedMergePatch(obj, rv ?? "") as {
       metadata: { annotations: Record<string, string | null> };
     };
-    patch.metadata.annotations[unstamp] = null;
+    // A copy: the create sends `obj` itself, whose map would otherwise carry the removal too (a
+    // create stores a null annotation as "": a new Lease carried both stamps).
+    patch.metadata.annotations = { ...patch.metadata.annotations, [unstamp]: null };
     const written = await unlessRefused(
       // Never `update`: it would re-create a deleted Lease (see `patch.ts`).
       rv === undefined
@@ -383,12 +382,9 @@ export class LeaseKeeper {
       409,
       404,
     );
-    if (written === undefined) {
-      this.#stamped = undefined;
-      return false;
-    }
-    this.#stamped = stamp;
-    if (known) this.#measure(written, now);
+    if (written === undefined) return false;
+    this.#see(written);
+    if (measurable) this.#measure(written, now);
     this.#epoch = epoch;
     this.#rv = String(written.metadata.resourceVersion ?? "");
     this.#acquired = acquired;
@@ -397,6 +393,16 @@ export class LeaseKeeper {
     this.#lost = undefined;
     this.lastError = undefined;
     return true;
+  }
+
+  /** Records which stamp annotation the Lease `obj` carries at its version (see `#write`). */
+  #see(obj: KubeObject): void {
+    const annotations = obj.metadata.annotations ?? {};
+    const carried = STAMP_ANNOTATIONS.filter((a) => a in annotations);
+    this.#stamped = {
+      rv: String(obj.metadata.resourceVersion ?? ""),
+      stamp: carried.length === 1 ? carried[0] : undefined,
+    };
   }
 
   /**
@@ -443,8 +449,8 @@ export class LeaseKeeper {
   async #read(signal: AbortSignal): Promise<NodeLeaseRecord | undefined> {
     const { client, namespace, node } = this.#ctx;
     const obj = await client.get(LEASES, nodeLeaseName(node), { namespace, signal });
-    this.#stamped = obj === undefined ? null : stampOf(obj);
     if (obj === undefined) return undefined;
+    this.#see(obj);
     // A Lease under the name whose holder is not this node (hand-made): read as lapsed.
     const lease = readNodeLease(obj);
     return lease?.node === node
