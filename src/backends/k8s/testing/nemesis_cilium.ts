@@ -27,6 +27,7 @@ import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.t
 import { isStatus } from "../kube.ts";
 import {
   NODE_SELECTOR,
+  nodeLeaseName,
   readIdentity,
   readNodeLease,
   readNodeRefs,
@@ -73,7 +74,7 @@ function rev(obj: KubeObject): number {
 }
 
 /** One watched resource: how an object's state is keyed and what it records. */
-interface Kind {
+export interface Kind {
   readonly res: KubeResourceDescriptor;
   readonly namespace?: string;
   readonly labelSelector?: string;
@@ -295,14 +296,26 @@ function refsKind(namespace: string, view: RefsView): Kind {
   };
 }
 
-function leaseKind(namespace: string): Kind {
+/**
+ * The node Leases (`idalloc-node-<node>`): a node's epoch and expiry. A Lease named for another
+ * node than its holder is none of the holder's (the `forged-lease` garbage: a live node's Lease
+ * copied under another name for an hour), as the judges read it (`liveness.ts`): recorded as the
+ * holder's, it overwrote the node's real Lease in the record with an expiry an hour away (seeds 5
+ * and 7 of the mixed Kubernetes runs: w0's and w3's, until their next renewal), so a reference of
+ * the node, dead meanwhile, would have been judged live at a deletion.
+ */
+export function leaseKind(namespace: string): Kind {
+  const read = (obj: KubeObject | undefined) => {
+    const lease = obj ? readNodeLease(obj) : undefined;
+    return lease !== undefined && lease.name === nodeLeaseName(lease.node) ? lease : undefined;
+  };
   return {
     res: LEASES,
     namespace,
     labelSelector: NODE_SELECTOR,
     diff(before, after, r, at) {
-      const b = before ? readNodeLease(before) : undefined;
-      const a = after ? readNodeLease(after) : undefined;
+      const b = read(before);
+      const a = read(after);
       const node = a?.node ?? b?.node;
       if (node === undefined) return [];
       if (a && b && a.epoch === b.epoch && a.expiresAt === b.expiresAt) return [];
