@@ -8,8 +8,11 @@
  * Spans are half-open in revisions: a master or reference exists from the revision that wrote it
  * until the one that deleted or replaced it. Times are the recorder's, so they lag the store's
  * commit by the watch's delay — by seconds while a member is down, as the resumed watch replays
- * what it missed in one batch: a change may have happened as early as the arrival of the last
- * change before its own batch (`fromEarly`, `toEarly`; the recorder stamps a batch at once).
+ * what it missed in one batch: a change may have happened as early as the last arrival, before
+ * its own batch, of a change with a lower revision (`fromEarly`, `toEarly`; the recorder stamps a
+ * batch at once). A record merged from several watches (Kubernetes) is in revision order per
+ * watch only, and what a re-list brings after a gap may be as old as the gap: see
+ * `earliestInstants`.
  *
  * @example A master created with a reference in one transaction is that node's write
  * ```ts
@@ -139,15 +142,9 @@ export class StoreHistory {
     const openMaster = new Map<number, MasterSpan>();
     const openRef = new Map<string, RefSpan>();
     const openLock = new Map<string, LockSpan>();
-    // The arrival of the batch before a change's own: the earliest it can have happened.
-    let batchAt = sorted[0]?.at ?? 0;
-    let previousBatchAt = batchAt;
-    for (const c of sorted) {
-      if (c.at !== batchAt) {
-        previousBatchAt = batchAt;
-        batchAt = c.at;
-      }
-      const early = previousBatchAt;
+    const earliest = earliestInstants(sorted, gaps);
+    for (const [i, c] of sorted.entries()) {
+      const early = earliest[i];
       if (c.t === "lock") {
         const name = `${c.of}\u0000${c.lease}`;
         const open = openLock.get(name);
@@ -276,6 +273,103 @@ export class StoreHistory {
       .sort((a, b) => a.fromRev - b.fromRev)[0];
     return next ? { node: next.node, how: "next reference" } : undefined;
   }
+}
+
+/**
+ * How long after a gap record a change may still come from the re-list that follows it (the
+ * Kubernetes recorder waits 300 ms, then lists; a list takes seconds on a loaded machine).
+ */
+export const RELIST_MS = 5_000;
+
+/**
+ * The earliest instant each change of `sorted` (in revision order) can have happened: the last
+ * arrival, before its own, of a change with a lower revision — the record was current up to then
+ * and had not seen it — or its own arrival when none came before. Not the arrival of the change
+ * just before it in revision order: the record merges several watches (Kubernetes: identities,
+ * reference objects, endpoints, node Leases), each in its own order and with its own delay, so a
+ * lower revision can arrive seconds after a higher one (seed 7 of the mixed Kubernetes runs: an
+ * endpoint of revision 2651 recorded 8 s after w1's reference of revision 2653, which then read
+ * as written 8 s after it was seen, and w1 as answering with no reference). A change's `early`,
+ * where the recorder wrote one (Kubernetes: its own watch's previous batch, or after a failure
+ * the instant that watch was last current), stands instead. Records without it: what arrives
+ * within {@linkcode RELIST_MS} after a gap record without `since` may come from a re-list, as
+ * late as the watch was blind: the last arrival before the gaps began (seed 7: w0's reference of
+ * `k8s:app=k137;`, written before its answer at 09:24:53.996, re-listed at 54.245 after a 410).
+ */
+function earliestInstants(
+  sorted: readonly { rev: number; at: number; early?: number }[],
+  gaps: readonly { at: number; since?: number }[],
+): number[] {
+  // Ranks of the distinct revisions, and a max-tree over them of the arrivals seen so far.
+  const revs = [...new Set(sorted.map((c) => c.rev))];
+  const rank = new Map(revs.map((r, i) => [r, i]));
+  const tree = new Array<number>(revs.length + 1).fill(-Infinity);
+  const add = (i: number, at: number) => {
+    for (let j = i + 1; j <= revs.length; j += j & -j) tree[j] = Math.max(tree[j], at);
+  };
+  /** The latest arrival among ranks below `i`. */
+  const below = (i: number) => {
+    let best = -Infinity;
+    for (let j = i; j > 0; j -= j & -j) best = Math.max(best, tree[j]);
+    return best;
+  };
+  const out = new Array<number>(sorted.length);
+  const byArrival = sorted.map((_, i) => i).sort((a, b) => sorted[a].at - sorted[b].at);
+  for (let k = 0; k < byArrival.length;) {
+    // One arrival instant at a time: a change's own batch does not bound it.
+    let end = k;
+    while (end < byArrival.length && sorted[byArrival[end]].at === sorted[byArrival[k]].at) end++;
+    for (let m = k; m < end; m++) {
+      const i = byArrival[m];
+      const c = sorted[i];
+      const seen = below(rank.get(c.rev)!);
+      // The recorder's own bound, from the change's watch alone, where it wrote one.
+      out[i] = Math.min(c.at, c.early ?? (seen === -Infinity ? c.at : seen));
+    }
+    for (let m = k; m < end; m++) add(rank.get(sorted[byArrival[m]].rev)!, sorted[byArrival[m]].at);
+    k = end;
+  }
+  // Records that do not mark re-listed changes: after a gap, the last arrival before it began.
+  const unmarked = gaps.filter((g) => g.since === undefined).sort((a, b) => a.at - b.at);
+  if (unmarked.length === 0) return out;
+  const arrivals = sorted.map((c) => c.at).sort((a, b) => a - b);
+  /** Per unmarked gap: where its run of gaps (each within RELIST_MS of the last) began. */
+  const blindFrom: { at: number; from: number }[] = [];
+  for (const g of unmarked) {
+    const prev = blindFrom.at(-1);
+    const first = prev && g.at - prev.at <= RELIST_MS ? prev.from : lastBefore(arrivals, g.at);
+    blindFrom.push({ at: g.at, from: first });
+  }
+  for (const [i, c] of sorted.entries()) {
+    if (c.early !== undefined) continue;
+    const g = blindFrom[upTo(blindFrom, c.at) - 1];
+    if (g && c.at - g.at <= RELIST_MS) out[i] = Math.min(out[i], g.from);
+  }
+  return out;
+}
+
+/** The last of the sorted `arrivals` before `at` (`at` itself when none). */
+function lastBefore(arrivals: readonly number[], at: number): number {
+  let lo = 0;
+  let hi = arrivals.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arrivals[mid] < at) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 ? arrivals[lo - 1] : at;
+}
+
+/** How many of `list` (sorted by `at`) are at or before `at`. */
+function upTo(list: readonly { at: number }[], at: number): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid].at <= at) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 function overlaps(span: { from: number; to?: number }, from: number, to: number): boolean {

@@ -26,6 +26,12 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
      * (`rev`) by seconds while etcd is down, and two creates may commit in the other order.
      */
     created: z.number().optional(),
+    /**
+     * The earliest instant it can have happened, when that is before the previous change its
+     * watch delivered: set on what a re-list after a gap brings (the instant its watch was last
+     * current), which arrives late by however long the watch was blind.
+     */
+    early: z.number().optional(),
   }),
   z.object({
     t: z.literal("ref"),
@@ -37,6 +43,12 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
     id: z.number().int().nullable(),
     /** Its lease (`"0"`: none). */
     lease: z.string().optional(),
+    /**
+     * The earliest instant it can have happened, when that is before the previous change its
+     * watch delivered: set on what a re-list after a gap brings (the instant its watch was last
+     * current), which arrives late by however long the watch was blind.
+     */
+    early: z.number().optional(),
   }),
   /** A Cilium mutex key was written (`held`) or deleted: `of` is the key, or `id/<N>` for GC's. */
   z.object({
@@ -60,6 +72,12 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
     epoch: z.string().nullable(),
     /** `renewTime + leaseDurationSeconds` (the holder's clock), ms; `null`: none. */
     expiresAt: z.number().nullable(),
+    /**
+     * The earliest instant it can have happened, when that is before the previous change its
+     * watch delivered: set on what a re-list after a gap brings (the instant its watch was last
+     * current), which arrives late by however long the watch was blind.
+     */
+    early: z.number().optional(),
   }),
   /**
    * A master was deleted (Kubernetes: an identity object), with what it carried at its last
@@ -75,9 +93,21 @@ export const storeChangeSchema = z.discriminatedUnion("t", [
     refs: z.record(z.string(), z.string()),
     marked: z.boolean(),
     inferred: z.boolean().optional(),
+    /**
+     * The earliest instant it can have happened, when that is before the previous change its
+     * watch delivered: set on what a re-list after a gap brings (the instant its watch was last
+     * current), which arrives late by however long the watch was blind.
+     */
+    early: z.number().optional(),
   }),
-  /** The recorder lost events (a compaction under its watch): spans around it may be wrong. */
-  z.object({ t: z.literal("gap"), at: z.number(), why: z.string() }),
+  /**
+   * The recorder lost events (a compaction under its watch, a watch that failed): spans around it
+   * may be wrong. `since`: the instant the failed watch was last current; a record whose gaps say
+   * it marks what the re-list that follows brings with `early` (Kubernetes). Without it (etcd,
+   * older records) what arrives shortly after a gap may have happened as early as the record's
+   * last change before it (`StoreHistory`).
+   */
+  z.object({ t: z.literal("gap"), at: z.number(), why: z.string(), since: z.number().optional() }),
 ]);
 
 /** One recorded change. */

@@ -684,3 +684,100 @@ Deno.test("attribution: on an exact creation-time tie a Cilium answer of either 
   assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified, undefined);
   assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
 });
+
+/**
+ * Seed 7 of the mixed Kubernetes runs (`k8s:app=k19;`): the record merges several watches, each
+ * in its own order. w1 joined 398 (the key's oldest) at 12 s and its reference arrived at once;
+ * an endpoint of a lower revision, from the endpoints' watch lagging after an API-server restart,
+ * arrived 8 s later. Dated by that late arrival, w1's reference read as written after its
+ * answers: "no live reference of its own" since its earlier one ended at 2.1 s.
+ */
+function lateOtherWatch(lateAt: number): StoreChange[] {
+  return [
+    identity(10, 0, 398, K, 0),
+    ref(11, 10, K, "c0", 398),
+    identity(12, 20, 508, K, 1_000),
+    ref(13, 1_000, K, "c1", 508),
+    ref(14, 2_000, K, "w1", 398),
+    ref(15, 2_100, K, "w1", null),
+    ref(28, 11_000, K2, "w3", 77),
+    ref(29, lateAt, K2, "c0", 78),
+    ref(30, 12_000, K, "w1", 398),
+    ref(31, 14_500, K, "w1", null),
+  ];
+}
+
+const LATE_RECORDS = [
+  answer("c1@c2", "allocate", K, 508, 1_000),
+  answer("c1@c2", "get", K, 508, 15_000),
+  answer("w1@2", "allocate", K, 398, 11_900, 12_050),
+  answer("w1@2", "get", K, 398, 14_000),
+];
+
+Deno.test("attribution: a reference is not dated by a lower revision another watch delivered late", () => {
+  const s = classify(LATE_RECORDS, lateOtherWatch(20_000), { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (idalloc's)"], 0, s.attributions.map((a) => a.line).join("\n"));
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.equal(a.sides.find((x) => x.side === "idalloc")!.unjustified, undefined);
+  assert.equal(a.sides.find((x) => x.side === "cilium")!.unjustified?.reason, "superseded");
+  const span = new StoreHistory(lateOtherWatch(20_000)).refsOf(K, "w1").find((r) =>
+    r.fromRev === 30
+  )!;
+  // The last arrival of a lower revision before its own (rev 28 at 11 s), never after it.
+  assert.deepEqual([span.fromEarly, span.from], [T + 11_000, T + 12_000]);
+  // The same record in arrival order (rev 29 prompt, at 11.5 s) dates it as before.
+  const prompt = new StoreHistory(lateOtherWatch(11_500)).refsOf(K, "w1").find((r) =>
+    r.fromRev === 30
+  )!;
+  assert.equal(prompt.fromEarly, T + 11_500);
+});
+
+/**
+ * Seed 7 of the mixed Kubernetes runs (`k8s:app=k137;`): w0 joined 456 (the key's oldest) and
+ * answered at 8.6 s with its reference written; the record was blind then (a 410 under every
+ * watch, gap records from 9 s), and the reference arrived at 9.75 s in the re-list, after another
+ * watch's re-list of lower revisions (9.7 s).
+ */
+function relisted(gap: StoreChange, wReference: StoreChange = ref(30, 9_750, K, "w0", 456)) {
+  const store: StoreChange[] = [
+    identity(10, 0, 456, K, 0),
+    ref(10, 0, K, "w0", 456),
+    ref(11, 1_000, K, "w0", null),
+    identity(12, 2_000, 288, K, 1_000),
+    ref(13, 2_050, K, "c0", 288),
+    ref(20, 7_000, K2, "w3", 77),
+    gap,
+    ref(25, 9_700, K2, "w2", 78),
+    wReference,
+  ];
+  const records = [
+    answer("c0@c1", "allocate", K, 288, 2_000),
+    answer("c0@c1", "get", K, 288, 8_610),
+    answer("w0@1", "allocate", K, 456, 8_200, 8_600),
+    answer("w0@1", "get", K, 456, 8_700),
+  ];
+  return classify(records, store, { keyLookup: "oldest" });
+}
+
+Deno.test("attribution: a reference re-listed after a gap may have been written while the record was blind", () => {
+  // A record without the recorder's marks (older runs, etcd): shortly after a gap, the last
+  // arrival before the gaps began (7 s) bounds it.
+  const old = relisted({ t: "gap", at: T + 9_000, why: "leases: 410" });
+  assert.equal(old.counts["mixed (idalloc's)"], 0, old.attributions.map((a) => a.line).join("\n"));
+  assert.equal(old.counts["mixed (inherited from Cilium)"], 1);
+  // The recorder's mark on the re-listed change (its watch last current at 7.2 s) is the bound.
+  const marked = relisted(
+    { t: "gap", at: T + 9_000, why: "leases: 410", since: T + 7_200 },
+    { ...ref(30, 9_750, K, "w0", 456) as Extract<StoreChange, { t: "ref" }>, early: T + 7_200 },
+  );
+  assert.equal(marked.counts["mixed (idalloc's)"], 0);
+  // A record whose gaps say it marks its re-lists, with no mark on the change: not re-listed,
+  // so w0 answered 8.2–8.7 s with no reference (since 1 s): idalloc's.
+  const unmarked = relisted({ t: "gap", at: T + 9_000, why: "leases: 410", since: T + 7_200 });
+  assert.equal(unmarked.counts["mixed (idalloc's)"], 1);
+  assert.equal(
+    unmarked.attributions[0].sides.find((x) => x.side === "idalloc")!.unjustified?.reason,
+    "unreferenced",
+  );
+});

@@ -88,6 +88,13 @@ k8sTest(
     // Revisions order the three watches: the deletion comes after the endpoint and the Lease.
     const revs = changes.filter((c) => c.t !== "gap").map((c) => (c as { rev: number }).rev);
     assert.deepEqual(revs, [...revs].sort((a, b) => a - b));
+    // What a watch delivers carries the instant that watch last delivered before it (here its
+    // first list): the earliest it can have happened, never after it was seen.
+    for (const c of changes) {
+      if (c.t === "gap" || c.t === "lock") continue;
+      assert.ok(c.early === undefined || c.early <= c.at, JSON.stringify(c));
+    }
+    assert.ok(deleted.early !== undefined, "the deletion, a watch event, carries its bound");
 
     // Judged: held by w0 under a live Lease and named by c0's endpoint (nobody's GC log: the
     // operator's, by elimination).

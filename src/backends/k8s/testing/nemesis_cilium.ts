@@ -5,12 +5,16 @@
  *   identities (each a master), the nodes' reference objects (each `held.idalloc.io/<id>` a
  *   reference on the lease named by its epoch, as is a `ref.idalloc.io/<node>` annotation of the
  *   older layout on an identity), the run's `CiliumEndpoint`s (each a Cilium node's reference,
- *   lease `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records in the
- *   store's order (resource versions are etcd revisions, one order for all four). A deleted
+ *   lease `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records as
+ *   they arrive, each watch in the store's order (resource versions are etcd revisions, one order
+ *   for all four; the attribution sorts by them). A deleted
  *   identity is also recorded with its last state (`deleted`: its references and mark), which
  *   the nemesis judges against the Leases and endpoints at that revision. A watch that ends is
  *   resumed; one that expires (`410`) or fails re-lists, records a `gap`, and infers what vanished
- *   meanwhile from the difference.
+ *   meanwhile from the difference. Each change carries `early`, the instant its own watch last
+ *   delivered before it (after a failure: the instant that watch was last current), since the
+ *   four watches deliver with delays of their own: a lower revision may arrive seconds after a
+ *   higher one of another watch, and a re-list brings what happened while its watch was blind.
  * - **The endpoints** ({@linkcode EndpointWriter}): the `CiliumEndpoint` a real agent writes for a
  *   pod using an identity, one per Cilium node and key (`status.identity.id`), written and deleted
  *   in the background in the order asked, retried through API-server outages.
@@ -23,6 +27,7 @@ import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.t
 import { isStatus } from "../kube.ts";
 import {
   NODE_SELECTOR,
+  nodeLeaseName,
   readIdentity,
   readNodeLease,
   readNodeRefs,
@@ -69,7 +74,7 @@ function rev(obj: KubeObject): number {
 }
 
 /** One watched resource: how an object's state is keyed and what it records. */
-interface Kind {
+export interface Kind {
   readonly res: KubeResourceDescriptor;
   readonly namespace?: string;
   readonly labelSelector?: string;
@@ -291,14 +296,26 @@ function refsKind(namespace: string, view: RefsView): Kind {
   };
 }
 
-function leaseKind(namespace: string): Kind {
+/**
+ * The node Leases (`idalloc-node-<node>`): a node's epoch and expiry. A Lease named for another
+ * node than its holder is none of the holder's (the `forged-lease` garbage: a live node's Lease
+ * copied under another name for an hour), as the judges read it (`liveness.ts`): recorded as the
+ * holder's, it overwrote the node's real Lease in the record with an expiry an hour away (seeds 5
+ * and 7 of the mixed Kubernetes runs: w0's and w3's, until their next renewal), so a reference of
+ * the node, dead meanwhile, would have been judged live at a deletion.
+ */
+export function leaseKind(namespace: string): Kind {
+  const read = (obj: KubeObject | undefined) => {
+    const lease = obj ? readNodeLease(obj) : undefined;
+    return lease !== undefined && lease.name === nodeLeaseName(lease.node) ? lease : undefined;
+  };
   return {
     res: LEASES,
     namespace,
     labelSelector: NODE_SELECTOR,
     diff(before, after, r, at) {
-      const b = before ? readNodeLease(before) : undefined;
-      const a = after ? readNodeLease(after) : undefined;
+      const b = read(before);
+      const a = read(after);
       const node = a?.node ?? b?.node;
       if (node === undefined) return [];
       if (a && b && a.epoch === b.epoch && a.expiresAt === b.expiresAt) return [];
@@ -326,6 +343,22 @@ async function follow(
   const name = (o: KubeObject) => `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;
   let version: string | undefined;
   let first = true;
+  // This watch's own batches (the record merges four watches, each with its own delay): what it
+  // delivers happened after its previous batch arrived — or, after a failure, after the instant
+  // it was last current (`blindSince`), however late the re-list brings it.
+  let batchAt: number | undefined;
+  let previousBatchAt: number | undefined;
+  let blindSince: number | undefined;
+  const arrived = (at: number) => {
+    if (at !== batchAt) {
+      previousBatchAt = batchAt;
+      batchAt = at;
+    }
+  };
+  const marked = (c: StoreChange, early: number | undefined): StoreChange =>
+    c.t === "gap" || c.t === "lock" || early === undefined
+      ? c
+      : { ...c, early: Math.min(early, c.at) };
   while (!signal.aborted) {
     try {
       if (version === undefined) {
@@ -335,22 +368,25 @@ async function follow(
           signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
         });
         const at = Date.now();
+        const early = blindSince ?? batchAt;
         const r = Number(list.resourceVersion);
         const seen = new Set<string>();
         for (const obj of list.items) {
           seen.add(name(obj));
           const before = known.get(name(obj));
           if (before?.metadata?.resourceVersion === obj.metadata?.resourceVersion) continue;
-          for (const c of kind.diff(before, obj, rev(obj), at, false)) record(c);
+          for (const c of kind.diff(before, obj, rev(obj), at, false)) record(marked(c, early));
           known.set(name(obj), obj);
         }
         for (const [n, before] of known) {
           if (seen.has(n)) continue;
           // Gone while the record was blind: deleted at some revision up to the list's.
-          for (const c of kind.diff(before, undefined, r, at, true)) record(c);
+          for (const c of kind.diff(before, undefined, r, at, true)) record(marked(c, early));
           known.delete(n);
         }
         version = list.resourceVersion;
+        blindSince = undefined;
+        batchAt = previousBatchAt = at;
         if (first) listed();
         first = false;
       }
@@ -365,23 +401,30 @@ async function follow(
       ) {
         const obj = ev.object;
         version = obj.metadata?.resourceVersion ?? version;
-        if (ev.type === "BOOKMARK") continue;
         const at = Date.now();
+        arrived(at);
+        if (ev.type === "BOOKMARK") continue;
+        const early = previousBatchAt;
         if (ev.type === "DELETED") {
           // The event carries the object's last state, at the deletion's revision.
-          for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(c);
+          for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(marked(c, early));
           known.delete(name(obj));
         } else {
-          for (const c of kind.diff(known.get(name(obj)), obj, rev(obj), at, false)) record(c);
+          for (const c of kind.diff(known.get(name(obj)), obj, rev(obj), at, false)) {
+            record(marked(c, early));
+          }
           known.set(name(obj), obj);
         }
       }
     } catch (err) {
       if (signal.aborted) break;
+      const at = Date.now();
+      blindSince ??= batchAt ?? at;
       record({
         t: "gap",
-        at: Date.now(),
+        at,
         why: `${kind.res.plural}: ${isStatus(err, 410) ? "410 " : ""}${String(err).slice(0, 200)}`,
+        since: blindSince,
       });
       version = undefined;
       await sleep(300, signal).catch(() => {});
