@@ -10,7 +10,7 @@ import { sleep } from "../src/abort.ts";
 import type { NemesisRunStore, NemesisStore, StoreSnapshot } from "../src/testing/nemesis.ts";
 import { prng, shuffle } from "../src/testing/prng.ts";
 import { faultKindsOf, hooksOf } from "./backends.ts";
-import { checkCalls, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
+import { checkCalls, ERROR_CHECK, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
 import { short, type Violation } from "./checks/violation.ts";
@@ -631,6 +631,7 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     probe: PROBE_CHECK,
     drain: DRAIN_CHECK,
     deletion: DELETION_CHECK,
+    errors: ERROR_CHECK,
   };
   const crd = await crdChecks(run, [...records, ...ciliumCalls?.records ?? []]);
   const attributable = new Set<string>(Object.values(checks));
@@ -639,6 +640,11 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     const rest = run.violations.filter((v) => !attributable.has(v.check));
     run.violations.splice(0, run.violations.length, ...rest);
   }
+  // An InvalidIdError beside Cilium may be its doing (a key whose only identities a Cilium node
+  // wrote outside idalloc's range): attributed like the probe's failures; other errors stay
+  // idalloc's.
+  const ciliumErrors = cilium ? calls.errors.filter(invalidId) : [];
+  const callErrors = cilium ? calls.errors.filter((v) => !invalidId(v)) : calls.errors;
   const attributed = cilium
     ? await attributeRun({
       violations: [
@@ -646,6 +652,7 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
         ...history.overlaps,
         ...history.splits,
         ...crd?.violations ?? [],
+        ...ciliumErrors,
       ],
       checks,
       storeLogPath: run.storeLog ? `${dir}/${STORE_LOG}` : undefined,
@@ -665,7 +672,7 @@ async function checkLogs(run: RunState): Promise<LogChecks> {
     ...attributed?.charged ?? [...history.overlaps, ...history.splits],
     ...history.idChanges,
     ...calls.hangs,
-    ...calls.errors,
+    ...callErrors,
   );
   return {
     records,
@@ -803,4 +810,9 @@ async function waitForDrain(
     }
     await sleep(500);
   }
+}
+
+/** A call check violation of a call that failed with `InvalidIdError`. */
+function invalidId(v: Violation): boolean {
+  return (v.evidence as { error?: unknown } | undefined)?.error === "InvalidIdError";
 }

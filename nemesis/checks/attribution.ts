@@ -186,6 +186,11 @@ export interface AttributionInput {
     readonly drain?: string;
     /** The deletion check beside Cilium CRD-mode nodes (`deletions.ts`): classed already. */
     readonly deletion?: string;
+    /**
+     * The call check's errors (`calls.ts`) that a Cilium node's writes can cause: an
+     * `InvalidIdError` for a key whose identities are all Cilium's, outside idalloc's range.
+     */
+    readonly errors?: string;
   };
   /**
    * Which of a key's masters Cilium's own lookup gives it: the **newest** (kvstore mode:
@@ -671,6 +676,7 @@ function attributeStore(v: Violation, input: AttributionInput): Attribution | un
       );
   }
   if (v.check === names.probe) return attributeProbe(v, input, done);
+  if (v.check === names.errors) return attributeError(v, input, done);
   if (v.check === names.drain) return attributeDrain(v, input, done);
   return undefined;
 }
@@ -736,42 +742,60 @@ function attributeProbe(
 ): Attribution | undefined {
   const r = (v.evidence as { record?: CallFailed } | undefined)?.record;
   if (!r) return undefined;
+  const cause = ciliumCauseOfFailure(r, input);
+  return cause === undefined
+    ? done("idalloc-only", "the probe is idalloc's", "probe")
+    : done("mixed (inherited from Cilium)", cause, "probe");
+}
+
+/**
+ * A call that failed with an error a Cilium node's writes can cause (`InvalidIdError`: the key's
+ * only identities are Cilium's, with IDs outside idalloc's range, which idalloc refuses rather than
+ * create a second identity of the key): Cilium's (inherited) when {@linkcode ciliumCauseOfFailure}
+ * finds that cause, idalloc's otherwise.
+ */
+function attributeError(
+  v: Violation,
+  input: AttributionInput,
+  done: (cls: AttributionClass, why: string) => Attribution,
+): Attribution | undefined {
+  const r = v.evidence as CallFailed | undefined;
+  if (!r || r.ok !== false) return undefined;
+  const cause = r.error === "InvalidIdError" ? ciliumCauseOfFailure(r, input) : undefined;
+  return cause === undefined
+    ? done("idalloc-only", `${r.error} is idalloc's answer`)
+    : done("mixed (inherited from Cilium)", cause);
+}
+
+/**
+ * Why a failed call of key `r.key` is Cilium's doing, or `undefined` (see
+ * {@linkcode attributeProbe}).
+ */
+function ciliumCauseOfFailure(r: CallFailed, input: AttributionInput): string | undefined {
   const { store } = input;
   const locked = store.locksDuring(r.key, r.start, r.end)
     .filter((l) => l.from <= r.start && (l.to === undefined || l.to >= r.end));
   if (locked.length > 0) {
-    return done(
-      "mixed (inherited from Cilium)",
-      `Cilium's mutex of the key was held through the call (lock lease ${
-        locked.map((l) => l.lease).join(", ")
-      } since ${clock(Math.min(...locked.map((l) => l.from)))})`,
-      "probe",
-    );
+    return `Cilium's mutex of the key was held through the call (lock lease ${
+      locked.map((l) => l.lease).join(", ")
+    } since ${clock(Math.min(...locked.map((l) => l.from)))})`;
   }
   const refs = store.refsAt(r.key, r.start).filter((x) => x.lease !== "0");
   const foreign = refs.filter((x) =>
     input.ciliumNodes.has(x.node) && store.masterAt(x.id, r.start)?.key !== r.key
   );
   if (foreign.length > 0) {
-    return done(
-      "mixed (inherited from Cilium)",
-      `Cilium references ${
-        foreign.map((x) => `${x.node} → ${x.id}`).join(", ")
-      } name IDs with no master of the key`,
-      "probe",
-    );
+    return `Cilium references ${
+      foreign.map((x) => `${x.node} → ${x.id}`).join(", ")
+    } name IDs with no master of the key`;
   }
   // The key's only identities when the probe ran were Cilium's writes (CRD mode: an agent
   // re-creating one it cached, e.g. with an ID outside idalloc's range): idalloc refuses them.
   const masters = store.mastersOfKeyDuring(r.key, r.start, r.start);
   const writers = masters.map((m) => store.writerOf(m)?.node);
   if (masters.length > 0 && writers.every((w) => w !== undefined && input.ciliumNodes.has(w))) {
-    return done(
-      "mixed (inherited from Cilium)",
-      `the key's identities ${masters.map((m) => m.id).join(", ")} were written by Cilium ` +
-        `node(s) ${[...new Set(writers)].join(", ")}`,
-      "probe",
-    );
+    return `the key's identities ${masters.map((m) => m.id).join(", ")} were written by ` +
+      `Cilium node(s) ${[...new Set(writers)].join(", ")}`;
   }
-  return done("idalloc-only", "the probe is idalloc's", "probe");
+  return undefined;
 }

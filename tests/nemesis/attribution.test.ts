@@ -8,6 +8,7 @@ import {
   type AttributionInput,
   splitRefusals,
 } from "../../nemesis/checks/attribution.ts";
+import { ERROR_CHECK } from "../../nemesis/checks/calls.ts";
 import { checkHistory } from "../../nemesis/checks/history.ts";
 import { type StoreChange, StoreHistory } from "../../nemesis/checks/store_history.ts";
 import type { FaultRecord } from "../../nemesis/faults.ts";
@@ -413,6 +414,47 @@ Deno.test("attribution: a probe stuck on Cilium's stale mutex is inherited, othe
     s.attributions[0].line,
     /mutex of the key was held through the call \(lock lease 694d/,
   );
+});
+
+Deno.test("attribution: an InvalidIdError on a key whose only identity a Cilium node wrote outside the range is inherited", () => {
+  // Seed 3 of the mixed Kubernetes runs (again on the fixed code): c1 wrote identity 46559 of K,
+  // outside idalloc's range [256, 575]; the probe's allocate of K was refused (InvalidIdError: the
+  // key gets no other ID), which the call check alone charged to idalloc.
+  const refused = (key: string): Violation => ({
+    check: ERROR_CHECK,
+    message: `probe (probe@probe) allocate ${key} failed with non-retryable typed InvalidIdError`,
+    evidence: {
+      t: "call",
+      node: "probe",
+      inc: "probe@probe",
+      op: "allocate",
+      key,
+      start: T + 10_000,
+      end: T + 10_050,
+      ok: false,
+      held: false,
+      error: "InvalidIdError",
+      message: `ID 46559 of key '${key}' in the store is outside this allocator's range`,
+      typed: true,
+      retryable: false,
+      deadline: false,
+    },
+  });
+  const store = [
+    master(5, 0, 46559, K),
+    ref(6, 100, K, "c1", 46559),
+    master(7, 0, 46560, K2),
+    ref(8, 100, K2, "w0", 46560),
+  ];
+  const s = attribute(
+    [refused(K), refused(K2)],
+    input(store, [], { checks: { ...CHECKS, errors: ERROR_CHECK } }),
+  );
+  assert.deepEqual(s.attributions.map((a) => a.class), [
+    "mixed (inherited from Cilium)",
+    "idalloc-only",
+  ]);
+  assert.match(s.attributions[0].line, /identities 46559 were written by Cilium node\(s\) c1/);
 });
 
 Deno.test("attribution: two idalloc nodes moving off a split Cilium's UpdateKey made is inherited", () => {
