@@ -82,19 +82,7 @@ export class DoubleWriteNemesisStore implements NemesisRunStore {
       this.#sides.kvstore.snapshot(),
       this.#sides.crd.snapshot(),
     ]);
-    const skipped: Record<string, number> = {};
-    for (const [side, s] of [["kvstore", kvstore], ["crd", crd]] as const) {
-      for (const [what, n] of Object.entries(s.skipped)) skipped[`${side}: ${what}`] = n;
-    }
-    return {
-      at: Math.max(kvstore.at, crd.at),
-      masters: [...kvstore.masters, ...crd.masters],
-      refs: [...kvstore.refs, ...crd.refs],
-      strictMasters: false,
-      skipped,
-      sides: { kvstore, crd },
-      drift: classifyDrift(byId(kvstore.masters), byId(crd.masters)).map(sideDrift),
-    };
+    return bothSnapshots(kvstore, crd);
   }
 
   /** No garbage kinds are offered: each side's own run plants its own. */
@@ -146,6 +134,29 @@ export async function disposeBoth(
   } finally {
     await sides.kvstore[Symbol.asyncDispose]();
   }
+}
+
+/**
+ * The snapshot of a double-write store made of its sides' own: every side's masters and
+ * references together (what the drain waits to see gone), each side's snapshot under its name
+ * for the store checks, its skipped entries named by side, and the drift between the sides as the
+ * double-write doctor classifies it.
+ */
+export function bothSnapshots(kvstore: StoreSnapshot, crd: StoreSnapshot): StoreSnapshot {
+  const skipped: Record<string, number> = {};
+  for (const [side, s] of [["kvstore", kvstore], ["crd", crd]] as const) {
+    for (const [what, n] of Object.entries(s.skipped)) skipped[`${side}: ${what}`] = n;
+  }
+  return {
+    at: Math.max(kvstore.at, crd.at),
+    masters: [...kvstore.masters, ...crd.masters],
+    refs: [...kvstore.refs, ...crd.refs],
+    // One key's master on each side is no duplicate; each side is judged on its own.
+    strictMasters: false,
+    skipped,
+    sides: { kvstore, crd },
+    drift: classifyDrift(byId(kvstore.masters), byId(crd.masters)).map(sideDrift),
+  };
 }
 
 /** `counts` with each category named after `side` (`kvstore id`), as the growth table shows them. */
