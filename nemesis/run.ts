@@ -526,6 +526,13 @@ async function probeAndDrain(run: RunState): Promise<void> {
         Math.round(drain.waitedMs / 1_000)
       } s after every node released everything: ${
         drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
+      }${
+        drain.sides === undefined
+          ? ""
+          : ` (by side: ${
+            Object.entries(drain.sides).map(([side, ids]) => `${side} ${ids.join(" ") || "none"}`)
+              .join(", ")
+          })`
       }`,
       // When it gave up: the attribution asks which Cilium mutexes were held then.
       evidence: { ...drain, until: Date.now() },
@@ -828,7 +835,13 @@ async function waitForDrain(
   store: NemesisStore,
   keys: ReadonlySet<string>,
   { timings, clockSkewMs }: Workload,
-): Promise<{ left: StoreSnapshot["masters"][number][]; waitedMs: number; refs: unknown[] }> {
+): Promise<{
+  left: StoreSnapshot["masters"][number][];
+  waitedMs: number;
+  refs: unknown[];
+  /** A store of several sides: the IDs left on each side. */
+  sides?: Record<string, number[]>;
+}> {
   const start = Date.now();
   // Leases of killed nodes lapse, then two GC passes; plus room for a slow pass.
   const bound = timings.leaseTtlMs + clockSkewMs + 6 * timings.gcIntervalMs + 15_000;
@@ -841,6 +854,13 @@ async function waitForDrain(
         left,
         waitedMs: Date.now() - start,
         refs: snapshot.refs.filter((r) => leftKeys.has(r.key)),
+        ...(snapshot.sides === undefined ? {} : {
+          sides: Object.fromEntries(
+            Object.entries(snapshot.sides).map((
+              [side, s],
+            ) => [side, s.masters.filter((m) => leftKeys.has(m.key)).map((m) => m.id)]),
+          ),
+        }),
       };
     }
     await sleep(500);
