@@ -1,13 +1,16 @@
 /**
- * The backends the nemesis suite runs on: every backend in the registry, with the hooks of its
- * harness, loaded once when this module is; and the fault and garbage kinds they offer, which the
- * command line, the scheduling and the report take from here. Nothing else in `nemesis/` lists
- * backends, faults of a store or garbage kinds.
+ * The backends the nemesis suite runs on: every backend in the registry, then the stores composed
+ * of them (`./composed.ts`: the double-write store), with the hooks of their harnesses, loaded once
+ * when this module is; and the fault and garbage kinds they offer, which the command line, the
+ * scheduling and the report take from here. Nothing else in `nemesis/` lists backends, faults of a
+ * store or garbage kinds.
  *
  * @module
  */
 import { HarnessLoadError, loadHarnesses, UnknownBackendError } from "../src/testing/harness.ts";
+import type { ComposedHarness } from "../src/testing/harness_contract.ts";
 import { NEMESIS_FAULTS, type NemesisHooks } from "../src/testing/nemesis.ts";
+import { COMPOSED_KINDS, loadComposed } from "./composed.ts";
 
 /** One backend as the nemesis suite knows it. */
 export interface NemesisBackend {
@@ -19,23 +22,33 @@ export interface NemesisBackend {
   readonly hooks: NemesisHooks;
 }
 
-/** Every backend, in the registry's order. */
-export const NEMESIS_BACKENDS: readonly NemesisBackend[] = (await loadHarnesses()).map((h) => ({
-  kind: h.kind,
-  // The backend's own reason first (no binary here), then its nemesis hooks' (not built).
-  unavailable: () => h.unavailable() ?? h.nemesis.unavailable?.(),
-  hooks: checked(h.kind, h.nemesis),
-}));
+/** A backend's or a composed store's harness, as the suite uses it. */
+function nemesisBackend(h: ComposedHarness): NemesisBackend {
+  return {
+    kind: h.kind,
+    // The backend's own reason first (no binary here), then its nemesis hooks' (not built).
+    unavailable: () => h.unavailable() ?? h.nemesis.unavailable?.(),
+    hooks: checked(h.kind, h.nemesis),
+  };
+}
 
-/** The kinds `--backend` takes, in the registry's order. */
+/** Every backend, in the registry's order, then the composed stores. */
+export const NEMESIS_BACKENDS: readonly NemesisBackend[] = [
+  ...await loadHarnesses(),
+  ...await Promise.all(COMPOSED_KINDS.map((kind) => loadComposed(kind)!)),
+].map(nemesisBackend);
+
+/** The kinds `--backend` takes, in the registry's order, then the composed stores. */
 export const BACKEND_KINDS: readonly string[] = NEMESIS_BACKENDS.map((b) => b.kind);
 
 /**
- * The kinds whose nemesis hooks are built (a backend's hooks may say they are not yet), in the
- * registry's order: what `--backend all` runs, and what the fault and time figures cover.
+ * The registry's kinds whose nemesis hooks are built (a backend's hooks may say they are not
+ * yet), in its order: what `--backend all` runs, and what the fault and time figures cover. A
+ * composed store runs only when named (`--backend doublewrite`): its sides run on their own.
  */
 export const RUN_KINDS: readonly string[] = NEMESIS_BACKENDS
-  .filter((b) => b.hooks.unavailable?.() === undefined).map((b) => b.kind);
+  .filter((b) => !COMPOSED_KINDS.includes(b.kind) && b.hooks.unavailable?.() === undefined)
+  .map((b) => b.kind);
 
 /** The nemesis hooks of backend `kind`; throws `UnknownBackendError` for a kind not registered. */
 export function hooksOf(kind: string): NemesisHooks {
@@ -50,7 +63,7 @@ export function faultKindsOf(kind: string): string[] {
   return [...hooks.faults, ...Object.keys(hooks.storeFaults ?? {})];
 }
 
-/** Every fault kind some backend offers, in the registry's order (`--faults all`). */
+/** Every fault kind some backend offers, in the order of `BACKEND_KINDS` (`--faults all`). */
 export const FAULT_KINDS: readonly string[] = union(BACKEND_KINDS.map(faultKindsOf));
 
 /** Every garbage kind some backend's store can hold, in the registry's order. */

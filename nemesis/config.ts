@@ -15,6 +15,7 @@ import {
   NEMESIS_BACKENDS,
   RUN_KINDS,
 } from "./backends.ts";
+import { COMPOSED_KINDS } from "./composed.ts";
 import {
   withCiliumKeys,
   type Workload,
@@ -194,6 +195,21 @@ function partialFaults(): string {
     .join(" ");
 }
 
+/**
+ * What `--help` says of the composed stores, which `all` leaves out (their sides run on their
+ * own): the double-write store and its migration step.
+ */
+function composedUsage(): string {
+  if (!COMPOSED_KINDS.includes("doublewrite")) return "";
+  const { fixed } = OVERHEAD.doublewrite;
+  return `doublewrite: idalloc nodes on both an etcd and a kube-apiserver (Cilium's
+                           double-write modes), a migration step during the run: nodes start in
+                           one read mode and come back from each kill in the other (even seeds
+                           toward the CRDs, odd seeds back); drift across the sides is checked.
+                           Named only, never part of all; about ${fixed} s outside its fault phase,
+                           --seconds ${minSeconds("doublewrite")} at least`;
+}
+
 /** Backends whose runs real Cilium nodes can join. */
 const CILIUM_KINDS = BACKEND_KINDS.filter((k) => hooksOf(k).cilium);
 
@@ -211,7 +227,10 @@ const BOUNDS = {
 const USAGE = `deno task nemesis [options]
 
   --backend ${[...BACKEND_KINDS, "all"].join("|")}
-                           store(s) to run against, one after the other (default all: every one)
+                           store(s) to run against, one after the other (default all: ${
+  RUN_KINDS.join(", ")
+}).
+                           ${composedUsage()}
   --seconds N              about how long the whole run takes, every backend together
                            (default ${DEFAULT_SECONDS}, or the least the chosen backends need):
                            starting the store and the workers, the fault phase, settling,

@@ -6,7 +6,7 @@
  * @module
  */
 import { configure, getTextFormatter, type LogLevel } from "@logtape/logtape";
-import { loadHarness } from "../src/testing/harness.ts";
+import { loadNemesisHooks } from "./composed.ts";
 import { IdallocError } from "../src/errors.ts";
 import { sleep } from "../src/abort.ts";
 import type {
@@ -18,19 +18,19 @@ import type {
 
 /**
  * Opens `node`'s backend on the store `spec` names, through the harness of the spec's kind (a
- * child process loads only its own backend's).
+ * child process loads only its own backend's; a composed store's loads its sides').
  */
 export async function openBackend(
   spec: NemesisStoreSpec,
   node: string,
   extra: OpenBackendExtra = {},
 ): Promise<OpenedBackend> {
-  return await (await loadHarness(spec.kind)).nemesis.openBackend(spec, node, extra);
+  return await (await loadNemesisHooks(spec.kind)).openBackend(spec, node, extra);
 }
 
 /** Opens the store `spec` names for reading, through the harness of the spec's kind. */
 export async function openStore(spec: NemesisStoreSpec): Promise<NemesisStore> {
-  return await (await loadHarness(spec.kind)).nemesis.openStore(spec);
+  return await (await loadNemesisHooks(spec.kind)).openStore(spec);
 }
 
 /**

@@ -42,6 +42,13 @@ export function writeReport(sink: Sink, r: BackendReport, plan: RunPlan, command
       }`,
   );
   sink.line(`   faults: ${plan.faults}`);
+  if (r.configurations) {
+    // A migration step: which incarnations ran in which configuration.
+    const by = Object.entries(r.configurations).map(([label, incs]) =>
+      `${label} ${incs.length} (${incs.join(", ")})`
+    );
+    sink.line(`   nodes by configuration: ${by.join("; ")}`);
+  }
   sink.line(`   reproduce: ${command}`);
   sink.line();
 

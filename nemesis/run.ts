@@ -13,6 +13,7 @@ import { faultKindsOf, hooksOf } from "./backends.ts";
 import { checkCalls, ERROR_CHECK, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
 import { checkHistory, HISTORY_CHECK, ID_CHANGE_CHECK, SPLIT_CHECK } from "./checks/history.ts";
 import { checkStore, type LiveHolds, STORE_CHECKS } from "./checks/store.ts";
+import { checkSides, SIDES_CHECK } from "./checks/sides.ts";
 import { short, type Violation } from "./checks/violation.ts";
 import { Child, START_BOUND_MS } from "./child.ts";
 import { CiliumNodes, type CiliumStore } from "./cilium.ts";
@@ -64,6 +65,7 @@ export const CHECK_ORDER: readonly string[] = [
   STORE_CHECKS.oneKey,
   STORE_CHECKS.oneMaster,
   STORE_CHECKS.holds,
+  SIDES_CHECK,
   HISTORY_CHECK,
   SPLIT_CHECK,
   ID_CHANGE_CHECK,
@@ -111,6 +113,16 @@ export interface BackendReport {
     readonly operator: { readonly starts: number; readonly exitsOnItsOwn: number };
     readonly activity: CiliumActivity;
   };
+  /**
+   * A store of several sides (double-write): the drift found between them once the run settled,
+   * by kind (those that break a promise are violations too).
+   */
+  readonly drift?: Readonly<Record<string, number>>;
+  /**
+   * Where restarted nodes come back in another configuration (a migration step): each
+   * configuration's incarnations, in the order they started.
+   */
+  readonly configurations?: Readonly<Record<string, readonly string[]>>;
   /** Problems of the harness itself (unparseable log lines, a worker that did not answer). */
   readonly harness: readonly string[];
   readonly dir: string;
@@ -162,6 +174,10 @@ interface RunState {
   operator?: CiliumOperator;
   /** The store's record of its changes (beside Cilium nodes: the attribution's evidence). */
   storeLog?: AsyncDisposable;
+  /** Each worker incarnation's configuration, where the store gives one (`nodeSpec`). */
+  readonly configurations: Map<string, string>;
+  /** The drift between the store's sides once the run settled (a store of several sides). */
+  drift?: Record<string, number>;
 }
 
 /**
@@ -212,7 +228,7 @@ export async function runBackend(
       plain: workload.ranked ? [...workload.plainKeys] : shuffle(random, [...workload.plainKeys]),
       identity: shuffle(random, identityKeys()),
     },
-    store: await hooksOf(backend).startRun(dir, workload),
+    store: await hooksOf(backend).startRun(dir, { ...workload, seed: options.seed }),
     harness: [],
     violations: [],
     faults: [],
@@ -222,6 +238,7 @@ export async function runBackend(
     slots: [],
     probeLog: new LineLog(`${dir}/probe.jsonl`),
     faultLog: new LineLog(`${dir}/${FAULT_LOG}`),
+    configurations: new Map(),
   };
   try {
     if (options.cilium > 0) run.storeLog = await recordStore(run.store, `${dir}/${STORE_LOG}`);
@@ -244,8 +261,11 @@ async function spawnWorker(run: RunState, index: number, node: string, generatio
   if (layer === "identity") run.identityIncs.add(inc);
   const files = `${dir}/worker-${inc.replace("@", "-")}`;
   const logPath = `${files}.jsonl`;
+  // A migration step: a restarted node may come back in another configuration.
+  const opens = run.store.nodeSpec?.(index, generation);
+  if (opens) run.configurations.set(inc, opens.label);
   const config: WorkerConfig = {
-    store: run.store.spec,
+    store: opens?.spec ?? run.store.spec,
     node,
     inc,
     layer,
@@ -453,6 +473,13 @@ async function settleAndCompare(run: RunState): Promise<void> {
   }
   // A planted master that parses (an oversized one) is garbage, not data.
   const planted = new Set(run.faults.flatMap((f) => f.plantedMasters ?? []));
+  if (snapshot.sides) {
+    // A store of several sides: each side's store checks, and their agreement.
+    const sides = checkSides(snapshot, holders, planted);
+    run.drift = sides.drift;
+    run.violations.push(...sides.violations);
+    return;
+  }
   const storeResult = checkStore(
     {
       ...snapshot,
@@ -499,6 +526,13 @@ async function probeAndDrain(run: RunState): Promise<void> {
         Math.round(drain.waitedMs / 1_000)
       } s after every node released everything: ${
         drain.left.slice(0, 5).map((m) => `${m.id} → ${short(m.key)}`).join(", ")
+      }${
+        drain.sides === undefined
+          ? ""
+          : ` (by side: ${
+            Object.entries(drain.sides).map(([side, ids]) => `${side} ${ids.join(" ") || "none"}`)
+              .join(", ")
+          })`
       }`,
       // When it gave up: the attribution asks which Cilium mutexes were held then.
       evidence: { ...drain, until: Date.now() },
@@ -702,6 +736,9 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
       (d.uncertain.length > 0 ? `, ${d.uncertain.length} uncertain (across a record gap)` : "") +
       (d.raced.length > 0 ? `, ${d.raced.length} raced a join (not answered)` : "");
   } else counts.delete(DELETION_CHECK);
+  // The agreement across sides is judged on a store of several sides only.
+  if (run.drift) counts.get(SIDES_CHECK)!.note = driftNote(run.drift);
+  else counts.delete(SIDES_CHECK);
   // Beside Cilium: the violations that are Cilium's own are listed, not counted as failures.
   const inherited = new Map<string, number>();
   for (const a of logs.attribution?.attributions ?? []) {
@@ -733,6 +770,8 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     recoveries: recoveries(run.faults, logs.records),
     attribution: logs.attribution,
     crd: logs.crd,
+    drift: run.drift,
+    configurations: run.configurations.size === 0 ? undefined : byConfiguration(run.configurations),
     harness: run.harness,
     dir: run.dir,
   };
@@ -741,6 +780,19 @@ async function report(run: RunState, logs: LogChecks): Promise<BackendReport> {
     JSON.stringify({ ...result, outcomes: undefined, checks: Object.fromEntries(counts) }, null, 1),
   );
   return result;
+}
+
+/** The drift found, by kind, for the table's note. */
+function driftNote(drift: Readonly<Record<string, number>>): string {
+  const kinds = Object.entries(drift).map(([kind, n]) => `${kind} ${n}`);
+  return kinds.length === 0 ? "no drift" : `drift: ${kinds.join(", ")}`;
+}
+
+/** Incarnations by configuration, in the order they started. */
+function byConfiguration(configurations: ReadonlyMap<string, string>): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const [inc, label] of configurations) (out[label] ??= []).push(inc);
+  return out;
 }
 
 function sum(m: ReadonlyMap<string, number>): number {
@@ -793,7 +845,13 @@ async function waitForDrain(
   store: NemesisStore,
   keys: ReadonlySet<string>,
   { timings, clockSkewMs }: Workload,
-): Promise<{ left: StoreSnapshot["masters"][number][]; waitedMs: number; refs: unknown[] }> {
+): Promise<{
+  left: StoreSnapshot["masters"][number][];
+  waitedMs: number;
+  refs: unknown[];
+  /** A store of several sides: the IDs left on each side. */
+  sides?: Record<string, number[]>;
+}> {
   const start = Date.now();
   // Leases of killed nodes lapse, then two GC passes; plus room for a slow pass.
   const bound = timings.leaseTtlMs + clockSkewMs + 6 * timings.gcIntervalMs + 15_000;
@@ -806,6 +864,13 @@ async function waitForDrain(
         left,
         waitedMs: Date.now() - start,
         refs: snapshot.refs.filter((r) => leftKeys.has(r.key)),
+        ...(snapshot.sides === undefined ? {} : {
+          sides: Object.fromEntries(
+            Object.entries(snapshot.sides).map((
+              [side, s],
+            ) => [side, s.masters.filter((m) => leftKeys.has(m.key)).map((m) => m.id)]),
+          ),
+        }),
       };
     }
     await sleep(500);

@@ -57,3 +57,10 @@ export interface BackendHarness {
    */
   server?(): Promise<PrivateServer | undefined>;
 }
+
+/**
+ * The harness of a store composed of the registry's backends (the double-write store: etcd and
+ * Kubernetes side by side), which no `--store` scheme names and only the nemesis runs: its kind,
+ * why it cannot run here, and its nemesis hooks. Its tests compose the sides' fixtures themselves.
+ */
+export type ComposedHarness = Pick<BackendHarness, "kind" | "unavailable" | "nemesis">;

@@ -44,6 +44,11 @@ export interface NemesisWorkload {
   readonly clockSkewMs: number;
   /** Whether real Cilium nodes join the run (`--cilium`): the store is set up for them. */
   readonly cilium?: boolean;
+  /**
+   * The run's seed (`--seed`), for a harness that draws a choice of its own for the whole run
+   * (the double-write run's direction of migration).
+   */
+  readonly seed?: number;
 }
 
 /**
@@ -82,6 +87,41 @@ export interface StoreSnapshot {
   readonly strictMasters: boolean;
   /** Entries that did not parse (garbage), by the reader's classification. */
   readonly skipped: Readonly<Record<string, number>>;
+  /**
+   * A store of several sides (double-write: the kvstore and the CRDs): each side's own snapshot by
+   * the side's name, which the store checks judge one by one; the snapshot's own `masters` and
+   * `refs` are then every side's together (what the drain waits to see gone).
+   */
+  readonly sides?: Readonly<Record<string, StoreSnapshot>>;
+  /** Where the sides disagree, as the store's harness classifies it (only with `sides`). */
+  readonly drift?: readonly SideDrift[];
+}
+
+/** One disagreement between the sides of a store, found in a {@linkcode StoreSnapshot}. */
+export interface SideDrift {
+  /** Its kind, in the harness's words (double-write: `kvstore-only`, `labels-differ`, …). */
+  readonly kind: string;
+  /**
+   * Whether it breaks a promise when every writer is idalloc's (a label set with two IDs across
+   * the sides, an ID with two label sets), rather than being a leftover the tools repair.
+   */
+  readonly broken: boolean;
+  /** The IDs involved, for the report and for leaving planted garbage out. */
+  readonly ids: readonly number[];
+  /** What it is, in words. */
+  readonly message: string;
+}
+
+/**
+ * The store a worker's incarnation opens in a run whose nodes change their configuration as they
+ * restart (a migration step's rolling restart): its spec, and the configuration's name for the
+ * report.
+ */
+export interface NodeStoreSpec {
+  /** How this incarnation reaches the store. */
+  readonly spec: NemesisStoreSpec;
+  /** Its configuration (double-write: the mode), which the report counts incarnations by. */
+  readonly label: string;
 }
 
 /** What planting wrote, for the report. */
@@ -194,6 +234,12 @@ export interface NemesisRunStore extends NemesisStore {
    * the store keeps no such order.
    */
   recordChanges?(record: (change: StoreChange) => void): Promise<AsyncDisposable>;
+  /**
+   * The store worker slot `slot` opens in its `generation`-th incarnation (0: as the run starts;
+   * each restart after a kill is the next), for a run in which restarted nodes come back in
+   * another configuration (a migration step). Absent: every process opens `spec`.
+   */
+  nodeSpec?(slot: number, generation: number): NodeStoreSpec;
 }
 
 /** A backend node's handle in a child process, and what closes it (a KV handle, a client). */

@@ -165,9 +165,12 @@ Deno.test("nemesis: mistakes on the command line are NemesisUsageErrors in plain
       /^--seconds 12 is too short for deno-kv: it needs at least \d+ /,
     ],
     [["--seconds", "30"], /^--seconds 30 is too short for every backend/],
-    [["--backend", "redis"], /^--backend takes deno-kv, etcd, k8s or all, not 'redis'$/],
+    [
+      ["--backend", "redis"],
+      /^--backend takes deno-kv, etcd, k8s, doublewrite or all, not 'redis'$/,
+    ],
     // One name per backend: the old short name is gone.
-    [["--backend", "kv"], /^--backend takes deno-kv, etcd, k8s or all, not 'kv'$/],
+    [["--backend", "kv"], /^--backend takes deno-kv, etcd, k8s, doublewrite or all, not 'kv'$/],
     [["--nodes", "2"], /^--nodes 2: 3 or more nodes in all \(Cilium's included\)$/],
     [["--growth", "-1"], /^--growth needs a value|^--growth takes/],
     [["--bogus"], /^unknown option --bogus \(see --help\)$/],
