@@ -331,6 +331,109 @@ export function leaseKind(namespace: string): Kind {
   };
 }
 
+/**
+ * One watch's place in the record. The record merges four watches, each with its own delay: what
+ * a watch delivers happened after its own previous batch arrived — or, after a failure, after the
+ * instant it was last current (`blindSince`), however late the re-list brings it.
+ */
+class FollowState {
+  readonly known = new Map<string, KubeObject>();
+  version: string | undefined;
+  batchAt: number | undefined;
+  previousBatchAt: number | undefined;
+  blindSince: number | undefined;
+
+  /** A batch (events with one arrival time) arrived at `at`. */
+  arrived(at: number): void {
+    if (at !== this.batchAt) {
+      this.previousBatchAt = this.batchAt;
+      this.batchAt = at;
+    }
+  }
+}
+
+/** `c` with the earliest instant it can have happened (`early`), where it has one. */
+function marked(c: StoreChange, early: number | undefined): StoreChange {
+  return c.t === "gap" || c.t === "lock" || early === undefined
+    ? c
+    : { ...c, early: Math.min(early, c.at) };
+}
+
+function objectKey(o: KubeObject): string {
+  return `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;
+}
+
+/** Lists `kind` in full and records what changed since the watch's last known state. */
+async function relist(
+  client: KubeClient,
+  kind: Kind,
+  state: FollowState,
+  record: (change: StoreChange) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const list = await listAll(client, kind.res, {
+    namespace: kind.namespace,
+    labelSelector: kind.labelSelector,
+    signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
+  });
+  const at = Date.now();
+  const early = state.blindSince ?? state.batchAt;
+  const r = Number(list.resourceVersion);
+  const seen = new Set<string>();
+  for (const obj of list.items) {
+    seen.add(objectKey(obj));
+    const before = state.known.get(objectKey(obj));
+    if (before?.metadata?.resourceVersion === obj.metadata?.resourceVersion) continue;
+    for (const c of kind.diff(before, obj, rev(obj), at, false)) record(marked(c, early));
+    state.known.set(objectKey(obj), obj);
+  }
+  for (const [n, before] of state.known) {
+    if (seen.has(n)) continue;
+    // Gone while the record was blind: deleted at some revision up to the list's.
+    for (const c of kind.diff(before, undefined, r, at, true)) record(marked(c, early));
+    state.known.delete(n);
+  }
+  state.version = list.resourceVersion;
+  state.blindSince = undefined;
+  state.batchAt = state.previousBatchAt = at;
+}
+
+/** Watches `kind` from the state's version and records each event, until the watch ends. */
+async function watchEvents(
+  client: KubeClient,
+  kind: Kind,
+  state: FollowState,
+  record: (change: StoreChange) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  for await (
+    const ev of client.watch(kind.res, {
+      namespace: kind.namespace,
+      labelSelector: kind.labelSelector,
+      resourceVersion: state.version!,
+      timeoutSeconds: 60,
+      signal,
+    })
+  ) {
+    const obj = ev.object;
+    state.version = obj.metadata?.resourceVersion ?? state.version;
+    const at = Date.now();
+    state.arrived(at);
+    if (ev.type === "BOOKMARK") continue;
+    const early = state.previousBatchAt;
+    if (ev.type === "DELETED") {
+      // The event carries the object's last state, at the deletion's revision.
+      for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(marked(c, early));
+      state.known.delete(objectKey(obj));
+    } else {
+      for (const c of kind.diff(state.known.get(objectKey(obj)), obj, rev(obj), at, false)) {
+        record(marked(c, early));
+      }
+      state.known.set(objectKey(obj), obj);
+    }
+  }
+}
+
 /** One list-and-watch loop of `kind`, until `signal`; its first list resolves `listed`. */
 async function follow(
   client: KubeClient,
@@ -339,94 +442,27 @@ async function follow(
   signal: AbortSignal,
   listed: () => void,
 ): Promise<void> {
-  const known = new Map<string, KubeObject>();
-  const name = (o: KubeObject) => `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;
-  let version: string | undefined;
+  const state = new FollowState();
   let first = true;
-  // This watch's own batches (the record merges four watches, each with its own delay): what it
-  // delivers happened after its previous batch arrived — or, after a failure, after the instant
-  // it was last current (`blindSince`), however late the re-list brings it.
-  let batchAt: number | undefined;
-  let previousBatchAt: number | undefined;
-  let blindSince: number | undefined;
-  const arrived = (at: number) => {
-    if (at !== batchAt) {
-      previousBatchAt = batchAt;
-      batchAt = at;
-    }
-  };
-  const marked = (c: StoreChange, early: number | undefined): StoreChange =>
-    c.t === "gap" || c.t === "lock" || early === undefined
-      ? c
-      : { ...c, early: Math.min(early, c.at) };
   while (!signal.aborted) {
     try {
-      if (version === undefined) {
-        const list = await listAll(client, kind.res, {
-          namespace: kind.namespace,
-          labelSelector: kind.labelSelector,
-          signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
-        });
-        const at = Date.now();
-        const early = blindSince ?? batchAt;
-        const r = Number(list.resourceVersion);
-        const seen = new Set<string>();
-        for (const obj of list.items) {
-          seen.add(name(obj));
-          const before = known.get(name(obj));
-          if (before?.metadata?.resourceVersion === obj.metadata?.resourceVersion) continue;
-          for (const c of kind.diff(before, obj, rev(obj), at, false)) record(marked(c, early));
-          known.set(name(obj), obj);
-        }
-        for (const [n, before] of known) {
-          if (seen.has(n)) continue;
-          // Gone while the record was blind: deleted at some revision up to the list's.
-          for (const c of kind.diff(before, undefined, r, at, true)) record(marked(c, early));
-          known.delete(n);
-        }
-        version = list.resourceVersion;
-        blindSince = undefined;
-        batchAt = previousBatchAt = at;
+      if (state.version === undefined) {
+        await relist(client, kind, state, record, signal);
         if (first) listed();
         first = false;
       }
-      for await (
-        const ev of client.watch(kind.res, {
-          namespace: kind.namespace,
-          labelSelector: kind.labelSelector,
-          resourceVersion: version,
-          timeoutSeconds: 60,
-          signal,
-        })
-      ) {
-        const obj = ev.object;
-        version = obj.metadata?.resourceVersion ?? version;
-        const at = Date.now();
-        arrived(at);
-        if (ev.type === "BOOKMARK") continue;
-        const early = previousBatchAt;
-        if (ev.type === "DELETED") {
-          // The event carries the object's last state, at the deletion's revision.
-          for (const c of kind.diff(obj, undefined, rev(obj), at, false)) record(marked(c, early));
-          known.delete(name(obj));
-        } else {
-          for (const c of kind.diff(known.get(name(obj)), obj, rev(obj), at, false)) {
-            record(marked(c, early));
-          }
-          known.set(name(obj), obj);
-        }
-      }
+      await watchEvents(client, kind, state, record, signal);
     } catch (err) {
       if (signal.aborted) break;
       const at = Date.now();
-      blindSince ??= batchAt ?? at;
+      state.blindSince ??= state.batchAt ?? at;
       record({
         t: "gap",
         at,
         why: `${kind.res.plural}: ${isStatus(err, 410) ? "410 " : ""}${String(err).slice(0, 200)}`,
-        since: blindSince,
+        since: state.blindSince,
       });
-      version = undefined;
+      state.version = undefined;
       await sleep(300, signal).catch(() => {});
     }
   }
