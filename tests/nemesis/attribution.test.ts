@@ -12,7 +12,7 @@ import { ERROR_CHECK } from "../../nemesis/checks/calls.ts";
 import { checkHistory } from "../../nemesis/checks/history.ts";
 import { type StoreChange, StoreHistory } from "../../nemesis/checks/store_history.ts";
 import type { FaultRecord } from "../../nemesis/faults.ts";
-import type { LogRecord } from "../../nemesis/records.ts";
+import type { CallFailed, LogRecord } from "../../nemesis/records.ts";
 import type { Violation } from "../../nemesis/checks/violation.ts";
 
 const T = 1_000_000;
@@ -373,28 +373,32 @@ Deno.test("attribution: the store at the end of the run, by whose references spl
   assert.match(s.attributions[2].line, /not on 73, the key's newest referenced master/);
 });
 
+/** The probe's failed allocate of `key` (10 s into the run), as its log records it. */
+function probeFailure(key: string, error: string, extra: Partial<CallFailed> = {}): CallFailed {
+  return {
+    t: "call",
+    node: "probe",
+    inc: "probe@probe",
+    op: "allocate",
+    key,
+    start: T + 10_000,
+    end: T + 10_050,
+    ok: false,
+    held: false,
+    error,
+    message: "",
+    typed: false,
+    retryable: false,
+    deadline: false,
+    ...extra,
+  };
+}
+
 Deno.test("attribution: a probe stuck on Cilium's stale mutex is inherited, other failures are idalloc's", () => {
   const failed = (key: string, error: string): Violation => ({
     check: CHECKS.probe,
     message: `probe could not allocate ${key}: ${error}`,
-    evidence: {
-      record: {
-        t: "call",
-        node: "probe",
-        inc: "probe@probe",
-        op: "allocate",
-        key,
-        start: T + 10_000,
-        end: T + 20_000,
-        ok: false,
-        held: false,
-        error,
-        message: "",
-        typed: false,
-        retryable: false,
-        deadline: true,
-      },
-    },
+    evidence: { record: probeFailure(key, error, { end: T + 20_000, deadline: true }) },
   });
   // A Cilium node's mutex of K, taken before an outage and never unlocked (its lock lease lives).
   const store: StoreChange[] = [
@@ -423,22 +427,10 @@ Deno.test("attribution: an InvalidIdError on a key whose only identity a Cilium 
   const refused = (key: string): Violation => ({
     check: ERROR_CHECK,
     message: `probe (probe@probe) allocate ${key} failed with non-retryable typed InvalidIdError`,
-    evidence: {
-      t: "call",
-      node: "probe",
-      inc: "probe@probe",
-      op: "allocate",
-      key,
-      start: T + 10_000,
-      end: T + 10_050,
-      ok: false,
-      held: false,
-      error: "InvalidIdError",
+    evidence: probeFailure(key, "InvalidIdError", {
       message: `ID 46559 of key '${key}' in the store is outside this allocator's range`,
       typed: true,
-      retryable: false,
-      deadline: false,
-    },
+    }),
   });
   const store = [
     master(5, 0, 46559, K),

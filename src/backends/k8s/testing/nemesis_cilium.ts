@@ -352,6 +352,15 @@ class FollowState {
   }
 }
 
+/** What one list-and-watch loop works with. */
+interface FollowRun {
+  readonly client: KubeClient;
+  readonly kind: Kind;
+  readonly state: FollowState;
+  readonly record: (change: StoreChange) => void;
+  readonly signal: AbortSignal;
+}
+
 /** `c` with the earliest instant it can have happened (`early`), where it has one. */
 function marked(c: StoreChange, early: number | undefined): StoreChange {
   return c.t === "gap" || c.t === "lock" || early === undefined
@@ -365,11 +374,7 @@ function objectKey(o: KubeObject): string {
 
 /** Lists `kind` in full and records what changed since the watch's last known state. */
 async function relist(
-  client: KubeClient,
-  kind: Kind,
-  state: FollowState,
-  record: (change: StoreChange) => void,
-  signal: AbortSignal,
+  { client, kind, state, record, signal }: FollowRun,
 ): Promise<void> {
   const list = await listAll(client, kind.res, {
     namespace: kind.namespace,
@@ -400,11 +405,7 @@ async function relist(
 
 /** Watches `kind` from the state's version and records each event, until the watch ends. */
 async function watchEvents(
-  client: KubeClient,
-  kind: Kind,
-  state: FollowState,
-  record: (change: StoreChange) => void,
-  signal: AbortSignal,
+  { client, kind, state, record, signal }: FollowRun,
 ): Promise<void> {
   for await (
     const ev of client.watch(kind.res, {
@@ -443,15 +444,16 @@ async function follow(
   listed: () => void,
 ): Promise<void> {
   const state = new FollowState();
+  const run: FollowRun = { client, kind, state, record, signal };
   let first = true;
   while (!signal.aborted) {
     try {
       if (state.version === undefined) {
-        await relist(client, kind, state, record, signal);
+        await relist(run);
         if (first) listed();
         first = false;
       }
-      await watchEvents(client, kind, state, record, signal);
+      await watchEvents(run);
     } catch (err) {
       if (signal.aborted) break;
       const at = Date.now();
