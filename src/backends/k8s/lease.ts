@@ -358,8 +358,9 @@ export class LeaseKeeper {
     const [stamp, unstamp] = seen?.stamp === STAMP_ANNOTATIONS[0]
       ? [STAMP_ANNOTATIONS[1], STAMP_ANNOTATIONS[0]]
       : STAMP_ANNOTATIONS;
-    // A version this keeper never saw (none such: every version it writes at came from its own
-    // write or a read) would leave the stamp's effect unknown: its time is not a measure then.
+    // Every version this keeper writes at comes from its own write or a read, so it knows the
+    // stamp there; should one not, the write may set the stamp already stored, and its reply's
+    // time is then no measure of the clock.
     const measurable = rv === undefined || seen !== undefined;
     obj.metadata.annotations = { ...obj.metadata.annotations, [stamp]: "" };
     const patch = guardedMergePatch(obj, rv ?? "") as {
