@@ -208,8 +208,7 @@ export class DoubleWriteSession implements BackendSession {
       ...(request.roundTrips === undefined ? {} : { roundTrips: request.roundTrips }),
     };
     if (readKv) {
-      if (request.roundTrips !== undefined) request.roundTrips.count++;
-      const kvId = await this.#kv.get(key, signal);
+      const kvId = await this.#kvstoreId(request);
       if (kvId !== undefined) return await this.#joinKvstore(request, kvId, kvTrail);
     }
     const crd = await this.#crd.acquire({
@@ -269,6 +268,23 @@ export class DoubleWriteSession implements BackendSession {
   }
 
   /**
+   * The key's ID on the kvstore, for `doublewrite-readkvstore`: the one its live references agree
+   * on (Cilium's `Get`), else the master the allocator's cache names for it. A node stopped for a
+   * restart into this mode leaves its references to lapse with its lease while the master stays
+   * until GC; without the second read the key would get a second identity at a new ID (as the
+   * kvstore mode would not: the etcd side joins a hinted master too). The master is read, not
+   * trusted from the cache, so that a master GC deleted is not copied to the CRD side.
+   */
+  async #kvstoreId(request: AcquireRequest): Promise<number | undefined> {
+    const { key, signal, hint, roundTrips } = request;
+    if (roundTrips !== undefined) roundTrips.count++;
+    const referenced = await this.#kv.get(key, signal);
+    if (referenced !== undefined || hint === undefined) return referenced;
+    if (roundTrips !== undefined) roundTrips.count++;
+    return (await this.#kv.getById(hint.id, signal)) === key ? hint.id : undefined;
+  }
+
+  /**
    * `doublewrite-readkvstore` with the kvstore's ID known: the CRD twin first (created if
    * missing; a CRD that cannot take the ID is drift and does not fail the allocation, as in
    * Cilium), then the kvstore reference.
@@ -301,11 +317,21 @@ export class DoubleWriteSession implements BackendSession {
       if (err instanceof PoolExhaustedError) this.#drift(key, undefined, id);
       else log.warning("CRD side of {key} not written ({err}); the sync retries", { key, err });
     }
-    const kv = await this.#kv.acquire({
-      ...common,
-      ...(request.hint === undefined ? {} : { hint: request.hint }),
-      ...trailOf(kvTrail),
-    });
+    let kv: AcquireResult;
+    try {
+      kv = await this.#kv.acquire({
+        ...common,
+        ...(request.hint === undefined ? {} : { hint: request.hint }),
+        ...trailOf(kvTrail),
+      });
+    } catch (err) {
+      if (!(err instanceof PoolExhaustedError)) throw err;
+      // The master read a moment ago is gone (GC) or names another key now: read again.
+      await this.#crd.release(key, id, signal).catch(() => {});
+      throw new ConflictError(`key '${key}' lost its kvstore ID ${id} while joining it`, {
+        cause: err,
+      });
+    }
     if (kv.id !== id) {
       // The kvstore's answer changed since it was read (GC, another writer): read again.
       await this.#crd.release(key, id, signal).catch(() => {});

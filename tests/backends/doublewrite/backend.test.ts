@@ -156,6 +156,47 @@ bothTest(
   },
 );
 
+// A node stopped for the move to a double-write mode leaves its references to lapse with its
+// lease; the master stays until GC. The restarted node must take that master's ID again (found
+// by the cache, as in the kvstore mode), not make a second identity of the key at a new ID.
+const LAPSED_CASES = [
+  ["doublewrite-readkvstore", "kvstore"],
+  ["doublewrite-readkvstore", "both"],
+  ["doublewrite-readcrd", "crd"],
+  ["doublewrite-readcrd", "both"],
+] as const;
+for (const [mode, side] of LAPSED_CASES) {
+  bothTest(`${mode}: an identity on ${side} nobody references any more keeps its ID`, async () => {
+    await using w = await world();
+    // Written by a node of the side's own mode, or (both) by one in the other double-write mode.
+    const old = side === "both"
+      ? await w.backend(
+        "old",
+        mode === "doublewrite-readcrd" ? "doublewrite-readkvstore" : "doublewrite-readcrd",
+      )
+      : await (side === "kvstore" ? w.kvstore : w.crd).backend("old", { fast: true });
+    const before = await Allocator.open(old, { ...FAST, min: 256, max: 65535 });
+    const { id } = await before.allocate("app=lapsed;");
+    await before.release("app=lapsed;");
+    await before.close();
+    for (
+      const fixture of side === "both"
+        ? [w.kvstore, w.crd]
+        : [side === "kvstore" ? w.kvstore : w.crd]
+    ) {
+      assert.deepEqual(await fixture.references(), [], "the old node's reference is gone");
+      assert.equal((await fixture.masters()).get(id), "app=lapsed;", "its master stays until GC");
+    }
+    const dw = await w.open("new", mode);
+    const got = await dw.allocate("app=lapsed;");
+    assert.equal(got.id, id, "the unreferenced master's ID stands");
+    assert.equal(got.isNew, false);
+    await assertSidesAgree(w, new Map([["app=lapsed;", id]]));
+    assert.equal((await w.kvstore.masters()).size, 1, "no second kvstore master");
+    assert.equal((await w.crd.masters()).size, 1, "no second CRD identity");
+  });
+}
+
 bothTest(
   "an ID taken by another key on the kvstore only is never given on the CRD side",
   async () => {
