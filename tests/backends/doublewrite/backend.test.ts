@@ -269,3 +269,29 @@ bothTest("GC collects an ID only when both sides find it unused, and deletes bot
   assert.equal(kv.get(held.id), "app=held;");
   assert.equal(crd.get(held.id), "app=held;");
 });
+
+// A twin whose delete was refused after its master went, or a CRD-mode node's identity never
+// copied: on the CRD side alone. Cilium's operator runs its CRD GC beside the kvstore's in these
+// modes; GC collects such an identity when the CRD side finds it unused, and keeps a held one.
+for (const mode of ["doublewrite-readkvstore", "doublewrite-readcrd"] as const) {
+  bothTest(`${mode}: GC collects an identity on the CRD side alone once unused`, async () => {
+    await using w = await world();
+    const old = await Allocator.open(await w.crd.backend("old", { fast: true }), {
+      ...FAST,
+      min: 256,
+      max: 65535,
+    });
+    const held = await old.allocate("app=crd-held;");
+    const freed = await old.allocate("app=crd-freed;");
+    await old.release("app=crd-freed;");
+    assert.equal((await w.kvstore.masters()).size, 0, "nothing on the kvstore side");
+    const gc = await w.open("gc", mode);
+    await gc.runGc();
+    const second = await gc.runGc();
+    assert.deepEqual(second.deletedIds, [freed.id]);
+    const crd = await w.crd.masters();
+    assert.equal(crd.has(freed.id), false, "the unused CRD-only identity went");
+    assert.equal(crd.get(held.id), "app=crd-held;", "the held one stays");
+    await old.close();
+  });
+}
