@@ -182,6 +182,11 @@ export class EndpointInformer {
     return this.#healthy ? { state: "live", index: this.#index } : { state: "stale" };
   }
 
+  /** The index while the watch runs and is current, without reading anything; else `undefined`. */
+  peek(): EndpointIndex | undefined {
+    return this.#loop !== undefined && this.#healthy ? this.#index : undefined;
+  }
+
   /** The IDs `obj` names. */
   #idsOf(obj: KubeObject): number[] {
     if (this.kind === "CiliumEndpointSlice") return sliceIdsOf(obj);
@@ -324,6 +329,14 @@ export class EndpointUsers {
         return users.length === 0 ? undefined : users;
       },
     };
+  }
+  /**
+   * Whether a current informer names `id` now, reading nothing: the last look of a delete, for an
+   * endpoint written after its pass read the users. An informer that is not current answers no
+   * (the pass's own read, a full list then, stands).
+   */
+  namesNow(id: number): boolean {
+    return this.#informers.some((informer) => (informer.peek()?.count(id) ?? 0) > 0);
   }
 }
 

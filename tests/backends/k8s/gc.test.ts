@@ -293,6 +293,29 @@ k8sTest("gcDelete never deletes a candidate listed in use, unchanged as it is", 
 });
 
 k8sTest(
+  "gcDelete keeps an identity an endpoint named after the pass listed it unused (an agent whose cache lagged the mark)",
+  async () => {
+    await using fx = await fixture();
+    // No grace: the pass may judge it at once (the allocator's GC applies its own grace).
+    const s = await fx.session("a", {}, { gcGraceMs: 0 });
+    await s.acquire({ key: "late;", pickCandidate: () => 300, signal: deadline() });
+    await s.release("late;", 300, deadline());
+    const listed = (await first(s.gcList({ min: 300, max: 300 }, deadline())))!;
+    assert.deepEqual([listed.id, listed.inUse], [300, false], "listed unused: no endpoint yet");
+    // A Cilium agent answers 300 from its cache and writes its endpoint after the pass's read.
+    await fx.endpoint("pod-late", 300);
+    const users = () => s.gcList({ min: 300, max: 300 }, deadline());
+    await eventually(async () => (await first(users()))?.inUse === true, "the informer shows it");
+    assert.equal(
+      await s.gcDelete(listed, deadline()),
+      false,
+      "the informer shows the endpoint now",
+    );
+    assert.ok(await fx.identity(300), "kept");
+  },
+);
+
+k8sTest(
   "a writable GC listing sweeps the dead references of identities in use, each only while it still has its dead epoch",
   async () => {
     await using fx = await fixture();
