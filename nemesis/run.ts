@@ -7,7 +7,12 @@
  * @module
  */
 import { sleep } from "../src/abort.ts";
-import type { NemesisRunStore, NemesisStore, StoreSnapshot } from "../src/testing/nemesis.ts";
+import {
+  isPlantedMaster,
+  type NemesisRunStore,
+  type NemesisStore,
+  type StoreSnapshot,
+} from "../src/testing/nemesis.ts";
 import { prng, shuffle } from "../src/testing/prng.ts";
 import { faultKindsOf, hooksOf } from "./backends.ts";
 import { checkCalls, ERROR_CHECK, type OpOutcomes, type StopWindow } from "./checks/calls.ts";
@@ -483,7 +488,7 @@ async function settleAndCompare(run: RunState): Promise<void> {
   const storeResult = checkStore(
     {
       ...snapshot,
-      masters: snapshot.masters.filter((m) => !planted.has(m.id)),
+      masters: snapshot.masters.filter((m) => !isPlantedMaster(planted, m)),
       // Cilium's CRD-mode agents create identities without a lock: a key may have several.
       strictMasters: snapshot.strictMasters && !run.store.ciliumCrd,
     },

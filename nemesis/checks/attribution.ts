@@ -22,7 +22,11 @@
  * during an etcd restart the API server's watch cache lags the commits by a second or more), and
  * nothing idalloc can take orders the two creates. That race is the documented limit (two
  * identities; idalloc then joins the older one and drops its own), and the evidence names it
- * (`raced`); what idalloc answers afterwards is still judged by the superseded rule.
+ * (`raced`); what idalloc answers afterwards is still judged by the superseded rule. Nor is an
+ * idalloc create beside a Cilium endpoint that names an ID holding no identity of its key at the
+ * time (`orphaned`): the agent answered, from a cache that missed the delete, an identity the store
+ * no longer had (seed 42's 30-minute run: 534 deleted, an endpoint naming it for k192 written 274
+ * ms later, 534 then free for any key).
  *
  * What the store justified is read from its own history (`store_history.ts`). An idalloc answer
  * of key K with ID x was unjustified when, for longer than `slackMs` of the node's running time
@@ -133,6 +137,14 @@ export interface Attribution {
      * held against idalloc (see the module doc). Each with how long before the create.
      */
     readonly raced?: readonly string[];
+    /**
+     * CRD mode, an idalloc create: those of `contradicted` that are Cilium nodes' endpoints naming
+     * an ID with no identity of their key when the master was written — Cilium answering, from a
+     * cache that had not seen the delete, an identity the store no longer held; an idalloc node
+     * that gave a free ID to a key did not contradict anything the store held (see the module
+     * doc). Not held against idalloc.
+     */
+    readonly orphaned?: readonly string[];
   };
   /** Mixed: Cilium incarnations that answered idalloc's key and ID during the conflict. */
   readonly agreedWith?: readonly string[];
@@ -282,7 +294,7 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
     why = `idalloc ${idallocSide!.unjustified.detail}`;
   } else if (
     master?.writer?.side === "idalloc" &&
-    master.contradicted.length > (master.raced?.length ?? 0)
+    master.contradicted.length > (master.raced?.length ?? 0) + (master.orphaned?.length ?? 0)
   ) {
     cls = "mixed (idalloc's)";
     why = `idalloc's write (${master.writer.node}) made master ${master.id} → ${master.key} ` +
@@ -296,6 +308,10 @@ function attributeOne(v: Violation, input: AttributionInput): Attribution | unde
     if (master?.raced?.length) {
       why += `; idalloc's create (${master.writer!.node}) raced a lock-free Cilium create ` +
         `(${master.raced.join(", ")})`;
+    }
+    if (master?.orphaned?.length) {
+      why += `; idalloc's create (${master.writer!.node}) took an ID the store held no identity ` +
+        `of, which Cilium's endpoints still named (${master.orphaned.join(", ")})`;
     }
   }
   const mixed = cilium === 1 || ciliumMade;
@@ -518,9 +534,11 @@ function conflictingMaster(
   const writer = store.writerOf(m);
   const side = writer && (input.ciliumNodes.has(writer.node) ? "cilium" : "idalloc");
   const contradicted = store.contradictedAtWrite(m);
-  const raced = input.keyLookup === "oldest" && side === "idalloc"
+  const crdCreate = input.keyLookup === "oldest" && side === "idalloc";
+  const raced = crdCreate
     ? racedCreates(m, contradicted, store, input.slackMs ?? 1_000)
     : undefined;
+  const orphaned = crdCreate ? orphanedRefs(m, contradicted, store, input.ciliumNodes) : undefined;
   return {
     id: m.id,
     key: m.key,
@@ -528,6 +546,7 @@ function conflictingMaster(
     at: m.from,
     contradicted: contradicted.map((r) => `${r.key}@${r.node} → ${r.id}`),
     ...(raced ? { raced } : {}),
+    ...(orphaned?.length ? { orphaned } : {}),
     writer: writer ? { ...writer, side: side! } : undefined,
   };
 }
@@ -556,6 +575,25 @@ function racedCreates(
     );
   }
   return out;
+}
+
+/**
+ * CRD mode: the references of `contradicted` that are Cilium nodes' endpoints naming an ID that
+ * had no master of their key when `master` was written (see `orphaned` in {@linkcode Attribution}),
+ * as `key@node → id`.
+ */
+function orphanedRefs(
+  master: MasterSpan,
+  contradicted: readonly RefSpan[],
+  store: StoreHistory,
+  ciliumNodes: ReadonlySet<string>,
+): string[] {
+  return contradicted
+    .filter((r) =>
+      ciliumNodes.has(r.node) &&
+      !store.mastersOfIdDuring(r.id, master.from, master.from).some((o) => o.key === r.key)
+    )
+    .map((r) => `${r.key}@${r.node} → ${r.id}, which had no identity of its key`);
 }
 
 /** Cilium incarnations whose answers of the idalloc run's key and ID overlapped the conflict. */

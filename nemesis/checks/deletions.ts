@@ -54,6 +54,7 @@
  *
  * @module
  */
+import { isPlantedMaster } from "../../src/testing/nemesis.ts";
 import type { StoreChange } from "../../src/testing/store_changes.ts";
 import type { LogRecord } from "../records.ts";
 import type { AttributionClass } from "./attribution.ts";
@@ -173,7 +174,7 @@ export function checkDeletions(input: DeletionInput): DeletionResult {
       });
       pairs.set(name, list);
     } else if (c.t === "deleted") {
-      if (input.planted?.has(c.id)) continue;
+      if (input.planted !== undefined && isPlantedMaster(input.planted, c)) continue;
       deletions++;
       const live = Object.entries(c.refs).filter(([node, epoch]) => {
         const lease = leases.get(node);

@@ -39,7 +39,7 @@
  *
  * @module
  */
-import type { StoreSnapshot } from "../../src/testing/nemesis.ts";
+import { isPlantedMaster, type StoreSnapshot } from "../../src/testing/nemesis.ts";
 import { checkStore, type LiveHolds } from "./store.ts";
 import type { Violation } from "./violation.ts";
 
@@ -63,7 +63,7 @@ export function checkSides(
   const violations: Violation[] = [];
   for (const [side, s] of Object.entries(snapshot.sides ?? {})) {
     const result = checkStore(
-      { ...s, masters: s.masters.filter((m) => !planted.has(m.id)) },
+      { ...s, masters: s.masters.filter((m) => !isPlantedMaster(planted, m)) },
       holders,
     );
     for (const v of result.violations) {

@@ -130,8 +130,26 @@ export interface Planted {
   readonly kind: string;
   /** The entries written, in a readable form. */
   readonly entries: readonly string[];
-  /** IDs of masters it wrote that parse as valid ones: garbage the checks must not count as data. */
+  /**
+   * IDs of masters it wrote that parse as valid ones (each under {@linkcode OVERSIZED_KEY_PREFIX}):
+   * garbage the checks must not count as data (see {@linkcode isPlantedMaster}).
+   */
   readonly masterIds: readonly number[];
+}
+
+/** The key prefix of the only planted masters that parse: every harness's oversized key. */
+export const OVERSIZED_KEY_PREFIX = "k8s:nemesis-oversized=";
+
+/**
+ * Whether master (or deleted master) `m` is planted garbage: planted at its ID **and** still the
+ * planted key. Once GC collected the planted master, a real key may take the ID; that master is
+ * data (the 30-minute mixed run, seed 42: ID 287 was k192's, ignored, and reported missing).
+ */
+export function isPlantedMaster(
+  planted: ReadonlySet<number>,
+  m: { readonly id: number; readonly key: string | null },
+): boolean {
+  return planted.has(m.id) && m.key !== null && m.key.startsWith(OVERSIZED_KEY_PREFIX);
 }
 
 /** Where planted garbage may point, drawn by the run with its seed. */

@@ -815,3 +815,29 @@ Deno.test("attribution: a reference re-listed after a gap may have been written 
     "unreferenced",
   );
 });
+
+Deno.test("attribution: beside CRD-mode nodes an idalloc create of an ID only a stale Cilium endpoint names is not idalloc's", () => {
+  // Seed 42's 30-minute run: identity 534 of k192 is deleted; Cilium's c1, whose cache missed the
+  // delete, keeps answering k192 → 534 and names it in its endpoint; idalloc's w0 gives the free ID
+  // 534 to another key. The store held no identity 534 of k192 when w0 wrote.
+  const K2 = "k8s:app=k192;";
+  const store: StoreChange[] = [
+    identity(10, 0, 534, K2, 0),
+    { t: "master", rev: 20, at: T + 1_000, id: 534, key: null },
+    ref(21, 1_274, K2, "c1", 534),
+    identity(30, 30_000, 534, K, 30_000),
+    ref(30, 30_000, K, "w0", 534),
+  ];
+  const records = [
+    answer("c1@c2", "allocate", K2, 534, 1_200),
+    answer("c1@c2", "get", K2, 534, 35_000),
+    answer("w0@1", "allocate", K, 534, 29_950, 30_010),
+    answer("w0@1", "get", K, 534, 36_000),
+  ];
+  const s = classify(records, store, { keyLookup: "oldest" });
+  assert.equal(s.counts["mixed (idalloc's)"], 0, s.attributions.map((a) => a.line).join("\n"));
+  assert.equal(s.counts["mixed (inherited from Cilium)"], 1);
+  const [a] = s.attributions;
+  assert.deepEqual(a.master?.orphaned, [`${K2}@c1 → 534, which had no identity of its key`]);
+  assert.match(a.line, /took an ID the store held no identity of/);
+});

@@ -7,6 +7,7 @@ import { attribute } from "../../nemesis/checks/attribution.ts";
 import { checkDeletions, DELETION_CHECK, type GcPass } from "../../nemesis/checks/deletions.ts";
 import { type StoreChange, StoreHistory } from "../../nemesis/checks/store_history.ts";
 import { EndpointTracker } from "../../nemesis/cilium.ts";
+import { OVERSIZED_KEY_PREFIX } from "../../src/testing/nemesis.ts";
 
 const T = 1_000_000;
 const K = "k8s:app=k3;";
@@ -303,4 +304,29 @@ Deno.test("endpoints: a key's first use writes its endpoint, its last release an
     ["c0", "k8s:app=k4;", 301],
     ["c0", "k8s:app=k4;", undefined],
   ]);
+});
+
+Deno.test("deletions: an ID once planted as garbage is judged again once a real key took it", () => {
+  const planted = new Set([300]);
+  const gcPasses = [{ start: T + 15, end: T + 25, deleted: [300] }];
+  // The real key K holds ID 300 now (the planted master was collected before): its deletion under
+  // an endpoint is judged, not skipped as garbage.
+  const real = checkDeletions({
+    changes: [endpoint(10, "c0", 300), deleted(20, 300)],
+    gcPasses,
+    skewMs: SKEW,
+    planted,
+  });
+  assert.equal(real.violations.length, 1);
+  // The planted master itself (its oversized key) is garbage: its deletion is GC's job.
+  const garbage = checkDeletions({
+    changes: [endpoint(10, "c0", 300), {
+      ...deleted(20, 300),
+      key: `${OVERSIZED_KEY_PREFIX}x;`,
+    }],
+    gcPasses,
+    skewMs: SKEW,
+    planted,
+  });
+  assert.equal(garbage.violations.length, 0);
 });

@@ -20,6 +20,7 @@ import {
   type NemesisStore,
   type NemesisStoreSpec,
   type OpenedBackend,
+  OVERSIZED_KEY_PREFIX,
   type Planted,
   type SnapshotMaster,
   type SnapshotRef,
@@ -213,7 +214,7 @@ class EtcdNemesisStore implements NemesisRunStore {
         );
         break;
       case "oversized": {
-        const id = await somewhere(`k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`);
+        const id = await somewhere(`${OVERSIZED_KEY_PREFIX}${"x".repeat(OVERSIZED_CHARS)};`);
         if (id !== undefined) masterIds.push(id);
         break;
       }

@@ -24,7 +24,11 @@
  *
  * @module
  */
-import type { GarbageTargets, Planted } from "../../../testing/nemesis.ts";
+import {
+  type GarbageTargets,
+  OVERSIZED_KEY_PREFIX,
+  type Planted,
+} from "../../../testing/nemesis.ts";
 import type { KubeClient, KubeObject, KubeResourceDescriptor } from "../client.ts";
 import { isStatus } from "../kube.ts";
 import {
@@ -118,7 +122,7 @@ export async function plantK8s(
     case "oversized": {
       // The layout's largest key (the claim carries it as an annotation), and one past it.
       const value = "x".repeat(MAX_KEY_BYTES - 64);
-      const id = await createSomewhere(p, securityLabelsOf(`k8s:nemesis-oversized=${value};`));
+      const id = await createSomewhere(p, securityLabelsOf(`${OVERSIZED_KEY_PREFIX}${value};`));
       if (id !== undefined) p.masterIds.push(id);
       await createSomewhere(p, { "idalloc:key": "k".repeat(MAX_KEY_BYTES + 4_096) });
       break;

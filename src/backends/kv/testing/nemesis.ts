@@ -21,6 +21,7 @@ import {
   type NemesisWorkload,
   type OpenBackendExtra,
   type OpenedBackend,
+  OVERSIZED_KEY_PREFIX,
   type Planted,
   type SnapshotMaster,
   type SnapshotRef,
@@ -231,7 +232,7 @@ class KvNemesisStore implements NemesisStore {
         break;
       case "oversized": {
         const key = await this.#createSomewhere(() => [...this.#prefix, "id", targets.id()], {
-          key: `k8s:nemesis-oversized=${"x".repeat(OVERSIZED_CHARS)};`,
+          key: `${OVERSIZED_KEY_PREFIX}${"x".repeat(OVERSIZED_CHARS)};`,
         });
         if (key) {
           written.push(show(key, { key: `k8s:nemesis-oversized=x…;` }));
