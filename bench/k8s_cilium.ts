@@ -163,7 +163,7 @@ async function holdingNode(w: World, tag: string, labels: string): Promise<Async
 
 /**
  * Fills the store with `count` identities through an idalloc node, 32 in flight; the rate. Each is
- * released once created: one node's reference object holds about 6,900 references (`refs.ts`), and
+ * released once created: one node's reference object holds about 11,200 references (`refs.ts`), and
  * a released identity stays in the store (nothing runs GC here), which is what the sync measures.
  */
 async function fill(kubeconfig: string, count: number): Promise<number> {

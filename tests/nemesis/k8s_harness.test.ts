@@ -17,7 +17,12 @@ import {
   startKubeApiServer,
 } from "../../src/backends/k8s/testing/cluster.ts";
 import type { KubeClient } from "../../src/backends/k8s/client.ts";
-import { HELD_PREFIX, nodeRefsObject, refsName } from "../../src/backends/k8s/layout.ts";
+import {
+  heldRemovalPatch,
+  nodeRefsObject,
+  readNodeRefs,
+  refsName,
+} from "../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../src/backends/k8s/options.ts";
 import { StoreConnectionRefusedError } from "../../src/errors.ts";
 import type { StoreChange } from "../../src/testing/store_changes.ts";
@@ -188,10 +193,14 @@ k8sTest(
       changes.filter((c): c is Extract<StoreChange, { t: "ref" }> =>
         c.t === "ref" && c.key === key
       );
-    const drop = (id: number) =>
-      client.patch(LEASES, refsName("w1"), {
-        metadata: { annotations: { [`${HELD_PREFIX}${id}`]: null } },
-      }, { type: "merge", namespace: NAMESPACE });
+    const drop = async (id: number) => {
+      const obj = await client.get(LEASES, refsName("w1"), { namespace: NAMESPACE });
+      const annotations = heldRemovalPatch(readNodeRefs(obj!)!, { ids: new Set([id]) });
+      await client.patch(LEASES, refsName("w1"), { metadata: { annotations } }, {
+        type: "merge",
+        namespace: NAMESPACE,
+      });
+    };
     try {
       // The reference goes out beside the create, so it may land first.
       await client.create(LEASES, nodeRefsObject("w1", new Map([[410, "e1"]])), {

@@ -14,7 +14,7 @@ import { idallocLogger } from "../../log.ts";
 import type { K8sContext } from "./context.ts";
 import { checkRecords } from "./coordination.ts";
 import { isStatus } from "./kube.ts";
-import { heldAnnotation, type IdentityRecord, readIdentity } from "./layout.ts";
+import { heldRemovalPatch, type IdentityRecord, readIdentity } from "./layout.ts";
 import { leaseLive, readNodeLeases, refLive } from "./liveness.ts";
 import { LEASES } from "./options.ts";
 import { NODE_SELECTOR } from "./layout.ts";
@@ -139,8 +139,8 @@ export class K8sAdmin implements BackendAdmin {
         throw new LiveEntryError(`node ${node}'s reference to '${key}'`, [node]);
       }
       let changed = false;
-      if (ids.length > 0) {
-        const annotations = Object.fromEntries(ids.map((id) => [heldAnnotation(id), null]));
+      const annotations = object && heldRemovalPatch(object, { ids: new Set(ids) });
+      if (annotations !== undefined) {
         try {
           await client.patch(LEASES, object!.name, {
             metadata: { resourceVersion: object!.rv, annotations },

@@ -51,7 +51,9 @@ import {
   CLAIM_SELECTOR,
   claimName,
   type ClaimRecord,
+  HELD_ANNOTATION,
   heldAnnotation,
+  heldRemovalPatch,
   type IdentityRecord,
   NODE_SELECTOR,
   nodeLeaseName,
@@ -83,6 +85,8 @@ const tokenSchema = z.object({
   store: z.string(),
   name: z.string().min(1),
   annotation: z.string().optional(),
+  /** An entry of a reference object's packed list (`idalloc.io/held`), removed from it alone. */
+  entry: z.string().optional(),
   rv: z.string(),
   kind: z.string(),
   held: z.array(z.string()).optional(),
@@ -238,7 +242,9 @@ class Scan {
   ): DamageFinding {
     const { namespace, resourceName } = this.#ctx;
     const entry = token.what === "claim" || token.what === "lease" || token.what === "held"
-      ? `${namespace}/${token.name}${token.annotation === undefined ? "" : ` ${token.annotation}`}`
+      ? `${namespace}/${token.name}${token.annotation === undefined ? "" : ` ${token.annotation}`}${
+        token.entry === undefined ? "" : ` ${token.entry}`
+      }`
       : `${resourceName}/${token.name}${
         token.annotation === undefined ? "" : ` ${token.annotation}`
       }`;
@@ -306,9 +312,13 @@ class Scan {
     }
     for (const [node, epoch] of this.#refs.get(record.id) ?? []) {
       const object = this.#refObjects.get(node)!;
+      const legacy = object.legacy.includes(heldAnnotation(record.id));
+      const where = legacy
+        ? { annotation: heldAnnotation(record.id) }
+        : { annotation: HELD_ANNOTATION, entry: `${record.id}=${epoch}` };
       out.push(this.#finding(
         "reference-out-of-range",
-        { what: "held", name: object.name, annotation: heldAnnotation(record.id), rv: object.rv },
+        { what: "held", name: object.name, ...where, rv: object.rv },
         check.outside(record.id, record.key),
         { ...about, node },
         this.#live(node, epoch) ? [node] : [],
@@ -335,7 +345,13 @@ class Scan {
       return o.bad.map((bad) =>
         this.#finding(
           bad.reason === "the epoch is empty" ? "reference-undecodable" : "reference-bad-key",
-          { what: "held", name: o.name, annotation: bad.annotation, rv: o.rv },
+          {
+            what: "held",
+            name: o.name,
+            annotation: bad.annotation,
+            ...(bad.entry === undefined ? {} : { entry: bad.entry }),
+            rv: o.rv,
+          },
           bad.reason,
           { node: o.node },
           live ? [o.node] : [],
@@ -433,7 +449,7 @@ export async function removeDamage(
   const shown = token.what === "annotation" || token.what === "held"
     ? `${
       token.what === "held" ? ctx.namespace : ctx.resourceName
-    }/${token.name} ${token.annotation}`
+    }/${token.name} ${token.annotation}${token.entry === undefined ? "" : ` ${token.entry}`}`
     : `${token.what} ${token.name}`;
   if (token.held !== undefined) throw new LiveEntryError(shorten(shown), token.held);
   let removed: boolean;
@@ -453,10 +469,7 @@ export async function removeDamage(
         removed = true;
         break;
       case "held":
-        await ctx.client.patch(LEASES, token.name, {
-          metadata: { resourceVersion: token.rv, annotations: { [token.annotation ?? ""]: null } },
-        }, { type: "merge", namespace: ctx.namespace, signal });
-        removed = true;
+        removed = await removeHeld(ctx, token, signal);
         break;
       case "claim":
       case "lease":
@@ -477,6 +490,26 @@ export async function removeDamage(
     kind: token.kind,
   });
   return removed;
+}
+
+/**
+ * Removes one entry of a node's reference object under the version it was listed at: an
+ * annotation of the earlier layout, or one entry of the packed list (the list rewritten without
+ * it; an object changed since is refused, as the guarded patch would refuse it).
+ */
+async function removeHeld(ctx: K8sContext, token: Token, signal: AbortSignal): Promise<boolean> {
+  let annotations: Record<string, string | null> | undefined = { [token.annotation ?? ""]: null };
+  if (token.entry !== undefined) {
+    const obj = await ctx.client.get(LEASES, token.name, { namespace: ctx.namespace, signal });
+    const record = obj === undefined ? undefined : readNodeRefs(obj);
+    if (record === undefined || record.rv !== token.rv) return false;
+    annotations = heldRemovalPatch(record, { entries: new Set([token.entry]) });
+    if (annotations === undefined) return false;
+  }
+  await ctx.client.patch(LEASES, token.name, {
+    metadata: { resourceVersion: token.rv, annotations },
+  }, { type: "merge", namespace: ctx.namespace, signal });
+  return true;
 }
 
 /**

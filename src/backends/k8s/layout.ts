@@ -19,8 +19,10 @@
  *   spec.holderIdentity = node, renewTime, leaseDurationSeconds; annotation idalloc.io/epoch
  * Lease idalloc-refs-<node>          in the coordination namespace: the node's references, written
  *   by that node only (`refs.ts`); spec.holderIdentity = node;
- *   annotations held.idalloc.io/<id> = <epoch>: a reference to identity <id>, live while the
- *   node's Lease is live and carries that epoch
+ *   annotation idalloc.io/held = <id>=<epoch>,… in ID order: a reference to identity <id>, live
+ *   while the node's Lease is live and carries that epoch (one annotation: see `refs.ts` for why)
+ *   annotations held.idalloc.io/<id> = <epoch>: the same, one annotation per reference, as
+ *   written before (read, and removed by the node's next write)
  * Lease idalloc-key-<hash>           in the coordination namespace: the key claim
  *   annotation idalloc.io/key = key, label idalloc.io/id = the ID idalloc nodes create for it;
  *   spec.renewTime = its last write (writer's clock), annotation idalloc.io/touch = a nonce that
@@ -56,8 +58,13 @@ export const HEARTBEAT_ANNOTATION = "io.cilium.heartbeat";
  * before the per-node reference objects, still read (and counted) during the migration.
  */
 export const REF_PREFIX = "ref.idalloc.io/";
-/** The prefix of a reference in a node's reference object: `held.idalloc.io/<id>` → epoch. */
+/**
+ * The prefix of a reference in a node's reference object as written before the packed
+ * {@linkcode HELD_ANNOTATION}: `held.idalloc.io/<id>` → epoch (read, never written).
+ */
 export const HELD_PREFIX = "held.idalloc.io/";
+/** The annotation of a node's reference object that lists its references: `<id>=<epoch>,…`. */
+export const HELD_ANNOTATION = "idalloc.io/held";
 /** The idalloc node that created an identity: `<node>/<epoch>` (`acquire.ts` recognises it). */
 export const CREATOR_ANNOTATION = "idalloc.io/creator";
 /** The epoch of a node Lease. */
@@ -259,9 +266,32 @@ export function refsName(node: string): string {
   return REFS_PREFIX + dnsSafe(node);
 }
 
-/** The annotation of a reference to `id` in a node's reference object. */
+/** The annotation of a reference to `id` in a node's reference object of the earlier layout. */
 export function heldAnnotation(id: number): string {
   return HELD_PREFIX + String(id);
+}
+
+/** References (ID → epoch) as the value of {@linkcode HELD_ANNOTATION}: `<id>=<epoch>,…`. */
+export function packHeld(refs: Iterable<readonly [number, string]>): string {
+  return [...refs].sort((a, b) => a[0] - b[0]).map(([id, epoch]) => `${id}=${epoch}`).join(",");
+}
+
+/** The entries of a {@linkcode HELD_ANNOTATION} value: its references and those that are none. */
+export function unpackHeld(value: unknown): {
+  refs: Map<number, string>;
+  bad: { entry: string; reason: string }[];
+} {
+  const refs = new Map<number, string>();
+  const bad: { entry: string; reason: string }[] = [];
+  if (typeof value !== "string" || value === "") return { refs, bad };
+  for (const entry of value.split(",")) {
+    const at = entry.indexOf("=");
+    const id = at < 0 ? undefined : idOfName(entry.slice(0, at));
+    if (id === undefined) bad.push({ entry, reason: "not <id>=<epoch>" });
+    else if (at === entry.length - 1) bad.push({ entry, reason: "the epoch is empty" });
+    else refs.set(id, entry.slice(at + 1));
+  }
+  return { refs, bad };
 }
 
 /**
@@ -348,6 +378,8 @@ export interface IdentityDamage {
 export interface BadReference {
   /** The annotation's name. */
   readonly annotation: string;
+  /** The entry of a packed list ({@linkcode HELD_ANNOTATION}) that is no reference. */
+  readonly entry?: string;
   /** Why. */
   readonly reason: string;
 }
@@ -606,8 +638,15 @@ export interface NodeRefsRecord {
   readonly node: string;
   /** Its references: ID → the epoch it was written under. */
   readonly refs: ReadonlyMap<number, string>;
-  /** Annotations under `held.idalloc.io/` that are no reference (bad ID, empty epoch). */
+  /**
+   * Entries that are no reference (bad ID, empty epoch): annotations under `held.idalloc.io/`,
+   * or entries of {@linkcode HELD_ANNOTATION} (`entry` set).
+   */
   readonly bad: readonly BadReference[];
+  /** The annotations of the earlier layout it carries (`held.idalloc.io/…`), which a write drops. */
+  readonly legacy: readonly string[];
+  /** Its {@linkcode HELD_ANNOTATION} as read (`""` when absent). */
+  readonly packed: string;
   /** Its resource version. */
   readonly rv: string;
 }
@@ -618,21 +657,32 @@ export function readNodeRefs(obj: KubeObject): NodeRefsRecord | undefined {
   if (typeof node !== "string" || node === "") return undefined;
   const refs = new Map<number, string>();
   const bad: BadReference[] = [];
-  for (const [annotation, epoch] of Object.entries(obj.metadata.annotations ?? {})) {
+  const legacy: string[] = [];
+  const annotations = obj.metadata.annotations ?? {};
+  for (const [annotation, epoch] of Object.entries(annotations)) {
     if (!annotation.startsWith(HELD_PREFIX)) continue;
+    legacy.push(annotation);
     const id = idOfName(annotation.slice(HELD_PREFIX.length));
     if (id === undefined) bad.push({ annotation, reason: "not held.idalloc.io/<id>" });
     else if (typeof epoch !== "string" || epoch === "") {
       bad.push({ annotation, reason: "the epoch is empty" });
     } else refs.set(id, epoch);
   }
-  return { name: String(obj.metadata.name ?? ""), node, refs, bad, rv: rvOf(obj) };
+  // The packed list is the newer writer's: its epoch stands where both name an ID.
+  const value = annotations[HELD_ANNOTATION];
+  const packed = typeof value === "string" ? value : "";
+  const list = unpackHeld(packed);
+  for (const [id, epoch] of list.refs) refs.set(id, epoch);
+  for (const { entry, reason } of list.bad) {
+    bad.push({ annotation: HELD_ANNOTATION, entry, reason });
+  }
+  const name = String(obj.metadata.name ?? "");
+  return { name, node, refs, bad, legacy, packed, rv: rvOf(obj) };
 }
 
 /** `node`'s reference object holding `refs` (ID → epoch). */
 export function nodeRefsObject(node: string, refs: ReadonlyMap<number, string>): KubeObject {
-  const annotations: Record<string, string> = {};
-  for (const [id, epoch] of refs) annotations[heldAnnotation(id)] = epoch;
+  const annotations = { [HELD_ANNOTATION]: packHeld(refs) };
   return {
     apiVersion: "coordination.k8s.io/v1",
     kind: "Lease",
@@ -643,4 +693,31 @@ export function nodeRefsObject(node: string, refs: ReadonlyMap<number, string>):
     },
     spec: { holderIdentity: node },
   };
+}
+
+/**
+ * The annotation patch that removes from reference object `record` the references to `ids` and the
+ * entries `entries` of {@linkcode HELD_ANNOTATION} (in either layout: the packed list is rewritten
+ * without them), or `undefined` when it holds none of them. Apply it guarded by the object's
+ * version: the list is rewritten whole.
+ */
+export function heldRemovalPatch(
+  record: Pick<NodeRefsRecord, "legacy" | "packed">,
+  remove: { readonly ids?: ReadonlySet<number>; readonly entries?: ReadonlySet<string> },
+): Record<string, string | null> | undefined {
+  const patch: Record<string, string | null> = {};
+  for (const annotation of record.legacy) {
+    const id = idOfName(annotation.slice(HELD_PREFIX.length));
+    if (id !== undefined && remove.ids?.has(id)) patch[annotation] = null;
+  }
+  if (record.packed !== "") {
+    const all = record.packed.split(",");
+    const kept = all.filter((entry) => {
+      if (remove.entries?.has(entry)) return false;
+      const id = idOfName(entry.slice(0, Math.max(0, entry.indexOf("="))));
+      return id === undefined || !remove.ids?.has(id);
+    });
+    if (kept.length < all.length) patch[HELD_ANNOTATION] = kept.length > 0 ? kept.join(",") : null;
+  }
+  return Object.keys(patch).length > 0 ? patch : undefined;
 }

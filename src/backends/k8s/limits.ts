@@ -19,22 +19,20 @@ export const MAX_KEY_BYTES: number = ANNOTATIONS_MAX_BYTES - 4 * 1024;
 
 /**
  * The fewest references one node's reference object (`refs.ts`) holds, whatever its IDs: each
- * costs `held.idalloc.io/<id>` (at most 16 digits, a safe integer) and a 16-character epoch of the
- * 256 KiB of annotations, 4 KiB kept for the rest. With Cilium's identity range (IDs of at most 5
- * digits) about 6,900 fit (`refsBytes` is the exact measure the node checks). A node holds one
- * per distinct label set of its endpoints: about 110 pods per node by default, so far below.
- * There is no bound on the nodes per identity: references no longer grow the identity.
+ * costs `<id>=<epoch>,` in its packed list (at most 16 digits, a safe integer, and a 16-character
+ * epoch) of the 256 KiB of annotations, 4 KiB kept for the rest. With Cilium's identity range (IDs
+ * of at most 5 digits) about 11,200 fit (`refsBytes` is the exact measure the node checks). A node
+ * holds one per distinct label set of its endpoints: about 110 pods per node by default, so far
+ * below. There is no bound on the nodes per identity: references do not grow the identity.
  */
 export const MAX_REFS_PER_NODE: number = Math.floor(
-  (ANNOTATIONS_MAX_BYTES - 4 * 1024) / ("held.idalloc.io/".length + 16 + 16),
+  (ANNOTATIONS_MAX_BYTES - 4 * 1024 - "idalloc.io/held".length) / (16 + 1 + 16 + 1),
 );
 
-/** The annotation bytes a reference object's references take (the API server's measure). */
+/** The annotation bytes a reference object's packed references take (the API server's measure). */
 export function refsBytes(refs: Iterable<readonly [number, string]>): number {
-  let bytes = 0;
-  for (const [id, epoch] of refs) {
-    bytes += "held.idalloc.io/".length + String(id).length + epoch.length;
-  }
+  let bytes = "idalloc.io/held".length - 1;
+  for (const [id, epoch] of refs) bytes += String(id).length + 1 + epoch.length + 1;
   return bytes;
 }
 

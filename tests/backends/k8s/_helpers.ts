@@ -12,6 +12,7 @@ import { Allocator } from "../../../src/allocator/allocator.ts";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import type { KubeClient, KubeObject, KubeResource } from "../../../src/backends/k8s/kube.ts";
 import {
+  heldRemovalPatch,
   type IdentityRecord,
   readIdentity,
   readNodeRefs,
@@ -105,8 +106,8 @@ export interface K8sFixture extends AsyncDisposable {
   patchIdentity(id: number, body: unknown): Promise<KubeObject>;
   /** `node`'s references as its reference object stores them (ID → epoch), read directly. */
   held(node: string): Promise<Map<number, string>>;
-  /** Merge-patches `node`'s reference object directly. */
-  patchHeld(node: string, body: unknown): Promise<KubeObject>;
+  /** Removes `node`'s reference to `id` from its reference object directly (as an operator would). */
+  dropHeld(node: string, id: number): Promise<void>;
   /** Creates a CiliumEndpoint naming identity `id` (as a Cilium agent would). */
   endpoint(name: string, id: number): Promise<void>;
   /**
@@ -193,8 +194,14 @@ export async function fixture(own?: KubeTestCluster): Promise<K8sFixture> {
       const obj = await client.get(LEASES, refsName(node), { namespace, signal: deadline() });
       return new Map(obj === undefined ? [] : readNodeRefs(obj)?.refs ?? []);
     },
-    patchHeld: (node, body) =>
-      client.patch(LEASES, refsName(node), body, { type: "merge", namespace, signal: deadline() }),
+    async dropHeld(node, id) {
+      const obj = await client.get(LEASES, refsName(node), { namespace, signal: deadline() });
+      const annotations = obj && heldRemovalPatch(readNodeRefs(obj)!, { ids: new Set([id]) });
+      if (annotations === undefined) throw new Error(`${node} holds no reference to ${id}`);
+      await client.patch(LEASES, refsName(node), {
+        metadata: { resourceVersion: obj!.metadata.resourceVersion, annotations },
+      }, { type: "merge", namespace, signal: deadline() });
+    },
     async endpoint(name, id) {
       await client.create(endpoints, {
         apiVersion: `${group}/v2`,

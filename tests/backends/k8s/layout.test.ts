@@ -6,6 +6,8 @@ import {
   answerOf,
   claimName,
   dnsSafe,
+  HELD_ANNOTATION,
+  heldRemovalPatch,
   identityObject,
   idOfName,
   isQualifiedName,
@@ -14,13 +16,17 @@ import {
   microTime,
   nodeLeaseName,
   nodeLeaseObject,
+  nodeRefsObject,
+  packHeld,
   parseTime,
   readClaim,
   readIdentity,
   readNodeLease,
+  readNodeRefs,
   rfc3339Nano,
   sanitizedLabels,
   securityLabelsOf,
+  unpackHeld,
 } from "../../../src/backends/k8s/layout.ts";
 import { MAX_KEY_BYTES } from "../../../src/backends/k8s/limits.ts";
 
@@ -192,4 +198,51 @@ Deno.test("node Leases and claims read back what was written", () => {
     { name: "idalloc-key-ab", key: "x", id: 42, rv: "3" },
   );
   assert.equal(readClaim({ metadata: { labels: { "idalloc.io/id": "x" } } }), undefined);
+});
+
+Deno.test("reference objects: one packed annotation, in ID order; the earlier per-ID annotations still read", () => {
+  const obj = nodeRefsObject("a", new Map([[301, "e2"], [300, "e1"]]));
+  assert.deepEqual(obj.metadata.annotations, { [HELD_ANNOTATION]: "300=e1,301=e2" });
+  const read = readNodeRefs(obj)!;
+  assert.deepEqual([...read.refs], [[300, "e1"], [301, "e2"]]);
+  assert.deepEqual([read.legacy, read.bad], [[], []]);
+  // An object an earlier version wrote (per-ID), and one caught between the two: both counted,
+  // the packed list's epoch standing where both name an ID; bad entries of either reported.
+  const mixed = readNodeRefs({
+    ...obj,
+    metadata: {
+      ...obj.metadata,
+      annotations: {
+        "held.idalloc.io/299": "e0",
+        "held.idalloc.io/300": "old",
+        "held.idalloc.io/x": "e0",
+        [HELD_ANNOTATION]: "300=e1,nope,302=",
+      },
+    },
+  })!;
+  assert.deepEqual([...mixed.refs].sort(), [[299, "e0"], [300, "e1"]]);
+  assert.deepEqual(mixed.legacy.toSorted(), [
+    "held.idalloc.io/299",
+    "held.idalloc.io/300",
+    "held.idalloc.io/x",
+  ]);
+  assert.deepEqual(mixed.bad.map((b) => b.entry ?? b.annotation).sort(), [
+    "302=",
+    "held.idalloc.io/x",
+    "nope",
+  ]);
+  // Removal rewrites the list without the entries and drops the earlier layout's annotation.
+  assert.deepEqual(heldRemovalPatch(mixed, { ids: new Set([299, 300]) }), {
+    "held.idalloc.io/299": null,
+    "held.idalloc.io/300": null,
+    [HELD_ANNOTATION]: "nope,302=",
+  });
+  assert.deepEqual(heldRemovalPatch(mixed, { entries: new Set(["nope", "302="]) }), {
+    [HELD_ANNOTATION]: "300=e1",
+  });
+  assert.deepEqual(heldRemovalPatch(read, { ids: new Set([300, 301]) }), {
+    [HELD_ANNOTATION]: null,
+  });
+  assert.equal(heldRemovalPatch(read, { ids: new Set([7]) }), undefined);
+  assert.deepEqual(unpackHeld(packHeld([[5, "a"], [3, "b"]])).refs, new Map([[3, "b"], [5, "a"]]));
 });

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { K8sBackend } from "../../../src/backends/k8s/backend.ts";
 import { countedClient, type KubeClient, type KubeObject } from "../../../src/backends/k8s/kube.ts";
-import { nodeLeaseObject, nodeRefsObject } from "../../../src/backends/k8s/layout.ts";
+import { nodeLeaseObject, nodeRefsObject, refsName } from "../../../src/backends/k8s/layout.ts";
 import { LEASES } from "../../../src/backends/k8s/options.ts";
 import type { K8sSession } from "../../../src/backends/k8s/session.ts";
 import { deadline, eventually, fixture, k8sTest } from "./_helpers.ts";
@@ -252,6 +252,60 @@ k8sTest(
 );
 
 k8sTest(
+  "migration: reference objects of per-ID annotations (the first per-node layout) keep every reference; a node's first write packs them",
+  async () => {
+    await using fx = await fixture();
+    // A running node of the per-ID layout: live Lease, one annotation per reference.
+    const now = Date.now();
+    await fx.client.create(LEASES, nodeLeaseObject("old", "e1old", 60, now, now), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    const perId = (node: string, refs: Record<number, string>) => ({
+      ...nodeRefsObject(node, new Map()),
+      metadata: {
+        ...nodeRefsObject(node, new Map()).metadata,
+        annotations: Object.fromEntries(
+          Object.entries(refs).map(([id, epoch]) => [`held.idalloc.io/${id}`, epoch]),
+        ),
+      },
+    });
+    await fx.client.create(LEASES, perId("old", { 300: "e1old", 301: "e1old" }), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    // And the object an upgraded node left from its earlier process (a dead epoch).
+    await fx.client.create(LEASES, perId("b", { 302: "e0b" }), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    });
+    for (const [id, key] of [[300, "one;"], [301, "two;"], [302, "three;"]] as const) {
+      await fx.createIdentity(id, { "idalloc:key": key });
+    }
+    const admin = (await fx.backend("admin")).admin();
+    const refs = [];
+    for await (const r of admin.references(deadline())) refs.push([r.id, r.node, r.live]);
+    assert.deepEqual(refs.sort(), [[300, "old", true], [301, "old", true], [302, "b", false]]);
+    // GC with no grace, pass after pass: nothing the per-ID node references goes.
+    const gc = await fx.allocator("gc", { gcGraceMs: 0 });
+    const deleted: number[] = [];
+    for (let pass = 0; pass < 3; pass++) deleted.push(...(await gc.runGc()).deletedIds);
+    assert.deepEqual(deleted, [302]);
+    // The upgraded node b starts: its first write is the packed list, its per-ID annotations gone.
+    const b = await fx.allocator("b");
+    assert.equal((await b.allocate("one;")).id, 300);
+    const obj = (await fx.client.get(LEASES, refsName("b"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    }))!;
+    const annotations = obj.metadata.annotations ?? {};
+    assert.deepEqual(Object.keys(annotations).filter((a) => a.startsWith("held.")), []);
+    assert.match(annotations["idalloc.io/held"], /^300=[0-9a-f]+$/);
+    assert.deepEqual((await fx.records()).map((r) => r.id).sort(), [300, 301]);
+  },
+);
+
+k8sTest(
   "GC removes the reference object of a node whose Lease is gone, guarded by its version; a node that comes back writes it again",
   async () => {
     await using fx = await fixture();
@@ -281,5 +335,28 @@ k8sTest(
       [id, 302],
       "both references written again",
     );
+  },
+);
+
+k8sTest(
+  "the doctor removes one bad entry of a packed list, guarded by the object's version, and keeps the rest",
+  async () => {
+    await using fx = await fixture();
+    const obj = nodeRefsObject("gone", new Map([[300, "e0"]]));
+    obj.metadata.annotations!["idalloc.io/held"] = "300=e0,bogus";
+    await fx.client.create(LEASES, obj, { namespace: fx.namespace, signal: deadline() });
+    const backend = await fx.backend("doctor");
+    const findings = [];
+    for await (const f of backend.findDamage()) findings.push(f);
+    const bad = findings.filter((f) => f.entry.includes("bogus"));
+    assert.deepEqual(bad.map((f) => f.kind), ["reference-bad-key"]);
+    assert.equal(await backend.removeDamage(bad[0]), true);
+    const after = (await fx.client.get(LEASES, refsName("gone"), {
+      namespace: fx.namespace,
+      signal: deadline(),
+    }))!;
+    assert.equal(after.metadata.annotations?.["idalloc.io/held"], "300=e0");
+    // The token's version is stale now: a second removal is refused, nothing changes.
+    assert.equal(await backend.removeDamage(bad[0]), false);
   },
 );

@@ -135,7 +135,7 @@ k8sTest(
 
     // Removed by hand: ensure does not poll for it; GC, not seeing it, marks the identity, and
     // the node answers the mark by unmarking and writing its whole reference object again.
-    await fx.patchHeld("a", { metadata: { annotations: { [`held.idalloc.io/${id}`]: null } } });
+    await fx.dropHeld("a", id);
     // One pass, no grace: it marks what it finds unused (a second would delete it).
     const gc = await fx.allocator("gc", { gcGraceMs: 0 });
     await gc.runGc();

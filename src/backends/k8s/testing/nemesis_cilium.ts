@@ -2,9 +2,9 @@
  * The Kubernetes side of a nemesis run beside Cilium nodes in CRD mode (`--cilium N` on `k8s`):
  *
  * - **The store's record** ({@linkcode recordK8sChanges}): four list-and-watch loops — the
- *   identities (each a master), the nodes' reference objects (each `held.idalloc.io/<id>` a
- *   reference on the lease named by its epoch, as is a `ref.idalloc.io/<node>` annotation of the
- *   older layout on an identity), the run's `CiliumEndpoint`s (each a Cilium node's reference,
+ *   identities (each a master), the nodes' reference objects (each entry `<id>=<epoch>` of their
+ *   `idalloc.io/held` a reference on the lease named by its epoch, as are the earlier layouts'
+ *   `held.idalloc.io/<id>` there and `ref.idalloc.io/<node>` on an identity), the run's `CiliumEndpoint`s (each a Cilium node's reference,
  *   lease `cep`), and the node Leases (epoch and expiry) — written as `store_changes.ts` records as
  *   they arrive, each watch in the store's order (resource versions are etcd revisions, one order
  *   for all four; the attribution sorts by them). A deleted
