@@ -354,10 +354,14 @@ class AcquireRun {
   /**
    * Reference first, then the identity as the index shows it (`refs.ts`: why this order keeps GC
    * from deleting what is answered): marked, or not recording the namespace → unmarked by a
-   * patch testing the key; gone or another key's → read it.
+   * patch testing the key; gone or another key's → read it. An index not provably current
+   * (`view_freshness.ts`: its watch broke) may lack a mark GC set meanwhile — `refs.ts`' case 3,
+   * which the mixed nemesis met after two API-server restarts and an etcd restart (seed 42: a
+   * join answered 368 in 6 ms and GC deleted it 554 ms later) — so then the identity is read
+   * after the reference is written, one GET, and judged as read.
    */
   async #join(step: Extract<AcquireStep, { kind: "join" }>, epoch: string): Promise<Next> {
-    const { ctx } = this.#parts;
+    const { ctx, informer } = this.#parts;
     const { key, signal } = this.#req;
     const reread: Next = {
       kind: "readIdentity",
@@ -365,7 +369,12 @@ class AcquireRun {
       ...(step.claimRv ? { claimRv: step.claimRv } : {}),
     };
     await this.#hold(step.id, epoch);
-    const record = this.#observed(step.id);
+    let record = this.#observed(step.id);
+    if (!informer.freshness.current) {
+      const obj = await this.#client.get(ctx.identities, String(step.id), { signal });
+      const read = obj === undefined ? undefined : readIdentity(obj);
+      record = read?.ok ? read.record : undefined;
+    }
     if (record === undefined || record.key !== key) return reread;
     if (record.mark === undefined && record.leaseNamespace !== undefined) {
       return this.#written(step.id, record.rv, epoch, step.claimRv);

@@ -382,3 +382,33 @@ k8sTest(
     }
   },
 );
+
+k8sTest(
+  "a join on an index not provably current reads the identity and removes a GC mark the index lacks",
+  async () => {
+    await using fx = await fixture();
+    const a = await fx.session("a");
+    const b = await fx.session("b");
+    const key = "k8s:app=stale;";
+    const { id } = await a.acquire({ key, pickCandidate: picker(700), signal: deadline() });
+    await a.release(key, id, deadline());
+    await eventually(() => b.informer.index.get(id) !== undefined, "b's index has it");
+    const unmarked = b.informer.index.get(id)!;
+    // GC marks it; b's watch then breaks before it shows the mark (as after API-server and etcd
+    // restarts): its index still shows the identity unmarked, and it knows its view is not current.
+    await fx.client.patch(fx.identities, String(id), {
+      metadata: { annotations: { "io.cilium.heartbeat": new Date().toISOString() } },
+    }, { type: "merge", signal: deadline() });
+    await eventually(() => b.informer.index.get(id)?.mark !== undefined, "b saw the mark");
+    b.informer.index.set(unmarked);
+    b.informer.freshness.lost();
+    const joined = await b.acquire({ key, pickCandidate: picker(701), signal: deadline() });
+    assert.equal(joined.id, id);
+    const stored = (await fx.identity(id))!;
+    assert.equal(
+      stored.metadata.annotations?.["io.cilium.heartbeat"],
+      undefined,
+      "the join read the identity and removed the mark before answering",
+    );
+  },
+);
