@@ -124,14 +124,22 @@ export class StoreHistory {
   readonly #refsOfId = new Map<string, RefSpan[]>();
   readonly #refsById = new Map<number, RefSpan[]>();
   readonly #locks = new Map<string, LockSpan[]>();
-  /** Gaps of the record (lost events). */
-  readonly gaps: readonly { readonly at: number; readonly why: string }[];
+  /** Gaps of the record (lost events): blind from `since` (when given) until its re-list at `at`. */
+  readonly gaps: readonly { readonly at: number; readonly why: string; readonly since?: number }[];
   /** Number of changes recorded. */
   readonly size: number;
 
+  /**
+   * Whether the record was blind at `t`: a watch had lost its stream (from the last instant it was
+   * current to its re-list), so what was written and undone meanwhile is missing from it.
+   */
+  blindAt(t: number): boolean {
+    return this.gaps.some((g) => g.since !== undefined && g.since <= t && t <= g.at);
+  }
+
   /** Builds the spans of `changes` (any order: sorted by revision here). */
   constructor(changes: readonly StoreChange[]) {
-    const gaps: { at: number; why: string }[] = [];
+    const gaps: { at: number; why: string; since?: number }[] = [];
     // Lease and deletion records judge deletions (`deletions.ts`), not spans.
     const sorted = changes.filter((c) =>
       c.t !== "lease" && c.t !== "deleted" && (c.t !== "gap" || (gaps.push(c), false))

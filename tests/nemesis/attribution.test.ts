@@ -449,6 +449,30 @@ Deno.test("attribution: an InvalidIdError on a key whose only identity a Cilium 
   assert.match(s.attributions[0].line, /identities 46559 were written by Cilium node\(s\) c1/);
 });
 
+Deno.test("attribution: an InvalidIdError on a key whose identities lie outside the range, writer unseen, is inherited", () => {
+  // The 30-minute run, seed 42: identity 11938 of K appeared with no answer or reference of any
+  // node near its creation (its Cilium writer killed at once); K2's out-of-range identity has an
+  // idalloc node's reference in its creating revision, so that one stays idalloc's.
+  const refused = (key: string, id: number): Violation => ({
+    check: ERROR_CHECK,
+    message: `w3 (w3@4) allocate ${key} failed with non-retryable typed InvalidIdError`,
+    evidence: probeFailure(key, "InvalidIdError", {
+      message: `ID ${id} of key '${key}' in the store is outside this allocator's range [256, 575]`,
+      typed: true,
+    }),
+  });
+  const store = [master(5, 0, 11938, K), master(7, 0, 46560, K2), ref(7, 0, K2, "w0", 46560)];
+  const s = attribute(
+    [refused(K, 11938), refused(K2, 46560)],
+    input(store, [], { checks: { ...CHECKS, errors: ERROR_CHECK } }),
+  );
+  assert.deepEqual(s.attributions.map((a) => a.class), [
+    "mixed (inherited from Cilium)",
+    "idalloc-only",
+  ]);
+  assert.match(s.attributions[0].line, /11938 lie outside idalloc's range \[256, 575\]/);
+});
+
 Deno.test("attribution: two idalloc nodes moving off a split Cilium's UpdateKey made is inherited", () => {
   // w0 holds K → 58; Cilium's c1 re-creates master 57 of K beside w0's live reference (master-key
   // protection); w1 joins 57 (the newest), w0 moves there 400 ms later, within its watch's delay.
@@ -806,13 +830,21 @@ Deno.test("attribution: a reference re-listed after a gap may have been written 
     { ...ref(30, 9_750, K, "w0", 456) as Extract<StoreChange, { t: "ref" }>, early: T + 7_200 },
   );
   assert.equal(marked.counts["mixed (idalloc's)"], 0);
-  // A record whose gaps say it marks its re-lists, with no mark on the change: not re-listed,
-  // so w0 answered 8.2–8.7 s with no reference (since 1 s): idalloc's.
-  const unmarked = relisted({ t: "gap", at: T + 9_000, why: "leases: 410", since: T + 7_200 });
+  // A record whose gaps say it marks its re-lists, with no mark on the change: not re-listed.
+  // Blind from 8.75 s only, so w0 answered 8.2–8.7 s with no reference (since 1 s): idalloc's.
+  const unmarked = relisted({ t: "gap", at: T + 9_000, why: "leases: 410", since: T + 8_750 });
   assert.equal(unmarked.counts["mixed (idalloc's)"], 1);
   assert.equal(
     unmarked.attributions[0].sides.find((x) => x.side === "idalloc")!.unjustified?.reason,
     "unreferenced",
+  );
+  // Blind from 7.2 s: w0's answers fell inside the blind window, where a reference written and
+  // dropped again never reaches the record (the 30-minute run, seed 42): not judged unreferenced.
+  const blind = relisted({ t: "gap", at: T + 9_000, why: "leases: 410", since: T + 7_200 });
+  assert.equal(
+    blind.counts["mixed (idalloc's)"],
+    0,
+    blind.attributions.map((a) => a.line).join("\n"),
   );
 });
 
