@@ -211,8 +211,16 @@ export class Allocator<K = string> implements AsyncDisposable {
         return { id: again.id, isNew: false, firstUse: false };
       }
       // A deletion of this node's reference still queued or failed must not run after the
-      // acquisition found that reference; one in flight must land first.
-      await deletions.settle(k);
+      // acquisition found that reference; one in flight must land first — within the call's
+      // signal (a store that hangs would hold the call past it: the mixed nemesis, 12.5 s on a
+      // 10 s signal while etcd was down). A call that gives up acquired nothing: the deletion
+      // settle() cancelled is queued again.
+      try {
+        await abortable(deletions.settle(k), signal);
+      } catch (err) {
+        if (signal.aborted) deletions.abandoned(k);
+        throw err;
+      }
       const result = await acquirer.acquire(k, signal, undefined, trips);
       local.add(k, result.id);
       this.#p.recheck.heldAgain(k);
